@@ -1,0 +1,20 @@
+"""zoo's built-in components, installed as ``zoo.plugins``.
+
+Each module is a plugin like any third-party one: it implements hooks from ``zoo.hookspecs`` and is
+registered through them, in the order below (built-ins first, so a third-party plugin can never
+shadow a built-in name).
+"""
+
+BUILTINS = (
+    "attention_eager",
+    "attention_sdpa",
+    "attention_naive",
+    "masks",
+    "pos_none",
+    "pos_sinusoidal",
+    "pos_learned",
+    "norm_layernorm",
+    "norm_batchnorm",
+    "placements",
+    "ffn_mlp",
+)

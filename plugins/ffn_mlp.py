@@ -1,0 +1,47 @@
+"""``mlp``: the position-wise feed-forward network ``W2 · act(W1 · x + b1) + b2``.
+
+Applied to every token independently: attention mixes information *between* positions, the MLP
+transforms each position's vector (``d_model -> d_ff -> d_model``, usually ``d_ff = 4 d_model``).  It
+holds about two thirds of a Transformer's parameters.  Activations: ``relu`` (the original paper),
+``gelu`` (exact, erf-based: BERT), ``gelu_tanh`` (the tanh approximation, GPT-2's "gelu_new"),
+``silu``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch.nn.functional as F
+from torch import nn
+
+import zoo
+from zoo.components import FeedForward
+
+ACTIVATIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "gelu"
+    bias: bool = True
+
+
+class MLP(FeedForward):
+    def __init__(self, config, ctx):
+        super().__init__(config, ctx)
+        self.up = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
+        self.down = nn.Linear(ctx.d_ff, ctx.d_model, bias=config.bias)
+        self.act = ACTIVATIONS[config.activation]
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))  # (B, T, D) -> (B, T, d_ff) -> (B, T, D)
+
+
+@zoo.hookimpl
+def register_ffns(register):
+    register("mlp", MLP, config=MLPConfig)

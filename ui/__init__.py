@@ -1,0 +1,1 @@
+"""The Gradio UI, installed as ``zoo.ui``; see ``zoo.ui.app``."""

@@ -1,0 +1,31 @@
+"""zoo: a plugin-based Transformer model zoo.
+
+    import zoo
+    model = zoo.build("gpt_tiny")          # a preset from checkpoints/, a YAML path, or a dict
+    logits = model(ids)                    # (B, T, vocab)
+    zoo.save(model, "runs/gpt")            # safetensors, self-describing
+    same = zoo.load("runs/gpt")
+
+Public API: :func:`build`, :func:`spec`, :func:`save`, :func:`load`, :func:`load_spec`,
+:func:`list_components`, :func:`list_plugins`, :func:`list_presets`, :func:`list_checkpoints`,
+:data:`hookimpl`, and the :class:`ZooError` family.  Components are plugins (see
+``zoo.hookspecs``); importing zoo registers nothing until first use.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .build import build, spec
+from .errors import (CheckpointError, DataError, IncompatibleComponentsError, PluginError, SpecError,
+                     TokenizerError, UnknownComponentError, ZooError)
+from .hookspecs import hookimpl
+from .io import list_checkpoints, load, load_spec, read_metadata, save
+from .registry import get_registry, list_components, list_plugins
+from .spec import ModelSpec, list_presets, parse_spec
+
+__all__ = [
+    "__version__", "build", "spec", "save", "load", "load_spec", "read_metadata", "list_components",
+    "list_plugins", "list_presets", "list_checkpoints", "get_registry", "hookimpl", "ModelSpec",
+    "parse_spec", "ZooError", "SpecError", "UnknownComponentError", "IncompatibleComponentsError",
+    "CheckpointError", "PluginError", "TokenizerError", "DataError",
+]

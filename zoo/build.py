@@ -1,0 +1,74 @@
+"""The front door: ``zoo.build(spec)`` -> a plain ``nn.Module``."""
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from .errors import SpecError, ZooError
+from .models import ARCH_CLASSES, init_weights
+from .registry import get_registry
+from .spec import ModelSpec, parse_spec
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float64": torch.float64,
+           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+           "fp16": torch.float16, "half": torch.float16}
+
+
+def resolve_dtype(dtype: Any) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype.replace("torch.", "") in _DTYPES:
+        return _DTYPES[dtype.replace("torch.", "")]
+    raise ZooError(f"unknown dtype {dtype!r}", where="dtype", options=_DTYPES,
+                   fix="use e.g. 'float32' or 'bfloat16'")
+
+
+def resolve_device(device: Any) -> torch.device | None:
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ZooError(f"invalid device {device!r}", where="device", options=["cpu", "cuda", "cuda:0"],
+                       fix="pass 'cpu' or 'cuda'") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ZooError("CUDA is not available on this machine", where="device", fix="use device='cpu'")
+    return dev
+
+
+def spec(source: Any, **overrides: Any) -> ModelSpec:
+    """Parse and validate a spec (path, preset name, YAML text, dict or ModelSpec) without building."""
+    return parse_spec(source, **overrides)
+
+
+def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | None = None,
+          init: bool = True, **overrides: Any) -> torch.nn.Module:
+    """Build a model from a spec.
+
+    ``source``: a YAML path, a preset name (``"gpt_tiny"`` finds ``checkpoints/gpt_tiny.yaml`` when no
+    such file exists here), YAML text, a dict or a :class:`~zoo.spec.ModelSpec`.  ``overrides``
+    replace spec fields (``num_layers=2``).  ``seed`` makes the initial weights reproducible without
+    touching the global RNG.  ``init=False`` skips the initialisation (used when weights are loaded
+    right after).  Returns an ``nn.Module`` with ``.spec``.
+    """
+    model_spec = parse_spec(source, **overrides)
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    registry = get_registry()
+    cls = ARCH_CLASSES[model_spec.arch]
+    rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
+    with rng:
+        if seed is not None:
+            torch.manual_seed(seed)
+        with torch.device(dev) if dev is not None and dev.type != "meta" else contextlib.nullcontext():
+            model = cls(model_spec, registry)
+            if init:
+                init_weights(model)
+    if dev is not None and dev.type == "meta":
+        model = model.to("meta")
+    if dt is not None:
+        if not dt.is_floating_point:
+            raise SpecError("dtype must be a floating-point type", where="dtype")
+        model = model.to(dt)
+    return model

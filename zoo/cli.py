@@ -1,0 +1,59 @@
+"""The ``zoo`` command line.  Each sub-command lives in ``zoo/commands/<name>.py`` as a click command
+named ``command`` and is imported only when invoked, so ``zoo --help`` stays fast.
+
+Every :class:`zoo.ZooError` is printed as one clear line (exit status 2), never a traceback.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+#: sub-command name -> (module under zoo.commands, one-line help)
+COMMANDS = {
+    "components": ("components", "List registered components (by family) and their plugins."),
+    "build": ("build", "Build a model from a spec and print its summary."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        mod = importlib.import_module(f"zoo.commands.{COMMANDS[name][0]}")
+        return mod.command
+
+    def format_commands(self, ctx, formatter):
+        rows = [(n, COMMANDS[n][1]) for n in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="zoo-transformers", prog_name="zoo")
+def cli():
+    """zoo: assemble, run, inspect and train Transformers from pluggable parts."""
+
+
+def main(argv=None):
+    from .errors import ZooError
+
+    try:
+        return cli.main(args=argv, prog_name="zoo", standalone_mode=False)
+    except ZooError as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

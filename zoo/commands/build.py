@@ -1,0 +1,31 @@
+"""``zoo build SPEC``: validate a spec, build it, print a summary; optionally save it."""
+import click
+
+import zoo
+from zoo.summary import summary
+
+
+@click.command("build")
+@click.argument("spec")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
+              help="Override a spec field (YAML value), e.g. --set num_layers=2.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--save", "save_to", type=click.Path(), help="Save the (random-init) model here.")
+@click.option("--yaml", "show_yaml", is_flag=True, help="Print the full, validated spec.")
+def command(spec, sets, seed, save_to, show_yaml):
+    """Build SPEC (a YAML path or preset name) and print parameters per component and shapes."""
+    import yaml
+
+    overrides = {}
+    for item in sets:
+        if "=" not in item:
+            raise zoo.SpecError(f"expected FIELD=VALUE, got '{item}'", where="--set")
+        k, v = item.split("=", 1)
+        overrides[k.strip()] = yaml.safe_load(v)
+    model = zoo.build(spec, seed=seed, **overrides)
+    if show_yaml:
+        click.echo(model.spec.to_yaml())
+    click.echo(summary(model))
+    if save_to:
+        path = zoo.save(model, save_to)
+        click.echo(f"saved {path}")

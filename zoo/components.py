@@ -1,0 +1,281 @@
+"""The small interfaces through which components meet.
+
+A plugin implements one of these base classes; the engine (``zoo.layers``) only ever talks to them.
+Shapes use: ``B`` batch, ``T`` sequence, ``h`` query heads, ``h_kv`` key/value heads, ``hd`` head
+dim, ``D`` d_model.
+
+Masks follow the lecture scripts' convention: **True means "may attend"**.  (``nn.MultiheadAttention``
+uses the opposite for ``attn_mask``; converting between the two is a classic bug, so the engine does it
+in exactly one place.)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a component can do; assembly checks combinations once, at build time.
+
+    returns_weights: the attention kernel can return the softmax weights (needed by inspection).
+    supports_bias:   the kernel accepts an additive score bias (ALiBi, T5 relative positions).
+    supports_mask:   the kernel honours arbitrary boolean masks (not just causal / none).
+    supports_kv_cache: works when queries are a suffix of the keys (incremental decoding).
+    exact:           computes the same function as softmax attention (checked against the naive loop).
+    causal_only:     only meaningful with a causal mask.
+    dtypes / devices: where the component is known to work.
+    """
+
+    returns_weights: bool = False
+    supports_bias: bool = True
+    supports_mask: bool = True
+    supports_kv_cache: bool = True
+    exact: bool = True
+    causal_only: bool = False
+    dtypes: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
+    devices: tuple[str, ...] = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """Everything a component may need to size itself, fixed at build time.
+
+    role: ``"encoder"`` or ``"decoder"`` (the stack being built); ``causal`` is True for a decoder
+    stack.  ``scale`` is the factor applied to q·k (default ``1/sqrt(head_dim)``; T5 uses 1).
+    """
+
+    d_model: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    d_ff: int
+    max_len: int
+    num_layers: int
+    dropout: float
+    role: str
+    causal: bool
+    scale: float
+    spec: Any = field(default=None, compare=False, repr=False)
+
+
+class AttentionKernel(nn.Module):
+    """The attention maths, after the projections and before the output projection.
+
+    ``forward(q, k, v, mask=None, bias=None, is_causal=False, need_weights=False)`` with
+    ``q (B, h, Tq, hd)``, ``k, v (B, h_kv, Tk, hd)``, ``mask`` boolean broadcastable to
+    ``(B, h, Tq, Tk)`` (True = may attend) or None, ``bias`` additive float broadcastable to the same
+    shape or None, and ``is_causal`` meaning "the mask is exactly lower-triangular with Tq == Tk" (a
+    fast path; ``mask`` is then None).  Returns ``(out (B, h, Tq, hd), weights (B, h, Tq, Tk) or
+    None)``.  When ``h_kv < h`` (grouped-query attention) each k/v head serves ``h // h_kv`` query
+    heads.  A query row whose mask is all False must produce zeros, never NaN.
+
+    ``self.scale`` (from the context) multiplies q·k; ``self.dropout_p`` applies to weights in
+    training.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, config: Any, ctx: BuildContext):
+        super().__init__()
+        self.config = config
+        self.scale = ctx.scale
+        self.dropout_p = ctx.dropout
+
+
+@dataclass
+class MaskContext:
+    """What a mask rule may look at.
+
+    q_len, k_len: query and key lengths; ``q_offset``: absolute position of the first query (the
+    number of cached tokens under a KV cache), so query ``i`` sits at ``q_offset + i`` and key ``j``
+    at ``j``.  ``key_padding``: ``(B, Tk)`` bool, True for real tokens (None = no padding).
+    ``prefix_lengths``: ``(B,)`` long tensor or None, for prefix-LM masks.
+    """
+
+    q_len: int
+    k_len: int
+    device: torch.device
+    q_offset: int = 0
+    batch_size: int = 1
+    key_padding: torch.Tensor | None = None
+    prefix_lengths: torch.Tensor | None = None
+
+    def query_positions(self) -> torch.Tensor:
+        """``(Tq, 1)`` absolute query positions."""
+        return torch.arange(self.q_offset, self.q_offset + self.q_len, device=self.device)[:, None]
+
+    def key_positions(self) -> torch.Tensor:
+        """``(1, Tk)`` absolute key positions."""
+        return torch.arange(self.k_len, device=self.device)[None, :]
+
+
+class MaskRule(nn.Module):
+    """A rule deciding which keys each query may see.
+
+    ``forward(mctx) -> bool tensor`` broadcastable to ``(B, 1, Tq, Tk)``, True = may attend, or None
+    for "everything allowed".  Rules compose with logical *and* (a spec's ``mask:`` may be a list).
+    ``is_causal = True`` marks the plain lower-triangular rule, letting kernels use a fused causal path.
+    """
+
+    is_causal: ClassVar[bool] = False
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, config: Any, ctx: BuildContext):
+        super().__init__()
+        self.config = config
+
+
+class PositionScheme(nn.Module):
+    """Where and how token order enters the model.  A scheme overrides one or more of:
+
+    - ``embed(x (B, T, D), pos (B|1, T)) -> x``: added to the token embeddings (sinusoidal, learned);
+    - ``rotate(q (B, h, T, hd), k (B, h_kv, T, hd), state) -> (q, k)``: applied to queries and the
+      *new* keys before they enter the KV cache (RoPE); ``state = qk_state(pos (B|1, T))`` is computed
+      once per stack forward (e.g. the cos/sin tables) and shared by all layers;
+    - ``score_bias(pos_q (B|1, Tq), pos_k (B|1, Tk)) -> (B|1, h, Tq, Tk)``: added to the attention
+      scores (ALiBi, T5 relative buckets); computed once per stack forward and shared by all layers.
+
+    ``pos`` are absolute positions (left padding shifts them so that every row's first real token sits
+    at 0), so a query offset under a KV cache is handled by construction.  The class flags say which
+    hooks are active, so the assembled model never calls a no-op.
+    """
+
+    acts_on_embeddings: ClassVar[bool] = False
+    acts_on_qk: ClassVar[bool] = False
+    acts_on_scores: ClassVar[bool] = False
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, config: Any, ctx: BuildContext):
+        super().__init__()
+        self.config = config
+
+    def embed(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def qk_state(self, pos: torch.Tensor) -> Any:
+        return pos
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, state: Any):
+        return q, k
+
+    def score_bias(self, pos_q: torch.Tensor, pos_k: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def reset_buffers(self) -> None:
+        """Recompute non-persistent buffers (called after building on the meta device)."""
+
+
+class Norm(nn.Module):
+    """A normalisation layer ``(…, D) -> (…, D)``, built as ``cls(config, ctx)``."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, config: Any, ctx: BuildContext):
+        super().__init__()
+        self.config = config
+
+
+class Placement(nn.Module):
+    """How a norm wraps a residual sub-layer ``f``; built as ``cls(config, ctx, make_norm)``.
+
+    The block calls ``h = enter(x)``, ``y = f(h)``, ``x = exit(x, y)``.  Pre-norm: ``enter = n``,
+    ``exit = x + y``.  Post-norm: ``enter = id``, ``exit = n(x + y)``.  ``final_norm`` says whether the
+    stack needs a norm after its last block (pre-norm does, post-norm does not).
+    """
+
+    final_norm: ClassVar[bool] = True
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, config: Any, ctx: BuildContext, make_norm: Callable[[], nn.Module]):
+        super().__init__()
+        self.config = config
+
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def exit(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class FeedForward(nn.Module):
+    """A position-wise block ``(B, T, D) -> (B, T, D)`` through a hidden width ``ctx.d_ff``."""
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+
+    def __init__(self, config: Any, ctx: BuildContext):
+        super().__init__()
+        self.config = config
+
+
+class Tokenizer:
+    """Text <-> ids.  Subclasses provide ``encode``, ``decode``, ``vocab_size``, ``to_json`` and the
+    classmethod ``from_json`` (a JSON-serialisable dict, stored inside checkpoints), and the special
+    ids ``pad_id``, ``bos_id``, ``eos_id``, ``mask_id``, ``unk_id`` (None where absent)."""
+
+    pad_id: int | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    mask_id: int | None = None
+    unk_id: int | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids) -> str:
+        raise NotImplementedError
+
+    def to_json(self) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Tokenizer":
+        raise NotImplementedError
+
+
+FAMILY_BASES: dict[str, type] = {
+    "attention": AttentionKernel,
+    "mask": MaskRule,
+    "position": PositionScheme,
+    "norm": Norm,
+    "placement": Placement,
+    "ffn": FeedForward,
+    "tokenizer": Tokenizer,
+}
+
+
+# ---------------------------------------------------------------------- helpers for kernel authors
+def repeat_kv(k: torch.Tensor, v: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grouped-query attention: repeat each of the ``h_kv`` key/value heads ``h // h_kv`` times so
+    that ``k, v (B, h_kv, T, hd) -> (B, h, T, hd)``; a no-op for ordinary multi-head attention."""
+    groups = num_heads // k.size(1)
+    if groups == 1:
+        return k, v
+    return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
+def causal_mask(q_len: int, k_len: int, device=None) -> torch.Tensor:
+    """``(Tq, Tk)`` lower-triangular boolean mask, aligned so the last query sees the last key."""
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
+
+
+def guard_empty_rows(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Make fully masked query rows safe.
+
+    Returns ``(safe_mask, empty)``: ``safe_mask`` lets empty rows attend everywhere (so softmax never
+    sees a row of -inf and neither forward nor backward produces NaN) and ``empty`` is a
+    ``(…, Tq, 1)`` boolean to zero those rows' outputs afterwards (``None`` when no row is empty).
+    """
+    if mask is None:
+        return None, None
+    empty = ~mask.any(dim=-1, keepdim=True)  # (…, Tq, 1)
+    if not bool(empty.any()):
+        return mask, None
+    return mask | empty, empty

@@ -1,0 +1,274 @@
+"""The engine's building blocks: multi-head attention, the residual block, the block stack, the KV cache.
+
+Nothing here knows a component by name.  Components are looked up in the registry once, at build time
+(:func:`make_stack`); ``forward`` only calls the interfaces of :mod:`zoo.components`.  Read top-down:
+``Attention`` -> ``Block`` -> ``Stack``.
+
+Multi-head attention, as in the lecture scripts: project ``x`` to q, k, v; split ``d`` into ``h``
+heads of ``hd`` features (``view`` + ``transpose``); attend in every head in parallel; merge the heads
+back (``transpose`` + ``reshape``) and project.  The projection of all heads together is one
+``D x (h * hd)`` matrix, so the parameter count does not depend on how many heads share it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from .components import BuildContext, MaskContext, PositionScheme
+from .spec import StackSpec
+
+
+class LayerCache:
+    """The cached keys/values of one attention layer: ``k, v (B, h_kv, T_cached, hd)``.
+
+    Self-attention appends the new keys each step; cross-attention computes the encoder's keys once
+    (``cross``) and reuses them.
+    """
+
+    __slots__ = ("k", "v", "cross")
+
+    def __init__(self):
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.cross: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.k is not None:
+            k = torch.cat([self.k, k], dim=2)  # (B, h_kv, T_cached + T, hd)
+            v = torch.cat([self.v, v], dim=2)
+        self.k, self.v = k, v
+        return k, v
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep batch rows ``index`` (beam search, dropping finished rows)."""
+        if self.k is not None:
+            self.k, self.v = self.k[index], self.v[index]
+        if self.cross is not None:
+            self.cross = (self.cross[0][index], self.cross[1][index])
+
+
+class KVCache:
+    """Incremental-decoding state of one stack: a :class:`LayerCache` per block, the number of tokens
+    seen, the absolute positions of the cached keys and their padding (True = real token)."""
+
+    def __init__(self, num_layers: int):
+        self.layers = [LayerCache() for _ in range(num_layers)]
+        self.length = 0
+        self.key_pos: torch.Tensor | None = None  # (B|1, T_cached)
+        self.key_padding: torch.Tensor | None = None  # (B, T_cached) bool, or None if no padding
+
+    def reorder(self, index: torch.Tensor) -> None:
+        for layer in self.layers:
+            layer.reorder(index)
+        if self.key_pos is not None and self.key_pos.size(0) > 1:
+            self.key_pos = self.key_pos[index]
+        if self.key_padding is not None:
+            self.key_padding = self.key_padding[index]
+
+
+class Attention(nn.Module):
+    """Multi-head (grouped-query) attention: projections around a pluggable kernel.
+
+    Self-attention uses one fused ``qkv`` projection ``D -> (h + 2 h_kv) * hd``; cross-attention a
+    ``q`` projection of the decoder states and a fused ``kv`` projection of the encoder memory.
+    """
+
+    def __init__(self, st: StackSpec, ctx: BuildContext, kernel: nn.Module, cross: bool = False):
+        super().__init__()
+        self.h, self.h_kv, self.hd = st.num_heads, st.num_kv_heads, st.head_dim
+        d, inner, kv_inner = ctx.d_model, st.num_heads * st.head_dim, st.num_kv_heads * st.head_dim
+        self.is_cross = cross
+        if cross:
+            self.q = nn.Linear(d, inner, bias=st.qkv_bias)
+            self.kv = nn.Linear(d, 2 * kv_inner, bias=st.qkv_bias)
+        else:
+            self.qkv = nn.Linear(d, inner + 2 * kv_inner, bias=st.qkv_bias)
+        self.out = nn.Linear(inner, d, bias=st.out_bias)
+        self.kernel = kernel
+        self.need_weights = False  # set by inspection tools; the weights land in ``last_weights``
+        self.last_weights: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                bias: torch.Tensor | None = None, is_causal: bool = False,
+                rotary: PositionScheme | None = None, rot_state: Any = None,
+                cache: LayerCache | None = None, memory: torch.Tensor | None = None) -> torch.Tensor:
+        B, T, _ = x.shape
+        h, h_kv, hd = self.h, self.h_kv, self.hd
+        if memory is None:
+            q, k, v = self.qkv(x).split([h * hd, h_kv * hd, h_kv * hd], dim=-1)
+            q = q.view(B, T, h, hd).transpose(1, 2)  # (B, h, T, hd)
+            k = k.view(B, T, h_kv, hd).transpose(1, 2)  # (B, h_kv, T, hd)
+            v = v.view(B, T, h_kv, hd).transpose(1, 2)  # (B, h_kv, T, hd)
+            if rotary is not None:
+                q, k = rotary.rotate(q, k, rot_state)
+            if cache is not None:
+                k, v = cache.update(k, v)  # (B, h_kv, T_cached + T, hd)
+        else:
+            q = self.q(x).view(B, T, h, hd).transpose(1, 2)  # (B, h, T, hd)
+            if cache is not None and cache.cross is not None:
+                k, v = cache.cross
+            else:
+                S = memory.size(1)
+                k, v = self.kv(memory).split([h_kv * hd, h_kv * hd], dim=-1)
+                k = k.view(B, S, h_kv, hd).transpose(1, 2)  # (B, h_kv, S, hd)
+                v = v.view(B, S, h_kv, hd).transpose(1, 2)
+                if cache is not None:
+                    cache.cross = (k, v)
+        out, weights = self.kernel(q, k, v, mask=mask, bias=bias, is_causal=is_causal,
+                                   need_weights=self.need_weights)
+        if self.need_weights:
+            self.last_weights = weights
+        out = out.transpose(1, 2).reshape(B, T, h * hd)  # merge heads: (B, T, h * hd)
+        return self.out(out)
+
+
+class Block(nn.Module):
+    """One Transformer layer: self-attention, optional cross-attention, feed-forward, each wrapped by
+    the placement (pre / post / ...) of its norm and a residual connection."""
+
+    def __init__(self, st: StackSpec, ctx: BuildContext, parts: "_Parts"):
+        super().__init__()
+        self.attn_res = parts.placement()
+        self.attn = Attention(st, ctx, parts.kernel())
+        if st.cross_attention:
+            self.cross_res = parts.placement()
+            self.cross = Attention(st, ctx, parts.kernel(), cross=True)
+        else:
+            self.cross_res = self.cross = None
+        self.ffn_res = parts.placement()
+        self.ffn = parts.ffn()
+        self.drop = nn.Dropout(st.dropout)
+
+    def forward(self, x, mask=None, bias=None, is_causal=False, rotary=None, rot_state=None,
+                cache: LayerCache | None = None, memory=None, memory_mask=None) -> torch.Tensor:
+        y = self.attn(self.attn_res.enter(x), mask=mask, bias=bias, is_causal=is_causal,
+                      rotary=rotary, rot_state=rot_state, cache=cache)
+        x = self.attn_res.exit(x, self.drop(y))
+        if self.cross is not None:
+            y = self.cross(self.cross_res.enter(x), mask=memory_mask, cache=cache, memory=memory)
+            x = self.cross_res.exit(x, self.drop(y))
+        y = self.ffn(self.ffn_res.enter(x))
+        return self.ffn_res.exit(x, self.drop(y))
+
+
+class _Parts:
+    """Factories for one stack's components, resolved from the registry once."""
+
+    def __init__(self, st: StackSpec, ctx: BuildContext, registry):
+        self.st, self.ctx, self.reg = st, ctx, registry
+        self._get = lambda fam, cs: registry.get(fam, cs.kind).cls
+
+    def kernel(self):
+        return self._get("attention", self.st.attention)(self.st.attention.config, self.ctx)
+
+    def norm(self):
+        return self._get("norm", self.st.norm)(self.st.norm.config, self.ctx)
+
+    def placement(self):
+        return self._get("placement", self.st.placement)(self.st.placement.config, self.ctx, self.norm)
+
+    def ffn(self):
+        return self._get("ffn", self.st.ffn)(self.st.ffn.config, self.ctx)
+
+    def positions(self):
+        return self._get("position", self.st.positions)(self.st.positions.config, self.ctx)
+
+    def masks(self):
+        return [self._get("mask", m)(m.config, self.ctx) for m in self.st.mask]
+
+
+class Stack(nn.Module):
+    """``num_layers`` blocks sharing one positional scheme and one mask, plus the final norm.
+
+    Computes once per forward what every layer shares: the boolean mask (or the fused causal flag),
+    the positional score bias, the rotary state.  Embedding-level positions are applied by the model,
+    which owns the embeddings.
+    """
+
+    def __init__(self, st: StackSpec, ctx: BuildContext, registry):
+        super().__init__()
+        parts = _Parts(st, ctx, registry)
+        self.positions = parts.positions()
+        self.masks = nn.ModuleList(parts.masks())
+        self.blocks = nn.ModuleList([Block(st, ctx, parts) for _ in range(st.num_layers)])
+        placement_cls = registry.get("placement", st.placement.kind).cls
+        self.final_norm = parts.norm() if placement_cls.final_norm else nn.Identity()
+        # static facts, so forward never inspects component types
+        self.plain_causal = all(type(m).is_causal for m in self.masks)
+        self.rotates = type(self.positions).acts_on_qk
+        self.biases = type(self.positions).acts_on_scores
+        self.num_layers = st.num_layers
+
+    def build_mask(self, mctx: MaskContext) -> tuple[torch.Tensor | None, bool]:
+        """``(mask (B|1, 1, Tq, Tk) bool or None, is_causal)``; padding joins automatically."""
+        if self.plain_causal and mctx.key_padding is None:
+            if mctx.q_offset == 0 and mctx.q_len == mctx.k_len:
+                return None, True  # kernels take the fused causal path
+            if mctx.q_len == 1:
+                return None, False  # the newest token may see every cached one
+        mask = None
+        for rule in self.masks:
+            m = rule(mctx)
+            if m is not None:
+                mask = m if mask is None else mask & m
+        if mctx.key_padding is not None:
+            pad = mctx.key_padding[:, None, None, :]  # (B, 1, 1, Tk)
+            mask = pad if mask is None else mask & pad
+        if mask is not None and mask.dim() == 2:
+            mask = mask[None, None]  # (1, 1, Tq, Tk)
+        return mask, False
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, key_padding: torch.Tensor | None = None,
+                cache: KVCache | None = None, prefix_lengths: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, memory_padding: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """``x (B, T, D)`` embedded tokens at absolute positions ``pos (B|1, T)``; ``key_padding
+        (B, T)`` True for real tokens.  With a ``cache``, ``x`` holds only the new tokens."""
+        B, T, _ = x.shape
+        offset = cache.length if cache is not None else 0
+        key_pos = pos
+        if cache is not None:
+            if cache.key_padding is not None or key_padding is not None:
+                old = cache.key_padding if cache.key_padding is not None else \
+                    torch.ones(B, offset, dtype=torch.bool, device=x.device)
+                new = key_padding if key_padding is not None else \
+                    torch.ones(B, T, dtype=torch.bool, device=x.device)
+                key_padding = cache.key_padding = torch.cat([old, new], dim=1)  # (B, Tk)
+            if cache.key_pos is not None:
+                key_pos = torch.cat([cache.key_pos.expand(pos.size(0), -1), pos], dim=1)
+            cache.key_pos = key_pos
+        if key_padding is not None and bool(key_padding.all()):
+            key_padding = None
+        mctx = MaskContext(q_len=T, k_len=offset + T, device=x.device, q_offset=offset,
+                           batch_size=B, key_padding=key_padding, prefix_lengths=prefix_lengths)
+        mask, is_causal = self.build_mask(mctx)
+        bias = self.positions.score_bias(pos, key_pos) if self.biases else None
+        rotary = self.positions if self.rotates else None
+        rot_state = self.positions.qk_state(pos) if self.rotates else None
+        memory_mask = memory_padding[:, None, None, :] if memory_padding is not None else None
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask=mask, bias=bias, is_causal=is_causal, rotary=rotary,
+                      rot_state=rot_state, cache=cache.layers[i] if cache is not None else None,
+                      memory=memory, memory_mask=memory_mask)
+        if cache is not None:
+            cache.length = offset + T
+        return self.final_norm(x)
+
+
+def make_context(spec, st: StackSpec) -> BuildContext:
+    return BuildContext(d_model=spec.d_model, num_heads=st.num_heads, num_kv_heads=st.num_kv_heads,
+                        head_dim=st.head_dim, d_ff=st.d_ff, max_len=spec.max_len,
+                        num_layers=st.num_layers, dropout=st.dropout, role=st.role,
+                        causal=(st.role == "decoder"), scale=st.attn_scale, spec=spec)
+
+
+def make_parts(spec, role: str, registry) -> _Parts:
+    st = spec.stack(role)
+    return _Parts(st, make_context(spec, st), registry)
+
+
+def make_stack(spec, role: str, registry) -> Stack:
+    st = spec.stack(role)
+    return Stack(st, make_context(spec, st), registry)

@@ -1,0 +1,243 @@
+"""The three architectures of the lecture scripts, as thin classes over one block stack.
+
+- :class:`EncoderModel` (BERT-like): bidirectional stack + masked-LM or classifier head;
+- :class:`DecoderModel` (GPT-like): causal (or prefix-LM) stack + LM head;
+- :class:`EncoderDecoderModel` (T5 / the original Transformer): encoder stack, decoder stack with
+  cross-attention to the encoder's output, shared embeddings, LM head.
+
+Every model is a plain ``nn.Module`` with a ``.spec``; ``forward`` returns logits.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .layers import KVCache, Stack, make_parts, make_stack
+from .spec import ModelSpec
+
+
+def positions_from_padding(attention_mask: torch.Tensor | None, T: int, device, offset=None):
+    """Absolute positions ``(B|1, T)``.  With padding, each row's first real token sits at 0 (so
+    left-padded and unpadded rows see the same positions); under a cache, counting continues."""
+    if attention_mask is None:
+        start = 0 if offset is None else offset
+        if isinstance(start, torch.Tensor):
+            return start + torch.arange(T, device=device)[None, :]
+        return torch.arange(start, start + T, device=device)[None, :]  # (1, T)
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, T)
+    if offset is not None:
+        pos = pos + offset
+    return pos
+
+
+class Embeddings(nn.Module):
+    """Token (+ segment) embeddings, scaled by sqrt(d_model) as in "Attention Is All You Need" when
+    ``scale_embeddings``, plus embedding-level positions, an optional norm (BERT) and dropout."""
+
+    def __init__(self, spec: ModelSpec, stack: Stack, tokens: nn.Embedding, norm_factory=None):
+        super().__init__()
+        self.tokens = tokens
+        self.types = nn.Embedding(spec.type_vocab_size, spec.d_model) if spec.type_vocab_size else None
+        self.scale = math.sqrt(spec.d_model) if spec.scale_embeddings else 1.0
+        self.norm = norm_factory() if (spec.embed_norm and norm_factory) else nn.Identity()
+        self.drop = nn.Dropout(spec.dropout)
+        self.embeds_positions = type(stack.positions).acts_on_embeddings
+
+    def forward(self, ids, pos, positions: nn.Module, token_type_ids=None):
+        x = self.tokens(ids)  # (B, T, D)
+        if self.scale != 1.0:
+            x = x * self.scale
+        if self.types is not None:
+            tt = token_type_ids if token_type_ids is not None else torch.zeros_like(ids)
+            x = x + self.types(tt)
+        if self.embeds_positions:
+            x = positions.embed(x, pos)
+        return self.drop(self.norm(x))
+
+
+class ZooModel(nn.Module):
+    """Shared plumbing: weight tying, padding masks, ``num_parameters``."""
+
+    spec: ModelSpec
+
+    def _key_padding(self, ids: torch.Tensor, attention_mask: torch.Tensor | None):
+        """``(B, T)`` bool, True for real tokens; from ``attention_mask`` or the spec's ``pad_id``."""
+        if attention_mask is not None:
+            return attention_mask.bool()
+        if self.spec.pad_id is not None:
+            return ids != self.spec.pad_id
+        return None
+
+    def tie_weights(self) -> None:
+        """Point the output projection at the token embedding (when ``tie_embeddings``)."""
+        if self.spec.tie_embeddings and getattr(self, "lm_head", None) is not None:
+            self.lm_head.weight = self.tok_emb.weight
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def reset_buffers(self) -> None:
+        """Recompute derived, non-persistent buffers (after building on the meta device)."""
+        for m in self.modules():
+            if m is not self and hasattr(m, "reset_buffers"):
+                m.reset_buffers()
+
+    def _norm_factory(self, role: str, registry):
+        """A factory of the ``role`` stack's norm type (for the embedding norm, the MLM transform)."""
+        return make_parts(self.spec, role, registry).norm
+
+
+class DecoderModel(ZooModel):
+    """Decoder-only language model (GPT; a prefix LM with the ``prefix`` mask)."""
+
+    def __init__(self, spec: ModelSpec, registry):
+        super().__init__()
+        self.spec = spec
+        self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.decoder = make_stack(spec, "decoder", registry)
+        self.embed = Embeddings(spec, self.decoder, self.tok_emb, self._norm_factory("decoder", registry))
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+        self.tie_weights()
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.decoder.num_layers)
+
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                cache: KVCache | None = None, prefix_lengths=None, token_type_ids=None,
+                return_hidden: bool = False) -> torch.Tensor:
+        """``ids (B, T)`` -> logits ``(B, T, V)``.  ``attention_mask (B, T)``: 1 for real tokens.
+        With a ``cache`` (from :meth:`new_cache`), ``ids`` are the tokens after the cached ones."""
+        B, T = ids.shape
+        pad = self._key_padding(ids, attention_mask)
+        offset = None
+        if cache is not None and cache.length:
+            offset = cache.key_pos[:, -1:] + 1  # (B|1, 1) next position of each row
+        pos = positions_from_padding(pad, T, ids.device, offset)
+        x = self.embed(ids, pos, self.decoder.positions, token_type_ids)  # (B, T, D)
+        x = self.decoder(x, pos, key_padding=pad, cache=cache, prefix_lengths=prefix_lengths)
+        return x if return_hidden else self.lm_head(x)  # (B, T, V)
+
+
+class EncoderModel(ZooModel):
+    """Encoder-only model (BERT): masked-LM head, sequence classifier, or bare hidden states."""
+
+    def __init__(self, spec: ModelSpec, registry):
+        super().__init__()
+        self.spec = spec
+        self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)
+        self.encoder = make_stack(spec, "encoder", registry)
+        norm = self._norm_factory("encoder", registry)
+        self.embed = Embeddings(spec, self.encoder, self.tok_emb, norm)
+        head = spec.head
+        self.lm_head = self.classifier = None
+        self.transform = None
+        if head.kind == "mlm":
+            if head.transform:
+                self.transform = nn.Sequential(nn.Linear(spec.d_model, spec.d_model), nn.GELU(),
+                                               norm())
+            self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=True)
+            self.tie_weights()
+        elif head.kind == "classifier":
+            self.classifier = nn.Linear(spec.d_model, head.num_labels)
+
+    def encode(self, ids, attention_mask=None, token_type_ids=None):
+        """Hidden states ``(B, T, D)`` and the padding mask ``(B, T)`` (or None)."""
+        B, T = ids.shape
+        pad = self._key_padding(ids, attention_mask)
+        pos = positions_from_padding(pad, T, ids.device)
+        x = self.embed(ids, pos, self.encoder.positions, token_type_ids)
+        return self.encoder(x, pos, key_padding=pad), pad
+
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, return_hidden: bool = False):
+        """``ids (B, T)`` -> MLM logits ``(B, T, V)``, classifier logits ``(B, num_labels)``, or
+        hidden states ``(B, T, D)`` for ``head: none`` / ``return_hidden``."""
+        x, pad = self.encode(ids, attention_mask, token_type_ids)
+        if return_hidden:
+            return x
+        if self.lm_head is not None:
+            if self.transform is not None:
+                x = self.transform(x)
+            return self.lm_head(x)
+        if self.classifier is not None:
+            return self.classifier(pool(x, pad, self.spec.head.pooling))
+        return x
+
+
+def pool(x: torch.Tensor, pad: torch.Tensor | None, how: str) -> torch.Tensor:
+    """``(B, T, D) -> (B, D)`` over real tokens: ``cls`` (first token), ``mean`` or ``max``."""
+    if how == "cls":
+        return x[:, 0]
+    if pad is None:
+        return x.mean(1) if how == "mean" else x.amax(1)
+    m = pad[..., None].to(x.dtype)  # (B, T, 1)
+    if how == "mean":
+        return (x * m).sum(1) / m.sum(1).clamp(min=1.0)
+    return x.masked_fill(~pad[..., None], torch.finfo(x.dtype).min).amax(1)
+
+
+class EncoderDecoderModel(ZooModel):
+    """Encoder-decoder (the original Transformer, T5): the decoder cross-attends to the encoder."""
+
+    def __init__(self, spec: ModelSpec, registry):
+        super().__init__()
+        self.spec = spec
+        self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)  # shared by both stacks
+        self.encoder = make_stack(spec, "encoder", registry)
+        self.decoder = make_stack(spec, "decoder", registry)
+        self.enc_embed = Embeddings(spec, self.encoder, self.tok_emb, self._norm_factory("encoder", registry))
+        self.dec_embed = Embeddings(spec, self.decoder, self.tok_emb, self._norm_factory("decoder", registry))
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+        self.tie_weights()
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.decoder.num_layers)
+
+    def encode(self, src_ids, src_mask=None):
+        """Encoder output ``(B, S, D)`` and its padding ``(B, S)`` (or None)."""
+        B, S = src_ids.shape
+        pad = self._key_padding(src_ids, src_mask)
+        pos = positions_from_padding(pad, S, src_ids.device)
+        x = self.enc_embed(src_ids, pos, self.encoder.positions)
+        memory = self.encoder(x, pos, key_padding=pad)
+        if pad is not None and bool(pad.all()):
+            pad = None
+        return memory, pad
+
+    def decode(self, tgt_ids, memory, memory_padding=None, tgt_mask=None, cache=None,
+               return_hidden=False):
+        """Decoder logits ``(B, T, V)`` for ``tgt_ids (B, T)`` given the encoder ``memory``."""
+        B, T = tgt_ids.shape
+        pad = self._key_padding(tgt_ids, tgt_mask)
+        offset = cache.key_pos[:, -1:] + 1 if (cache is not None and cache.length) else None
+        pos = positions_from_padding(pad, T, tgt_ids.device, offset)
+        x = self.dec_embed(tgt_ids, pos, self.decoder.positions)
+        x = self.decoder(x, pos, key_padding=pad, cache=cache, memory=memory,
+                         memory_padding=memory_padding)
+        return x if return_hidden else self.lm_head(x)
+
+    def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask=None, tgt_mask=None,
+                return_hidden: bool = False) -> torch.Tensor:
+        """``src_ids (B, S)``, ``tgt_ids (B, T)`` -> logits ``(B, T, V)``."""
+        memory, mem_pad = self.encode(src_ids, src_mask)
+        return self.decode(tgt_ids, memory, mem_pad, tgt_mask, return_hidden=return_hidden)
+
+
+ARCH_CLASSES = {"encoder": EncoderModel, "decoder": DecoderModel,
+                "encoder_decoder": EncoderDecoderModel}
+
+
+@torch.no_grad()
+def init_weights(model: nn.Module, std: float = 0.02) -> None:
+    """GPT-2 style initialisation: N(0, 0.02) for linear and embedding weights, zero biases; norms
+    and components with their own ``reset_parameters`` keep theirs."""
+    for m in model.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, std)
+            if getattr(m, "bias", None) is not None:
+                nn.init.zeros_(m.bias)
+        elif m is not model and hasattr(m, "reset_parameters") and not isinstance(
+                m, (nn.Linear, nn.Embedding)):
+            m.reset_parameters()

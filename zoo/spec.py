@@ -1,0 +1,611 @@
+"""Model specs: YAML (or a dict) -> frozen, validated dataclasses -> YAML again.
+
+A spec is parsed once, every value is checked, and each component entry ``{kind: NAME, **params}`` is
+validated by that component's own config dataclass.  ``spec.to_yaml()`` writes it back out so that
+``parse_spec(spec.to_yaml()) == spec``.  Values derived from others (``num_kv_heads`` defaults to
+``num_heads``, ``head_dim`` to ``d_model // num_heads``, ``d_ff`` to ``4 * d_model``) stay ``None`` in
+the spec, so overriding ``num_heads`` later does what you mean; :meth:`ModelSpec.stack` resolves them.
+
+An ``encoder_decoder`` spec may carry ``encoder:`` and ``decoder:`` sections that override the shared
+per-stack fields (:data:`STACK_FIELDS`) for that stack only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Union
+
+import yaml
+
+from .errors import SpecError, did_you_mean
+
+ARCHS = ("encoder", "decoder", "encoder_decoder")
+HEADS = ("mlm", "classifier", "none")
+POOLINGS = ("mean", "cls", "max")
+
+
+# ---------------------------------------------------------------------- component entries
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One ``{kind: NAME, **params}`` entry, its params already validated into ``config``."""
+
+    family: str
+    kind: str
+    config: Any = None  # an instance of the component's config dataclass, or None
+
+    def params(self) -> dict[str, Any]:
+        if self.config is None:
+            return {}
+        return {f.name: _plain(getattr(self.config, f.name)) for f in dataclasses.fields(self.config)}
+
+    def to_yaml_value(self) -> Any:
+        params = self.params()
+        return {"kind": self.kind, **params} if params else self.kind
+
+    def __str__(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.params().items())
+        return f"{self.kind}({params})" if params else self.kind
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
+def parse_component(family: str, value: Any, where: str, registry=None) -> ComponentSpec:
+    """``"causal"`` or ``{kind: "sliding_window", window: 64}`` -> a validated ComponentSpec."""
+    from .registry import get_registry
+
+    reg = registry or get_registry()
+    if isinstance(value, str):
+        kind, params = value, {}
+    elif isinstance(value, Mapping):
+        if "kind" not in value:
+            raise SpecError("component entry has no 'kind'", where=where, options=reg.names(family),
+                            fix=f"write e.g. {{kind: {(reg.names(family) or ['NAME'])[0]}}}")
+        kind, params = value["kind"], {k: v for k, v in value.items() if k != "kind"}
+        if not isinstance(kind, str):
+            raise SpecError(f"'kind' must be a name, got {kind!r}", where=f"{where}.kind",
+                            options=reg.names(family))
+    else:
+        raise SpecError(f"expected a name or a mapping with 'kind', got {type(value).__name__} "
+                        f"{value!r}", where=where, options=reg.names(family))
+    comp = reg.get(family, kind, where=f"{where}.kind")
+    return ComponentSpec(family, kind, make_config(comp.config, params, where, kind))
+
+
+def make_config(config_cls: type | None, params: Mapping[str, Any], where: str, kind: str = "") -> Any:
+    """Validate ``params`` against a config dataclass: unknown keys, types, ``__post_init__``."""
+    if config_cls is None:
+        if params:
+            raise SpecError(f"'{kind}' takes no parameters, got {sorted(params)}", where=where,
+                            fix=f"write just `{kind}`")
+        return None
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
+    values = {}
+    for key, val in params.items():
+        if key not in fields:
+            hint = did_you_mean(key, fields)
+            raise SpecError(f"unknown parameter '{key}' for '{kind}'", where=f"{where}.{key}",
+                            options=fields, fix=hint or "remove it")
+        values[key] = coerce(val, hints[key], f"{where}.{key}")
+    missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
+               and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
+    if missing:
+        raise SpecError(f"'{kind}' needs parameter(s) {missing}", where=where,
+                        fix=f"add e.g. `{missing[0]}: ...` to the entry")
+    try:
+        return config_cls(**values)
+    except (ValueError, TypeError) as exc:
+        raise SpecError(str(exc), where=where, fix="see the component's docs (`zoo components`)") from exc
+
+
+def coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check ``value`` against a type hint, converting the harmless cases (int -> float, list ->
+    tuple).  Supports int, float, bool, str, None, Optional/Union, Literal and tuple[X, ...]."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Union or (hasattr(typing, "UnionType") and isinstance(tp, getattr(__import__("types"), "UnionType"))):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return coerce(value, a, where)
+            except SpecError as exc:
+                errors.append(exc)
+        names = " or ".join(_type_name(a) for a in args)
+        raise SpecError(f"expected {names}, got {value!r}", where=where)
+    if origin is Literal:
+        opts = typing.get_args(tp)
+        if value not in opts:
+            hint = did_you_mean(str(value), [str(o) for o in opts])
+            raise SpecError(f"invalid value {value!r}", where=where, options=[str(o) for o in opts],
+                            fix=hint)
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise SpecError(f"expected a list, got {value!r}", where=where)
+        args = typing.get_args(tp)
+        inner = args[0] if args else Any
+        return tuple(coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise SpecError(f"expected true or false, got {value!r}", where=where)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(f"expected an integer, got {value!r}", where=where)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(f"expected a number, got {value!r}", where=where)
+        if not math.isfinite(value):
+            raise SpecError(f"expected a finite number, got {value!r}", where=where)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise SpecError(f"expected a string, got {value!r}", where=where)
+        return value
+    if tp is type(None):
+        if value is not None:
+            raise SpecError(f"expected null, got {value!r}", where=where)
+        return None
+    return value
+
+
+def _type_name(tp: Any) -> str:
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+            type(None): "null"}.get(tp, str(tp))
+
+
+# ---------------------------------------------------------------------- the spec
+@dataclass(frozen=True)
+class HeadSpec:
+    """The task head of an encoder: ``mlm`` (masked-LM), ``classifier`` (pooled) or ``none``.
+
+    ``transform``: BERT's dense + activation + norm before the MLM decoder.
+    """
+
+    kind: str = "mlm"
+    num_labels: int = 2
+    pooling: str = "mean"
+    transform: bool = False
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """The fully resolved settings of one block stack (what ``zoo.layers.Stack`` is built from)."""
+
+    role: str
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    d_ff: int
+    dropout: float
+    attn_scale: float
+    qkv_bias: bool
+    out_bias: bool
+    attention: ComponentSpec
+    mask: tuple[ComponentSpec, ...]
+    positions: ComponentSpec
+    norm: ComponentSpec
+    placement: ComponentSpec
+    ffn: ComponentSpec
+    cross_attention: bool
+
+
+#: Fields an ``encoder:`` / ``decoder:`` section may override.
+STACK_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "d_ff", "dropout", "attn_scale",
+                "qkv_bias", "out_bias", "attention", "mask", "positions", "norm", "ffn")
+_COMPONENT_FIELDS = {"attention": "attention", "positions": "position", "ffn": "ffn"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A validated model description.  Build it with :func:`parse_spec` (or ``zoo.spec(...)``)."""
+
+    arch: str
+    vocab_size: int
+    d_model: int
+    num_layers: int
+    num_heads: int
+    name: str = "model"
+    max_len: int = 512
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    d_ff: int | None = None
+    dropout: float = 0.0
+    attn_scale: float | None = None
+    qkv_bias: bool = True
+    out_bias: bool = True
+    tie_embeddings: bool = True
+    scale_embeddings: bool = True
+    embed_norm: bool = False
+    type_vocab_size: int = 0
+    pad_id: int | None = None
+    attention: ComponentSpec | None = None
+    mask: tuple[ComponentSpec, ...] | None = None
+    positions: ComponentSpec | None = None
+    norm: ComponentSpec | None = None
+    placement: ComponentSpec | None = None
+    ffn: ComponentSpec | None = None
+    head: HeadSpec | None = None
+    encoder: tuple[tuple[str, Any], ...] = ()  # overrides, as sorted (field, value) pairs
+    decoder: tuple[tuple[str, Any], ...] = ()
+
+    # -------------------------------------------------------------- derived views
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return {"encoder": ("encoder",), "decoder": ("decoder",),
+                "encoder_decoder": ("encoder", "decoder")}[self.arch]
+
+    def stack(self, role: str) -> StackSpec:
+        """The resolved settings of the ``encoder`` or ``decoder`` stack."""
+        if role not in self.roles:
+            raise SpecError(f"a {self.arch} model has no {role} stack", where="arch",
+                            options=self.roles)
+        over = dict(self.encoder if role == "encoder" else self.decoder)
+
+        def get(name):
+            return over[name] if name in over else getattr(self, name)
+
+        heads = get("num_heads")
+        head_dim = get("head_dim") or self.d_model // heads
+        kv = get("num_kv_heads") or heads
+        scale = get("attn_scale")
+        norm = get("norm")
+        placement = over.get("placement", self.placement)
+        return StackSpec(
+            role=role, num_layers=get("num_layers"), num_heads=heads, num_kv_heads=kv,
+            head_dim=head_dim, d_ff=get("d_ff") or 4 * self.d_model, dropout=get("dropout"),
+            attn_scale=scale if scale is not None else 1.0 / math.sqrt(head_dim),
+            qkv_bias=get("qkv_bias"), out_bias=get("out_bias"), attention=get("attention"),
+            mask=get("mask"), positions=get("positions"), norm=norm, placement=placement,
+            ffn=get("ffn"), cross_attention=(self.arch == "encoder_decoder" and role == "decoder"))
+
+    # -------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict that :func:`parse_spec` turns back into an equal spec."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name in ("placement", "encoder", "decoder", "head"):
+                continue
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            out[f.name] = _field_to_yaml(f.name, v, self.placement)
+        if self.head is not None:
+            out["head"] = dataclasses.asdict(self.head)
+        for role in ("encoder", "decoder"):
+            section = dict(getattr(self, role))
+            if section:
+                placement = section.pop("placement", None)
+                out[role] = {k: _field_to_yaml(k, v, placement) for k, v in section.items()}
+        return out
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+
+    def replace(self, **overrides: Any) -> "ModelSpec":
+        """A new spec with some fields overridden (validated like a fresh spec)."""
+        return parse_spec(self.to_dict(), **overrides)
+
+
+def _field_to_yaml(name: str, v: Any, placement: ComponentSpec | None) -> Any:
+    if name == "mask":
+        vals = [m.to_yaml_value() for m in v]
+        return vals[0] if len(vals) == 1 else vals
+    if name == "norm":
+        d = {"kind": v.kind, **v.params()}
+        if placement is not None:
+            d["placement"] = placement.to_yaml_value()
+        return d
+    if isinstance(v, ComponentSpec):
+        return v.to_yaml_value()
+    return v
+
+
+# ---------------------------------------------------------------------- parsing
+_SCALARS: dict[str, Any] = {
+    "name": str, "arch": str, "vocab_size": int, "d_model": int, "num_layers": int,
+    "num_heads": int, "max_len": int, "num_kv_heads": typing.Optional[int],
+    "head_dim": typing.Optional[int], "d_ff": typing.Optional[int], "dropout": float,
+    "attn_scale": typing.Optional[float], "qkv_bias": bool, "out_bias": bool,
+    "tie_embeddings": bool, "scale_embeddings": bool, "embed_norm": bool, "type_vocab_size": int,
+    "pad_id": typing.Optional[int],
+}
+_REQUIRED = ("arch", "vocab_size", "d_model", "num_layers", "num_heads")
+_ALL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSpec))
+_DEFAULTS = {"attention": "sdpa", "positions": "sinusoidal", "norm": {"kind": "layernorm"},
+             "ffn": {"kind": "mlp"}}
+
+
+def load_yaml(source: str | os.PathLike) -> dict:
+    """Read a spec file (``yaml.safe_load`` only) into a dict, with a clear error on bad YAML."""
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read spec file: {exc.strerror}", where=str(path),
+                        fix="check the path") from exc
+    return _yaml_to_dict(text, str(path))
+
+
+def _yaml_to_dict(text: str, where: str) -> dict:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise SpecError(f"invalid YAML{loc}: {getattr(exc, 'problem', exc)}", where=where,
+                        fix="fix the YAML syntax") from exc
+    if not isinstance(data, dict):
+        raise SpecError(f"a spec must be a mapping of fields, got {type(data).__name__}", where=where,
+                        fix="start the file with e.g. `arch: decoder`")
+    return data
+
+
+def resolve_spec_source(source: Any) -> dict:
+    """Turn a path, preset name, YAML text, dict or ModelSpec into a raw dict."""
+    if isinstance(source, ModelSpec):
+        return source.to_dict()
+    if isinstance(source, Mapping):
+        return dict(source)
+    if isinstance(source, (str, os.PathLike)):
+        s = str(source)
+        if isinstance(source, str) and "\n" in s:
+            return _yaml_to_dict(s, "<yaml text>")
+        path = Path(s)
+        if path.is_file():
+            return load_yaml(path)
+        preset = find_preset(s)
+        if preset is not None:
+            return load_yaml(preset)
+        raise SpecError(f"no spec file or preset named '{s}'", where="spec",
+                        options=list_presets(), fix=did_you_mean(Path(s).stem, list_presets())
+                        or "pass a path to a YAML file or one of the preset names")
+    raise SpecError(f"cannot make a spec from {type(source).__name__}", where="spec",
+                    fix="pass a YAML path, a preset name, a dict or a ModelSpec")
+
+
+def preset_dirs() -> list[Path]:
+    """Where preset specs are looked up: ``$ZOO_CHECKPOINTS`` (os.pathsep-separated), then the
+    shipped ``checkpoints/`` folder."""
+    from . import checkpoints  # the shipped folder, installed as the package ``zoo.checkpoints``
+
+    extra = [Path(p) for p in os.environ.get("ZOO_CHECKPOINTS", "").split(os.pathsep) if p]
+    return extra + [Path(checkpoints.__file__).resolve().parent]
+
+
+def find_preset(name: str) -> Path | None:
+    stem = name[:-5] if name.endswith(".yaml") else name[:-4] if name.endswith(".yml") else name
+    if not stem or "/" in stem or "\\" in stem or stem.startswith("."):
+        return None
+    for d in preset_dirs():
+        for cand in (d / f"{stem}.yaml", d / stem / "spec.yaml"):
+            if cand.is_file():
+                return cand
+    return None
+
+
+def list_presets() -> list[str]:
+    names = set()
+    for d in preset_dirs():
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.yaml"))
+            names.update(p.parent.name for p in d.glob("*/spec.yaml"))
+    return sorted(names)
+
+
+def parse_spec(source: Any, registry=None, **overrides: Any) -> ModelSpec:
+    """Parse and validate a spec from a path, preset name, YAML text, dict or ModelSpec.
+
+    ``overrides`` replace top-level fields (``num_layers=2``, ``attention="eager"``,
+    ``decoder={"num_layers": 1}``) before validation.
+    """
+    raw = resolve_spec_source(source)
+    for k, v in overrides.items():
+        if k not in _ALL_KEYS:
+            raise SpecError(f"unknown override '{k}'", where=k, options=_ALL_KEYS,
+                            fix=did_you_mean(k, _ALL_KEYS) or "override a spec field")
+        raw[k] = v
+    return _validate(raw, registry)
+
+
+def _validate(raw: dict, registry) -> ModelSpec:
+    for key in raw:
+        if key not in _ALL_KEYS or key == "placement":
+            raise SpecError(f"unknown field '{key}'", where=str(key), options=_ALL_KEYS,
+                            fix=did_you_mean(str(key), _ALL_KEYS) or "remove it")
+    for key in _REQUIRED:
+        if key not in raw:
+            raise SpecError(f"missing required field '{key}'", where=key,
+                            fix=f"add `{key}: ...` to the spec")
+    values: dict[str, Any] = {}
+    for key, tp in _SCALARS.items():
+        if key in raw:
+            values[key] = coerce(raw[key], tp, key)
+    arch = values["arch"]
+    if arch not in ARCHS:
+        raise SpecError(f"unknown architecture '{arch}'", where="arch", options=ARCHS,
+                        fix=did_you_mean(arch, ARCHS))
+    for key in ("vocab_size", "d_model", "num_layers", "num_heads", "max_len"):
+        if key in values and values[key] < 1:
+            raise SpecError(f"must be a positive integer, got {values[key]}", where=key)
+    _check_shared(values, raw)
+
+    # components shared by both stacks
+    for key, family in _COMPONENT_FIELDS.items():
+        values[key] = parse_component(family, raw.get(key, _DEFAULTS[key]), key, registry)
+    values["norm"], values["placement"] = _parse_norm(raw.get("norm", _DEFAULTS["norm"]), "norm",
+                                                      registry)
+    default_mask = {"encoder": "bidirectional", "decoder": "causal", "encoder_decoder": None}[arch]
+    mask_raw = raw.get("mask", default_mask)
+    values["mask"] = _parse_mask(mask_raw, "mask", registry) if mask_raw is not None else None
+
+    # head
+    if "head" in raw and raw["head"] is not None:
+        if arch != "encoder":
+            raise SpecError(f"only encoder models take a 'head' (a {arch} always has an LM head)",
+                            where="head", fix="remove the head field")
+        values["head"] = _parse_head(raw["head"])
+    elif arch == "encoder":
+        values["head"] = HeadSpec()
+
+    # per-stack sections
+    for role in ("encoder", "decoder"):
+        section = raw.get(role)
+        if section is None:
+            continue
+        if arch != "encoder_decoder":
+            raise SpecError(f"'{role}:' sections are only for encoder_decoder models", where=role,
+                            fix=f"put the fields at the top level of a {arch} spec")
+        if not isinstance(section, Mapping):
+            raise SpecError(f"expected a mapping of overrides, got {section!r}", where=role)
+        values[role] = _parse_section(role, section, registry)
+    if arch == "encoder_decoder" and values["mask"] is None:
+        for role, m in (("encoder", "bidirectional"), ("decoder", "causal")):
+            sec = dict(values.get(role, ()))
+            if "mask" not in sec:
+                sec["mask"] = _parse_mask(m, f"{role}.mask", registry)
+                values[role] = tuple(sorted(sec.items()))
+
+    spec = ModelSpec(**values)
+    for role in spec.roles:
+        _check_stack(spec, role, registry)
+    return spec
+
+
+def _check_shared(values: dict, raw: dict) -> None:
+    if not 0.0 <= values.get("dropout", 0.0) < 1.0:
+        raise SpecError(f"dropout must be in [0, 1), got {values['dropout']}", where="dropout")
+    pad = values.get("pad_id")
+    if pad is not None and not 0 <= pad < values["vocab_size"]:
+        raise SpecError(f"pad_id {pad} is outside the vocabulary [0, {values['vocab_size']})",
+                        where="pad_id", fix="use an id below vocab_size, or null for no padding")
+    if values.get("type_vocab_size", 0) < 0:
+        raise SpecError("must be >= 0", where="type_vocab_size")
+
+
+def _parse_norm(value: Any, where: str, registry) -> tuple[ComponentSpec, ComponentSpec]:
+    placement_raw: Any = "pre"
+    if isinstance(value, Mapping):
+        value = dict(value)
+        placement_raw = value.pop("placement", "pre")
+    norm = parse_component("norm", value, where, registry)
+    placement = parse_component("placement", placement_raw, f"{where}.placement", registry)
+    return norm, placement
+
+
+def _parse_mask(value: Any, where: str, registry) -> tuple[ComponentSpec, ...]:
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise SpecError("an empty list of mask rules", where=where,
+                            fix="write `bidirectional` for no masking")
+        return tuple(parse_component("mask", v, f"{where}[{i}]", registry) for i, v in enumerate(value))
+    return (parse_component("mask", value, where, registry),)
+
+
+def _parse_head(value: Any) -> HeadSpec:
+    if isinstance(value, str):
+        value = {"kind": value}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"expected a head name or mapping, got {value!r}", where="head",
+                        options=HEADS)
+    fields = {f.name for f in dataclasses.fields(HeadSpec)}
+    for k in value:
+        if k not in fields:
+            raise SpecError(f"unknown head parameter '{k}'", where=f"head.{k}", options=fields,
+                            fix=did_you_mean(k, fields))
+    kw = {k: coerce(v, {"kind": str, "num_labels": int, "pooling": str, "transform": bool}[k],
+                    f"head.{k}") for k, v in value.items()}
+    head = HeadSpec(**kw)
+    if head.kind not in HEADS:
+        raise SpecError(f"unknown head '{head.kind}'", where="head.kind", options=HEADS,
+                        fix=did_you_mean(head.kind, HEADS))
+    if head.pooling not in POOLINGS:
+        raise SpecError(f"unknown pooling '{head.pooling}'", where="head.pooling", options=POOLINGS,
+                        fix=did_you_mean(head.pooling, POOLINGS))
+    if head.num_labels < 1:
+        raise SpecError("must be >= 1", where="head.num_labels")
+    return head
+
+
+def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, Any], ...]:
+    out: dict[str, Any] = {}
+    for key, val in section.items():
+        where = f"{role}.{key}"
+        if key not in STACK_FIELDS:
+            raise SpecError(f"'{key}' cannot be overridden per stack", where=where,
+                            options=STACK_FIELDS, fix=did_you_mean(str(key), STACK_FIELDS)
+                            or "move it to the top level")
+        if key in _COMPONENT_FIELDS:
+            out[key] = parse_component(_COMPONENT_FIELDS[key], val, where, registry)
+        elif key == "mask":
+            out[key] = _parse_mask(val, where, registry)
+        elif key == "norm":
+            out["norm"], out["placement"] = _parse_norm(val, where, registry)
+        else:
+            out[key] = coerce(val, _SCALARS[key], where)
+            if key in ("num_layers", "num_heads") and out[key] < 1:
+                raise SpecError(f"must be a positive integer, got {out[key]}", where=where)
+    return tuple(sorted(out.items()))
+
+
+def _check_stack(spec: ModelSpec, role: str, registry) -> None:
+    """Cross-field checks and component compatibility, once, at parse time."""
+    from .registry import get_registry
+    from .errors import IncompatibleComponentsError
+
+    reg = registry or get_registry()
+    prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
+    over = dict(spec.encoder if role == "encoder" else spec.decoder)
+    src = lambda k: f"{role}.{k}" if k in over else k  # noqa: E731 - where a value came from
+    heads = over.get("num_heads", spec.num_heads)
+    head_dim = over.get("head_dim", spec.head_dim)
+    if head_dim is None and spec.d_model % heads:
+        raise SpecError(f"d_model {spec.d_model} is not divisible by num_heads {heads}",
+                        where=src("num_heads"),
+                        fix="choose num_heads dividing d_model, or set head_dim explicitly")
+    st = spec.stack(role)
+    if st.num_kv_heads < 1 or st.num_heads % st.num_kv_heads:
+        raise SpecError(f"num_heads {st.num_heads} is not a multiple of num_kv_heads "
+                        f"{st.num_kv_heads}", where=src("num_kv_heads"),
+                        fix="use a divisor of num_heads (1 = multi-query, num_heads = multi-head)")
+    if st.d_ff < 1 or st.head_dim < 1:
+        raise SpecError("d_ff and head_dim must be positive", where=src("d_ff"))
+    if st.num_layers > 4096 or st.head_dim > 65536:
+        raise SpecError("unreasonably large stack", where=src("num_layers"))
+    attn = reg.get("attention", st.attention.kind)
+    pos = reg.get("position", st.positions.kind)
+    caps = attn.capabilities
+    if pos.cls.acts_on_scores and not caps.supports_bias:
+        raise IncompatibleComponentsError(
+            f"positions '{st.positions.kind}' adds a bias to the attention scores, but attention "
+            f"'{st.attention.kind}' does not accept a score bias", where=f"{src('attention')}.kind",
+            options=[c.name for c in reg.list("attention") if c.capabilities.supports_bias],
+            fix="pick an attention kernel that supports a bias, or other positions")
+    plain_causal = all(reg.get("mask", m.kind).cls.is_causal for m in st.mask)
+    if caps.causal_only and not plain_causal:
+        raise IncompatibleComponentsError(
+            f"attention '{st.attention.kind}' only supports a plain causal mask, but the mask is "
+            f"{[m.kind for m in st.mask]}", where=f"{src('attention')}.kind",
+            fix="use mask: causal with this kernel, or another attention kernel")
+    if not caps.supports_mask and not (plain_causal or all(m.kind == "bidirectional" for m in st.mask)):
+        raise IncompatibleComponentsError(
+            f"attention '{st.attention.kind}' supports only causal or no masking, but the mask is "
+            f"{[m.kind for m in st.mask]}", where=f"{src('mask')}",
+            fix="use mask: causal or bidirectional with this kernel, or another kernel")
+    del prefix
