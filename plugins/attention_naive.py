@@ -40,7 +40,7 @@ class NaiveAttention(AttentionKernel):
                         allowed.append((j, s))
                     if not allowed:
                         continue  # a fully masked row attends to nothing: zeros, not NaN
-                    top = max(float(s) for _, s in allowed)
+                    top = max(float(s.detach()) for _, s in allowed)
                     exps = [(j, torch.exp(s - top)) for j, s in allowed]
                     total = sum(e for _, e in exps)
                     for j, e in exps:

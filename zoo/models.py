@@ -14,6 +14,7 @@ import math
 import torch
 from torch import nn
 
+from .errors import ZooError
 from .layers import KVCache, Stack, make_parts, make_stack
 from .spec import ModelSpec
 
@@ -70,6 +71,13 @@ class ZooModel(nn.Module):
             return ids != self.spec.pad_id
         return None
 
+    def _check_length(self, T: int, cache: KVCache | None = None, where: str = "input") -> None:
+        total = T + (cache.length if cache is not None else 0)
+        if total > self.spec.max_len:
+            raise ZooError(f"sequence of {total} tokens is longer than max_len {self.spec.max_len}",
+                           where=where, fix="truncate the input, or build the model with a larger "
+                                            "max_len")
+
     def tie_weights(self) -> None:
         """Point the output projection at the token embedding (when ``tie_embeddings``)."""
         if self.spec.tie_embeddings and getattr(self, "lm_head", None) is not None:
@@ -110,6 +118,7 @@ class DecoderModel(ZooModel):
         """``ids (B, T)`` -> logits ``(B, T, V)``.  ``attention_mask (B, T)``: 1 for real tokens.
         With a ``cache`` (from :meth:`new_cache`), ``ids`` are the tokens after the cached ones."""
         B, T = ids.shape
+        self._check_length(T, cache, "ids")
         pad = self._key_padding(ids, attention_mask)
         offset = None
         if cache is not None and cache.length:
@@ -145,6 +154,7 @@ class EncoderModel(ZooModel):
     def encode(self, ids, attention_mask=None, token_type_ids=None):
         """Hidden states ``(B, T, D)`` and the padding mask ``(B, T)`` (or None)."""
         B, T = ids.shape
+        self._check_length(T, None, "ids")
         pad = self._key_padding(ids, attention_mask)
         pos = positions_from_padding(pad, T, ids.device)
         x = self.embed(ids, pos, self.encoder.positions, token_type_ids)
@@ -198,6 +208,7 @@ class EncoderDecoderModel(ZooModel):
     def encode(self, src_ids, src_mask=None):
         """Encoder output ``(B, S, D)`` and its padding ``(B, S)`` (or None)."""
         B, S = src_ids.shape
+        self._check_length(S, None, "src_ids")
         pad = self._key_padding(src_ids, src_mask)
         pos = positions_from_padding(pad, S, src_ids.device)
         x = self.enc_embed(src_ids, pos, self.encoder.positions)
@@ -210,6 +221,7 @@ class EncoderDecoderModel(ZooModel):
                return_hidden=False):
         """Decoder logits ``(B, T, V)`` for ``tgt_ids (B, T)`` given the encoder ``memory``."""
         B, T = tgt_ids.shape
+        self._check_length(T, cache, "tgt_ids")
         pad = self._key_padding(tgt_ids, tgt_mask)
         offset = cache.key_pos[:, -1:] + 1 if (cache is not None and cache.length) else None
         pos = positions_from_padding(pad, T, tgt_ids.device, offset)

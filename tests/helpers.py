@@ -1,0 +1,33 @@
+"""Small shared helpers for the test suite."""
+from __future__ import annotations
+
+import torch
+
+import zoo
+from zoo.components import BuildContext
+
+
+def kernel(name: str, head_dim: int, heads: int = 2, kv_heads: int | None = None, scale=None):
+    """Instantiate a registered attention kernel outside a model (eval mode, no dropout)."""
+    comp = zoo.get_registry().get("attention", name)
+    ctx = BuildContext(d_model=heads * head_dim, num_heads=heads, num_kv_heads=kv_heads or heads,
+                       head_dim=head_dim, d_ff=4, max_len=64, num_layers=1, dropout=0.0,
+                       role="decoder", causal=True,
+                       scale=scale if scale is not None else head_dim ** -0.5)
+    return comp.cls(comp.config() if comp.config else None, ctx).eval()
+
+
+def mask_rule(name: str, **params):
+    comp = zoo.get_registry().get("mask", name)
+    cfg = comp.config(**params) if comp.config else None
+    ctx = BuildContext(d_model=8, num_heads=2, num_kv_heads=2, head_dim=4, d_ff=4, max_len=64,
+                       num_layers=1, dropout=0.0, role="decoder", causal=True, scale=0.5)
+    return comp.cls(cfg, ctx)
+
+
+def tiny(arch: str = "decoder", **over):
+    """A very small spec dict of the given architecture."""
+    spec = dict(name=f"t_{arch}", arch=arch, vocab_size=61, max_len=32, d_model=16, num_layers=2,
+                num_heads=2, d_ff=32)
+    spec.update(over)
+    return spec
