@@ -17,4 +17,7 @@ BUILTINS = (
     "norm_batchnorm",
     "placements",
     "ffn_mlp",
+    "tok_char",
+    "tok_byte",
+    "tok_hf",
 )

@@ -83,9 +83,12 @@ def _dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], di
     return tensors, tied
 
 
-def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str, Any] | None = None
-         ) -> Path:
-    """Save ``model`` (built by zoo) to ``path`` atomically; returns the weights file's path."""
+def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str, Any] | None = None,
+         tokenizer: Any = None) -> Path:
+    """Save ``model`` (built by zoo) to ``path`` atomically; returns the weights file's path.
+
+    ``tokenizer`` (default: ``model.tokenizer`` if set) is stored as JSON in the metadata under
+    ``zoo.tokenizer``; :func:`load` gives it back as ``model.tokenizer``."""
     spec = getattr(model, "spec", None)
     if not isinstance(spec, ModelSpec):
         raise CheckpointError("the model has no zoo spec", where="model",
@@ -97,6 +100,12 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     tensors, tied = _dedupe(model.state_dict())
     meta = {"format": "pt", "zoo.version": __version__, "zoo.spec": spec.to_yaml(),
             "zoo.plugins": json.dumps(plugins_used(spec)), "zoo.tied": json.dumps(tied)}
+    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tokenizer is not None:
+        from . import tokenizers
+
+        tokenizers.check_fits(tokenizer, spec.vocab_size)
+        meta[tokenizers.META_KEY] = tokenizers.to_json(tokenizer)
     for k, v in (metadata or {}).items():
         meta[f"zoo.extra.{k}"] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
     tensors = {k: v.cpu() for k, v in tensors.items()}
@@ -214,4 +223,8 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
         model = model.to(dt)
     model.eval()
     model.checkpoint_metadata = meta
+    from . import tokenizers
+
+    if tokenizers.META_KEY in meta:
+        model.tokenizer = tokenizers.from_json(meta[tokenizers.META_KEY])
     return model

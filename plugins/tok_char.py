@@ -1,0 +1,70 @@
+"""``char``: one id per character, the vocabulary read off a corpus.
+
+The simplest tokenizer that works for any script: every distinct character of the training text
+gets an id, after a few reserved special tokens (``<pad> <unk> <bos> <eos> <mask>`` by default).
+Chinese needs no word segmentation at this level (each 汉字 is a token), which is why character
+models are the classic first step for Chinese text.  A character outside the vocabulary becomes
+``<unk>``: text made of known characters round-trips exactly, anything else is lossy (use ``byte``
+when every string must survive).  Special tokens written literally in the text (``"北京是<mask>国的首都"``)
+are recognised as one token each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import zoo
+from zoo.components import Tokenizer
+from zoo.tokenizers import DEFAULT_SPECIALS, split_specials
+
+
+@dataclass(frozen=True)
+class CharConfig:
+    text: str = ""  # the corpus the vocabulary is read from (every distinct character)
+    specials: tuple[str, ...] = DEFAULT_SPECIALS  # reserved first ids: pad, unk, bos, eos, mask
+
+    def __post_init__(self):
+        if len(set(self.specials)) != len(self.specials):
+            raise ValueError(f"special tokens must be distinct, got {list(self.specials)}")
+
+
+class CharTokenizer(Tokenizer):
+    def __init__(self, config: CharConfig = CharConfig()):
+        self.config = config
+        chars = sorted(set(config.text) - set(config.specials))
+        self.itos = list(config.specials) + chars  # id -> string
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+        named = dict(zip(("pad_id", "unk_id", "bos_id", "eos_id", "mask_id"), range(len(config.specials))))
+        for attr, i in named.items():  # the first five specials, by convention, in this order
+            setattr(self, attr, i)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        specials = set(self.config.specials)
+        ids: list[int] = []
+        for piece in split_specials(text, specials):
+            if piece in specials:
+                ids.append(self.stoi[piece])
+            else:
+                ids.extend(self.stoi.get(ch, self.unk_id) for ch in piece)
+        return ids
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        n = len(self.config.specials)
+        return "".join(self.itos[i] for i in ids
+                       if 0 <= i < len(self.itos) and not (skip_special and i < n))
+
+    def to_json(self) -> dict:
+        return {"specials": list(self.config.specials), "chars": "".join(self.itos[len(self.config.specials):])}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "CharTokenizer":
+        return cls(CharConfig(text=data["chars"], specials=tuple(data["specials"])))
+
+
+@zoo.hookimpl
+def register_tokenizers(register):
+    register("char", CharTokenizer, config=CharConfig)

@@ -1,0 +1,106 @@
+"""Tokenizers: the front door to the ``tokenizer`` component family.
+
+A tokenizer turns text into ids and back.  The built-in ones are plugins like any other
+(``plugins/tok_char.py``, ``tok_byte.py``, ``tok_hf.py``); a third-party package adds more through
+the ``register_tokenizers`` hook.  Build one by name with its parameters::
+
+    tok = zoo.tokenizer("char", text="今天天气很好。The weather is fine.")
+    tok = zoo.tokenizer("byte")                       # UTF-8 bytes + special tokens, no training
+    tok = zoo.tokenizer("hf", path="tokenizer.json")  # a local Hugging Face tokenizers file
+
+A tokenizer travels inside a checkpoint: ``zoo.save(model, path, tokenizer=tok)`` stores
+``{"kind": ..., "data": tok.to_json()}`` as JSON in the safetensors metadata, and ``zoo.load(path)``
+gives it back as ``model.tokenizer``, so a loaded checkpoint encodes and decodes text by itself.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable
+
+from .components import Tokenizer
+from .errors import TokenizerError
+
+#: metadata key under which a checkpoint stores its tokenizer
+META_KEY = "zoo.tokenizer"
+
+#: the special tokens the built-in tokenizers reserve, in id order
+DEFAULT_SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>", "<mask>")
+
+
+def tokenizer(kind: str, **params: Any) -> Tokenizer:
+    """Build the registered tokenizer ``kind`` with ``params`` (validated by its config class)."""
+    from .registry import get_registry
+    from .spec import make_config
+
+    comp = get_registry().get("tokenizer", kind, where="tokenizer.kind")
+    config = make_config(comp.config, params, "tokenizer", kind)
+    try:
+        tok = comp.cls(config) if comp.config is not None else comp.cls()
+    except (ValueError, OSError) as exc:
+        raise TokenizerError(f"cannot build tokenizer '{kind}': {exc}", where="tokenizer",
+                             fix="check the tokenizer's parameters (`zoo components tokenizer`)") from exc
+    tok.kind = kind
+    return tok
+
+
+def kind_of(tok: Tokenizer) -> str:
+    """The registered name of ``tok``'s class."""
+    from .registry import get_registry
+
+    kind = getattr(tok, "kind", None)
+    if kind:
+        return kind
+    for comp in get_registry().list("tokenizer"):
+        if comp.cls is type(tok):
+            return comp.name
+    raise TokenizerError(f"{type(tok).__name__} is not a registered tokenizer", where="tokenizer",
+                         fix="register it through the register_tokenizers hook")
+
+
+def to_json(tok: Tokenizer) -> str:
+    """``tok`` as one JSON string (non-ASCII kept as is: Chinese stays readable in the header)."""
+    return json.dumps({"kind": kind_of(tok), "data": tok.to_json()}, ensure_ascii=False)
+
+
+def from_json(text: str | dict) -> Tokenizer:
+    """The tokenizer stored by :func:`to_json`; names the plugin to install when it is missing."""
+    from .registry import get_registry
+
+    data = json.loads(text) if isinstance(text, str) else text
+    if not isinstance(data, dict) or "kind" not in data:
+        raise TokenizerError("not a stored zoo tokenizer (no 'kind')", where=META_KEY,
+                             fix="store tokenizers with zoo.save(model, path, tokenizer=tok)")
+    comp = get_registry().get("tokenizer", data["kind"], where=f"{META_KEY}.kind")
+    tok = comp.cls.from_json(data.get("data", {}))
+    tok.kind = data["kind"]
+    return tok
+
+
+def split_specials(text: str, specials: Iterable[str]) -> list[str]:
+    """Split ``text`` around occurrences of the special-token strings (longest first), keeping them:
+    ``"a<mask>b" -> ["a", "<mask>", "b"]``.  Lets users write ``<mask>`` in fill-mask prompts."""
+    specials = sorted((s for s in specials if s), key=len, reverse=True)
+    if not specials:
+        return [text] if text else []
+    pattern = "(" + "|".join(re.escape(s) for s in specials) + ")"
+    return [p for p in re.split(pattern, text) if p]
+
+
+def get_tokenizer(model: Any, tokenizer: Tokenizer | None = None, *, where: str = "tokenizer"
+                  ) -> Tokenizer:
+    """``tokenizer`` or the model's own (``model.tokenizer`` from a checkpoint); a clear error if none."""
+    tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tok is None:
+        raise TokenizerError("text given, but the model has no tokenizer", where=where,
+                             fix="pass tokenizer=zoo.tokenizer('byte') (or 'char', 'hf'), or save "
+                                 "the checkpoint with zoo.save(model, path, tokenizer=tok)")
+    return tok
+
+
+def check_fits(tok: Tokenizer, vocab_size: int, where: str = "tokenizer") -> None:
+    """A tokenizer whose ids do not fit the model's embedding table is an error, not a crash later."""
+    if tok.vocab_size > vocab_size:
+        raise TokenizerError(f"the tokenizer has {tok.vocab_size} ids but the model's vocab_size is "
+                             f"{vocab_size}", where=where,
+                             fix=f"build the model with vocab_size >= {tok.vocab_size}")
