@@ -1,0 +1,91 @@
+"""``rope``: rotary position embeddings (Su et al., 2021, "RoFormer"; used by GPT-J, GPT-NeoX, Llama).
+
+Instead of *adding* a position vector to the token, RoPE *rotates* the query and key of a token at
+position ``m`` by an angle proportional to ``m``.  Split each head's ``hd`` features into ``hd / 2``
+pairs; pair ``i`` is a 2-D point rotated by ``m · θ_i`` with ``θ_i = base^(-2i / hd)``::
+
+    [q'_a]   [cos mθ_i  -sin mθ_i] [q_a]
+    [q'_b] = [sin mθ_i   cos mθ_i] [q_b]
+
+Two facts follow, and the tests check both: a rotation never changes a vector's length, and the dot
+product of a query rotated by ``m`` with a key rotated by ``n`` depends only on ``n - m`` — attention
+sees *relative* offsets although every token was encoded with its absolute position.  Nothing is
+learned and nothing touches the embeddings or the values.
+
+Which features form a pair is a convention: ``interleaved: false`` (default) pairs feature ``j`` with
+``j + hd/2`` (the "rotate half" layout of GPT-NeoX and Hugging Face Llama); ``interleaved: true``
+pairs ``2i`` with ``2i + 1`` (the paper, GPT-J, Meta's original Llama code).  ``base`` is Llama's
+``rope_theta`` (10 000; 500 000 in Llama 3).  ``fraction`` < 1 rotates only the first part of each
+head (GPT-NeoX's ``rotary_pct``).
+
+Under a KV cache the keys are rotated *before* they are cached, with their absolute positions, so the
+new queries (rotated at their own offsets) meet them exactly as in a full forward pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import zoo
+from zoo.components import PositionScheme
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    base: float = 10000.0      # theta: the slowest pair turns once every 2π·base positions
+    interleaved: bool = False  # pair (2i, 2i+1) instead of (i, i + hd/2)
+    fraction: float = 1.0      # share of each head's features that is rotated
+
+    def __post_init__(self):
+        if self.base <= 1:
+            raise ValueError(f"base must be > 1, got {self.base}")
+        if not 0.0 < self.fraction <= 1.0:
+            raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
+
+
+def rope_angles(pos: torch.Tensor, dim: int, base: float) -> torch.Tensor:
+    """``pos (B|1, T)`` -> angles ``(B|1, T, dim/2)``: position times each pair's frequency."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim))
+    return pos.to(torch.float32)[..., None] * inv_freq  # (B|1, T, dim/2)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """Rotate the pairs of ``x (B, h, T, dim)`` by the angles whose cos/sin are ``(B|1, 1, T, dim/2)``."""
+    if interleaved:
+        a, b = x[..., 0::2], x[..., 1::2]  # (B, h, T, dim/2) each: pairs (2i, 2i+1)
+        return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+    a, b = x.chunk(2, dim=-1)  # pairs (i, i + dim/2)
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
+class Rope(PositionScheme):
+    acts_on_qk = True
+
+    def __init__(self, config, ctx):
+        super().__init__(config, ctx)
+        rot = int(ctx.head_dim * config.fraction)
+        self.rot_dim = rot - rot % 2  # an even number of rotated features
+        if self.rot_dim < 2:
+            raise zoo.SpecError(f"head_dim {ctx.head_dim} x fraction {config.fraction} leaves no "
+                                f"feature pair to rotate", where="positions.fraction",
+                                fix="raise fraction or head_dim")
+
+    def qk_state(self, pos):
+        """cos/sin tables ``(B|1, 1, T, rot_dim/2)`` (float32), shared by every layer."""
+        ang = rope_angles(pos, self.rot_dim, self.config.base)[:, None]  # (B|1, 1, T, rot/2)
+        return ang.cos(), ang.sin()
+
+    def rotate(self, q, k, state):
+        cos, sin = state
+        return self._apply(q, cos, sin), self._apply(k, cos, sin)
+
+    def _apply(self, x, cos, sin):
+        r = self.rot_dim
+        xr = rotate(x[..., :r].float(), cos, sin, self.config.interleaved).to(x.dtype)
+        return xr if r == x.size(-1) else torch.cat([xr, x[..., r:]], dim=-1)  # (B, h, T, hd)
+
+
+@zoo.hookimpl
+def register_positions(register):
+    register("rope", Rope, config=RopeConfig)
