@@ -83,6 +83,11 @@ class ZooModel(nn.Module):
         if self.spec.tie_embeddings and getattr(self, "lm_head", None) is not None:
             self.lm_head.weight = self.tok_emb.weight
 
+    def _head_in(self, x: torch.Tensor) -> torch.Tensor:
+        """The LM head's input: the final hidden states, times ``spec.head_scale`` if set (T5 scales
+        by ``d_model ** -0.5`` before its tied output projection)."""
+        return x if self.spec.head_scale is None else x * self.spec.head_scale
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -126,7 +131,7 @@ class DecoderModel(ZooModel):
         pos = positions_from_padding(pad, T, ids.device, offset)
         x = self.embed(ids, pos, self.decoder.positions, token_type_ids)  # (B, T, D)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, prefix_lengths=prefix_lengths)
-        return x if return_hidden else self.lm_head(x)  # (B, T, V)
+        return x if return_hidden else self.lm_head(self._head_in(x))  # (B, T, V)
 
 
 class EncoderModel(ZooModel):
@@ -228,7 +233,7 @@ class EncoderDecoderModel(ZooModel):
         x = self.dec_embed(tgt_ids, pos, self.decoder.positions)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, memory=memory,
                          memory_padding=memory_padding)
-        return x if return_hidden else self.lm_head(x)
+        return x if return_hidden else self.lm_head(self._head_in(x))
 
     def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask=None, tgt_mask=None,
                 return_hidden: bool = False) -> torch.Tensor:

@@ -235,6 +235,7 @@ class ModelSpec:
     embed_norm: bool = False
     type_vocab_size: int = 0
     pad_id: int | None = None
+    head_scale: float | None = None  # multiplies the final hidden states before the LM head (T5 tied: d_model**-0.5)
     attention: ComponentSpec | None = None
     mask: tuple[ComponentSpec, ...] | None = None
     positions: ComponentSpec | None = None
@@ -324,7 +325,7 @@ _SCALARS: dict[str, Any] = {
     "head_dim": typing.Optional[int], "d_ff": typing.Optional[int], "dropout": float,
     "attn_scale": typing.Optional[float], "qkv_bias": bool, "out_bias": bool,
     "tie_embeddings": bool, "scale_embeddings": bool, "embed_norm": bool, "type_vocab_size": int,
-    "pad_id": typing.Optional[int],
+    "pad_id": typing.Optional[int], "head_scale": typing.Optional[float],
 }
 _REQUIRED = ("arch", "vocab_size", "d_model", "num_layers", "num_heads")
 _ALL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSpec))
@@ -495,6 +496,9 @@ def _check_shared(values: dict, raw: dict) -> None:
     if pad is not None and not 0 <= pad < values["vocab_size"]:
         raise SpecError(f"pad_id {pad} is outside the vocabulary [0, {values['vocab_size']})",
                         where="pad_id", fix="use an id below vocab_size, or null for no padding")
+    if values.get("head_scale") is not None and not values["head_scale"] > 0:
+        raise SpecError(f"must be > 0, got {values['head_scale']}", where="head_scale",
+                        fix="use e.g. d_model ** -0.5 (T5 with tied embeddings), or null")
     if values.get("type_vocab_size", 0) < 0:
         raise SpecError("must be >= 0", where="type_vocab_size")
 
