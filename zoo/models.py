@@ -91,6 +91,13 @@ class ZooModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def generate(self, ids, max_new_tokens: int = 32, **options):
+        """Generate with a KV cache (greedy, sampling, stop tokens, streaming, text in/out); see
+        :func:`zoo.generate.generate` for the options."""
+        from .generate import generate
+
+        return generate(self, ids, max_new_tokens, **options)
+
     def reset_buffers(self) -> None:
         """Recompute derived, non-persistent buffers (after building on the meta device)."""
         for m in self.modules():

@@ -1,0 +1,376 @@
+"""Autoregressive generation with a KV cache, for decoder-only and encoder-decoder models.
+
+A language model predicts the next token from all the previous ones.  Generating ``N`` tokens naively
+runs the whole growing sequence through the model ``N`` times, recomputing the keys and values of
+every earlier token at every step: ``O(N²)`` projections.  The **KV cache** keeps each layer's keys
+and values (:class:`zoo.layers.KVCache`), so after one *prefill* pass over the prompt every step feeds
+just the newest token: its query attends to the cached keys.  Every position scheme stays right
+because positions are absolute (embedding tables and RoPE use the token's own position; ALiBi and T5
+biases are computed between the query's position and each cached key's, ``cache.key_pos``), and every
+mask rule sees the query offset (``MaskContext.q_offset``).  ``use_cache=False`` runs the slow way and
+must give the same tokens (the test suite checks it for every position scheme).
+
+Choosing the next token from the logits:
+
+- greedy (``do_sample=False``): the most likely token, deterministic;
+- sampling: ``softmax(logits / temperature)``; temperature < 1 sharpens, > 1 flattens;
+  ``top_k`` keeps the k most likely tokens, ``top_p`` (nucleus sampling, Holtzman et al., 2020) the
+  smallest set whose probability reaches p.  ``seed`` makes a sampled run reproducible.
+
+Batches of different lengths are **left-padded** (pads before the prompt, ``attention_mask`` 0 there)
+so that every row's next token lands in the same column; positions are counted from each row's first
+real token, so a padded row generates exactly what it would alone.  A row stops at one of its
+``stop_tokens`` and is padded afterwards; generation ends when every row has stopped.
+
+Entry points: ``model.generate(...)`` (a method on every zoo model), :func:`generate`,
+:func:`stream` (an iterator of the new tokens, for the CLI and UI) and, for text,
+``model.generate("你好", tokenizer=tok)`` returning a string, :func:`stream_text` yielding pieces.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from .errors import TokenizerError, ZooError
+
+
+# ---------------------------------------------------------------------- choosing the next token
+def pick_next(logits: torch.Tensor, *, do_sample: bool = False, temperature: float = 1.0,
+              top_k: int | None = None, top_p: float | None = None,
+              generator: torch.Generator | None = None) -> torch.Tensor:
+    """``logits (B, V)`` -> next ids ``(B,)``: argmax, or a sample after temperature/top-k/top-p."""
+    if not do_sample:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (B, 1) the k-th largest logit
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        before = probs.cumsum(-1) - probs  # probability mass of the tokens ranked above each one
+        drop_sorted = before >= top_p  # the most likely token always survives (before = 0)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def _check_options(max_new_tokens, temperature, top_k, top_p) -> None:
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ZooError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}",
+                       where="generate.max_new_tokens")
+    if not temperature > 0:
+        raise ZooError(f"temperature must be > 0, got {temperature}", where="generate.temperature",
+                       fix="use do_sample=False for greedy decoding instead of temperature 0")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ZooError(f"top_k must be an integer >= 1, got {top_k!r}", where="generate.top_k")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ZooError(f"top_p must be in (0, 1], got {top_p}", where="generate.top_p")
+
+
+# ---------------------------------------------------------------------- inputs
+def _pad_id(model, tokenizer=None) -> int:
+    if model.spec.pad_id is not None:
+        return model.spec.pad_id
+    tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tok is not None and tok.pad_id is not None and tok.pad_id < model.spec.vocab_size:
+        return tok.pad_id
+    return 0
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device=None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged id lists -> ``ids (B, T)`` left-padded with ``pad_id`` and ``attention_mask (B, T)``."""
+    T = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros(len(rows), T, dtype=torch.bool, device=device)
+    for i, r in enumerate(rows):
+        if len(r):
+            ids[i, T - len(r):] = torch.as_tensor(list(r), dtype=torch.long, device=device)
+            mask[i, T - len(r):] = True
+    return ids, mask
+
+
+def _as_batch(model, ids, attention_mask, pad_id) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``ids`` as a list, list of lists or tensor -> ``(ids (B, T), mask (B, T) bool or None)``."""
+    device = next(model.parameters()).device
+    if isinstance(ids, torch.Tensor):
+        ids = ids.to(device=device, dtype=torch.long)
+        if ids.dim() == 1:
+            ids = ids[None]
+        mask = attention_mask.to(device).bool() if attention_mask is not None else None
+        if mask is not None and mask.dim() == 1:
+            mask = mask[None]
+    elif isinstance(ids, (list, tuple)) and ids and all(isinstance(r, (list, tuple)) for r in ids):
+        ids, mask = left_pad(ids, pad_id, device)
+    elif isinstance(ids, (list, tuple)):
+        ids, mask = torch.tensor([list(ids)], dtype=torch.long, device=device), None
+    else:
+        raise ZooError(f"cannot generate from {type(ids).__name__}", where="generate.ids",
+                       fix="pass a (B, T) tensor of ids, a list of ids, a list of lists, or text")
+    if ids.dim() != 2 or ids.size(1) == 0:
+        raise ZooError(f"need a non-empty (B, T) batch of ids, got shape {tuple(ids.shape)}",
+                       where="generate.ids", fix="give at least one prompt token (e.g. a bos id)")
+    if int(ids.min()) < 0 or int(ids.max()) >= model.spec.vocab_size:
+        raise ZooError(f"ids must lie in [0, {model.spec.vocab_size}), got [{int(ids.min())}, "
+                       f"{int(ids.max())}]", where="generate.ids",
+                       fix="encode with a tokenizer that fits the model's vocab_size")
+    if mask is not None:
+        if mask.shape != ids.shape:
+            raise ZooError(f"attention_mask shape {tuple(mask.shape)} != ids shape {tuple(ids.shape)}",
+                           where="generate.attention_mask")
+        if bool(mask.all()):
+            mask = None
+        elif bool(mask[:, -1].logical_not().any()):
+            raise ZooError("prompts must be left-padded (the last column is padding in some row)",
+                           where="generate.attention_mask",
+                           fix="pad on the left, e.g. with zoo.generate.left_pad(rows, pad_id)")
+        elif bool((~mask.any(dim=1)).any()):
+            raise ZooError("a prompt in the batch is empty", where="generate.ids",
+                           fix="give every row at least one token")
+    return ids, mask
+
+
+# ---------------------------------------------------------------------- the decoding loops
+@torch.no_grad()
+def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor | None = None,
+           do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
+           top_p: float | None = None, stop_tokens: int | Sequence[int] | None = None,
+           seed: int | None = None, use_cache: bool = True, prefix_length: int | None = None,
+           decoder_start_id: int | None = None, pad_id: int | None = None,
+           tokenizer=None) -> Iterator[torch.Tensor]:
+    """Yield the next token of every row, ``(B,)`` per step, as soon as it is chosen.
+
+    ``ids``: the prompt (decoder-only) or the source (encoder-decoder), as a ``(B, T)`` tensor (with
+    an optional left-padded ``attention_mask``), a list of ids, or a list of lists (left-padded
+    here).  Rows that have produced a stop token yield ``pad_id`` afterwards; the iterator ends when
+    every row has stopped or after ``max_new_tokens`` steps.  ``prefix_length`` (prefix LMs): how
+    many leading tokens attend bidirectionally; default the whole (padded) prompt.
+    ``decoder_start_id`` (encoder-decoder): the first decoder token; default the tokenizer's bos,
+    else ``pad_id`` (as in T5).
+    """
+    arch = model.spec.arch
+    if arch == "encoder":
+        raise ZooError("an encoder-only model does not generate text", where="model.arch",
+                       fix="use zoo.tasks.fill_mask(model, text) or zoo.tasks.classify(...)")
+    _check_options(max_new_tokens, temperature, top_k, top_p)
+    pad = _pad_id(model, tokenizer) if pad_id is None else pad_id
+    ids, mask = _as_batch(model, ids, attention_mask, pad)
+    B, T0 = ids.shape
+    stops = torch.as_tensor([stop_tokens] if isinstance(stop_tokens, int) else list(stop_tokens or []),
+                            dtype=torch.long, device=ids.device)
+    gen = None
+    if do_sample and seed is not None:
+        gen = torch.Generator(device=ids.device)
+        gen.manual_seed(seed)
+    choose = lambda logits: pick_next(logits, do_sample=do_sample, temperature=temperature,  # noqa: E731
+                                      top_k=top_k, top_p=top_p, generator=gen)
+    if arch == "decoder":
+        if T0 + max(max_new_tokens - 1, 0) > model.spec.max_len:
+            raise ZooError(f"prompt ({T0}) + max_new_tokens ({max_new_tokens}) exceeds max_len "
+                           f"{model.spec.max_len}", where="generate.max_new_tokens",
+                           fix=f"ask for at most {max(model.spec.max_len - T0 + 1, 0)} new tokens")
+        steps = _decoder_logits(model, ids, mask, use_cache, prefix_length)
+    else:
+        if max_new_tokens > model.spec.max_len:
+            raise ZooError(f"max_new_tokens {max_new_tokens} exceeds max_len {model.spec.max_len}",
+                           where="generate.max_new_tokens")
+        if decoder_start_id is None:
+            tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+            bos = getattr(tok, "bos_id", None)
+            decoder_start_id = bos if bos is not None and bos < model.spec.vocab_size else pad
+        steps = _seq2seq_logits(model, ids, mask, use_cache, decoder_start_id)
+    was_training = model.training
+    model.eval()
+    try:
+        finished = torch.zeros(B, dtype=torch.bool, device=ids.device)
+        logits = next(steps) if max_new_tokens else None
+        for step in range(max_new_tokens):
+            nxt = choose(logits)  # (B,)
+            if stops.numel():
+                nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
+                finished |= torch.isin(nxt, stops)
+            yield nxt
+            if step == max_new_tokens - 1 or (stops.numel() and bool(finished.all())):
+                break
+            logits = steps.send(nxt)
+    finally:
+        steps.close()
+        model.train(was_training)
+
+
+def _decoder_logits(model, ids, mask, use_cache, prefix_length):
+    """A coroutine: yields next-token logits ``(B, V)``; is sent the chosen ids ``(B,)``."""
+    B, T0 = ids.shape
+    dev = ids.device
+    # explicit masks whenever ids alone could be mistaken for padding (a generated pad_id token)
+    explicit = mask is not None or model.spec.pad_id is not None
+    full = mask if mask is not None else (torch.ones(B, T0, dtype=torch.bool, device=dev)
+                                          if explicit else None)
+    ones = torch.ones(B, 1, dtype=torch.bool, device=dev) if explicit else None
+    plen = torch.full((B,), T0 if prefix_length is None else prefix_length, dtype=torch.long,
+                      device=dev)
+    if use_cache:
+        cache = model.new_cache()
+        logits = model(ids, attention_mask=full, cache=cache, prefix_lengths=plen)[:, -1]
+        while True:
+            nxt = yield logits
+            logits = model(nxt[:, None], attention_mask=ones, cache=cache,
+                           prefix_lengths=plen)[:, -1]  # (B, V)
+    seq = ids
+    while True:
+        nxt = yield model(seq, attention_mask=full, prefix_lengths=plen)[:, -1]
+        seq = torch.cat([seq, nxt[:, None]], dim=1)  # (B, T + 1): recompute everything
+        if full is not None:
+            full = torch.cat([full, ones], dim=1)
+
+
+def _seq2seq_logits(model, src, src_mask, use_cache, start_id):
+    """Encoder-decoder: encode once, then decode step by step (cross-attention k/v cached too)."""
+    B = src.size(0)
+    dev = src.device
+    memory, mem_pad = model.encode(src, src_mask)
+    explicit = model.spec.pad_id is not None  # the start token is often the pad id (T5)
+    tgt = torch.full((B, 1), start_id, dtype=torch.long, device=dev)
+    ones = torch.ones(B, 1, dtype=torch.bool, device=dev) if explicit else None
+    if use_cache:
+        cache = model.new_cache()
+        logits = model.decode(tgt, memory, mem_pad, tgt_mask=ones, cache=cache)[:, -1]
+        while True:
+            nxt = yield logits
+            logits = model.decode(nxt[:, None], memory, mem_pad, tgt_mask=ones, cache=cache)[:, -1]
+    full = ones
+    while True:
+        nxt = yield model.decode(tgt, memory, mem_pad, tgt_mask=full)[:, -1]
+        tgt = torch.cat([tgt, nxt[:, None]], dim=1)
+        if full is not None:
+            full = torch.cat([full, ones], dim=1)
+
+
+@torch.no_grad()
+def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = False,
+             tokenizer=None, skip_special: bool = True, **options: Any):
+    """Generate from ``ids`` (see :func:`stream` for the options); also accepts text.
+
+    Returns, like Hugging Face's ``generate``: for a decoder-only model the prompt followed by the new
+    tokens, ``(B, T + N)`` (left padding kept); for an encoder-decoder the decoder sequence
+    ``(B, 1 + N)`` starting with the start token.  Rows that stopped early are padded with ``pad_id``.
+
+    Text in, text out: when ``ids`` is a string (or a list of strings), it is encoded with
+    ``tokenizer`` (default ``model.tokenizer``) and the *new* text is returned (a string, or a list).
+    ``stream_tokens=True`` returns an iterator instead: of ``(B,)`` id tensors, or of text pieces.
+    """
+    if isinstance(ids, str) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], str)):
+        texts = [ids] if isinstance(ids, str) else list(ids)
+        if stream_tokens:
+            if len(texts) != 1:
+                raise ZooError("text streaming takes one prompt", where="generate.ids",
+                               fix="stream one prompt at a time, or pass ids for a batch")
+            return stream_text(model, texts[0], max_new_tokens, tokenizer=tokenizer,
+                               skip_special=skip_special, **options)
+        out = generate_text(model, texts, max_new_tokens, tokenizer=tokenizer,
+                            skip_special=skip_special, **options)
+        return out[0] if isinstance(ids, str) else out
+    if stream_tokens:
+        return stream(model, ids, max_new_tokens, tokenizer=tokenizer, **options)
+    pad = options.get("pad_id")
+    pad = _pad_id(model, tokenizer) if pad is None else pad
+    new = list(stream(model, ids, max_new_tokens, tokenizer=tokenizer, **options))
+    dev = next(model.parameters()).device
+    if model.spec.arch == "decoder":
+        prompt, _ = _as_batch(model, ids, options.get("attention_mask"), pad)
+    else:
+        B = _as_batch(model, ids, options.get("attention_mask"), pad)[0].size(0)
+        start = options.get("decoder_start_id")
+        if start is None:
+            tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+            bos = getattr(tok, "bos_id", None)
+            start = bos if bos is not None and bos < model.spec.vocab_size else pad
+        prompt = torch.full((B, 1), start, dtype=torch.long, device=dev)
+    if not new:
+        return prompt
+    return torch.cat([prompt, torch.stack(new, dim=1)], dim=1)  # (B, T + N)
+
+
+# ---------------------------------------------------------------------- text helpers
+def _encode_prompt(model, tok, text: str) -> list[int]:
+    ids = tok.encode(text)
+    if model.spec.arch == "encoder_decoder" and tok.eos_id is not None:
+        ids = ids + [tok.eos_id]  # a source sentence ends with eos (as in T5 / Marian)
+    if not ids:
+        if tok.bos_id is None:
+            raise TokenizerError("the prompt is empty and the tokenizer has no bos token",
+                                 where="generate.prompt", fix="give a non-empty prompt")
+        ids = [tok.bos_id]
+    return ids
+
+
+def _stops(tok, options: dict) -> dict:
+    if "stop_tokens" not in options and tok.eos_id is not None:
+        options = {**options, "stop_tokens": [tok.eos_id]}
+    return options
+
+
+def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32, *, tokenizer=None,
+                  skip_special: bool = True, **options: Any) -> str | list[str]:
+    """Text in, text out: the continuation of each prompt (stops at the tokenizer's eos by default)."""
+    from .tokenizers import check_fits, get_tokenizer
+
+    tok = get_tokenizer(model, tokenizer)
+    check_fits(tok, model.spec.vocab_size)
+    single = isinstance(prompts, str)
+    rows = [_encode_prompt(model, tok, p) for p in ([prompts] if single else prompts)]
+    options = _stops(tok, options)
+    new = list(stream(model, rows, max_new_tokens, tokenizer=tok, **options))
+    stops = set(options.get("stop_tokens") or [])
+    texts = []
+    for b in range(len(rows)):
+        out = []
+        for step in new:
+            t = int(step[b])
+            if t in stops:
+                break
+            out.append(t)
+        texts.append(_decode(tok, out, skip_special))
+    return texts[0] if single else texts
+
+
+def stream_text(model, prompt: str, max_new_tokens: int = 32, *, tokenizer=None,
+                skip_special: bool = True, **options: Any) -> Iterator[str]:
+    """Yield the continuation of ``prompt`` piece by piece as it is generated.
+
+    Decodes the whole continuation each step and yields what is new, holding back an incomplete
+    multi-byte character (U+FFFD at the end) until its remaining bytes arrive, so byte-level
+    tokenizers stream Chinese correctly."""
+    from .tokenizers import check_fits, get_tokenizer
+
+    tok = get_tokenizer(model, tokenizer)
+    check_fits(tok, model.spec.vocab_size)
+    options = _stops(tok, options)
+    stops = set(options.get("stop_tokens") or [])
+    out: list[int] = []
+    shown = ""
+    for step in stream(model, [_encode_prompt(model, tok, prompt)], max_new_tokens, tokenizer=tok,
+                       **options):
+        t = int(step[0])
+        if t in stops:
+            break
+        out.append(t)
+        text = _decode(tok, out, skip_special)
+        if text.endswith("\ufffd"):
+            continue
+        if text.startswith(shown) and len(text) > len(shown):
+            yield text[len(shown):]
+            shown = text
+    text = _decode(tok, out, skip_special)
+    if text.startswith(shown) and len(text) > len(shown):
+        yield text[len(shown):]
+
+
+def _decode(tok, ids: list[int], skip_special: bool) -> str:
+    try:
+        return tok.decode(ids, skip_special=skip_special)
+    except TypeError:  # a third-party tokenizer without the keyword
+        return tok.decode(ids)
