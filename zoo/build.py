@@ -56,6 +56,7 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
     model_spec = parse_spec(source, **overrides)
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     registry = get_registry()
+    registry.check_runtime(model_spec, dtype=dt, device=dev)  # declared dtypes / devices
     cls = ARCH_CLASSES[model_spec.arch]
     rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
     with rng:

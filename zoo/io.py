@@ -121,6 +121,9 @@ def resolve_checkpoint(source: str | os.PathLike) -> Path:
     p = Path(source)
     if p.is_dir():
         p = p / WEIGHTS
+    if p.is_file() and p.suffix != ".safetensors":
+        raise CheckpointError(f"not a safetensors checkpoint: '{source}'", where=str(source),
+                              fix="zoo checkpoints are *.safetensors files (pickle is never loaded)")
     if p.is_file():
         return p
     if not p.suffix and p.parent == Path("."):
@@ -190,6 +193,9 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
     tied = json.loads(meta.get("zoo.tied", "{}"))
     dev = resolve_device(device) or torch.device("cpu")
     dt = resolve_dtype(dtype)
+    from .registry import get_registry
+
+    get_registry().check_runtime(spec, dtype=dt, device=dev)  # declared dtypes / devices
     model = build(spec, device="meta", init=False)
     expected = {k: v for k, v in model.state_dict().items()}
     try:

@@ -2,16 +2,24 @@
 
 One ``pluggy.PluginManager("zoo")``.  Built-in components (the modules listed in
 ``zoo.plugins.BUILTINS``) are registered first, through exactly the hooks a third-party package uses;
-then every entry point in the group ``zoo``.  Each third-party plugin is imported and called inside its
-own ``try``: a broken plugin is recorded (``zoo plugins`` shows it) and never breaks zoo.
+then every entry point in the group ``zoo``, in name order.  Each third-party plugin is imported,
+registered with pluggy and has its hooks called inside its own ``try``: a failure at import (any
+exception, even ``SystemExit``), in a hook, or in a registration (bad name, bad class, bad
+capabilities, a duplicate name) is recorded on the plugin's :class:`PluginInfo` (``zoo plugins``
+shows it) and never breaks zoo or the other plugins.  A plugin's valid registrations are kept.
 
-Environment controls, in the spirit of pytest:
+pluggy's ``check_pending`` idea, per plugin: a hook implementation whose name matches no hookspec (a
+misspelling such as ``register_attentions``) and a function that looks like a hook but lacks
+``@zoo.hookimpl`` are both reported on that plugin, with the closest valid hook name.
+
+Environment controls, in the spirit of pytest (``PYTEST_DISABLE_PLUGIN_AUTOLOAD`` / ``-p``):
 
 ``ZOO_DISABLE_PLUGIN_AUTOLOAD=1``
-    load no entry-point plugins (the test suite sets this so plugins installed on the machine never
-    leak into tests).
+    load no entry-point plugins automatically (the test suite sets this so plugins installed on the
+    machine never leak into tests).
 ``ZOO_PLUGINS=name1,name2``
-    load only these entry-point plugins (by entry-point name).
+    load only these entry-point plugins (by entry-point name).  The names are loaded even when
+    autoloading is disabled, like ``pytest -p``; a name no installed package provides is reported.
 
 The registry is built lazily on first use, so ``import zoo`` stays cheap.
 """
@@ -20,19 +28,20 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.metadata as md
+import inspect
 import os
 import re
 import threading
 import traceback
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterable
 
 import pluggy
 
 from . import hookspecs
 from .components import FAMILY_BASES, Capabilities
-from .errors import PluginError, UnknownComponentError, did_you_mean
+from .errors import IncompatibleComponentsError, PluginError, UnknownComponentError, did_you_mean
 
 #: family -> hook name
 FAMILY_HOOKS = {
@@ -46,6 +55,12 @@ FAMILY_HOOKS = {
 }
 FAMILIES = tuple(FAMILY_HOOKS)
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+#: the values ``Capabilities.dtypes`` / ``.devices`` may name
+KNOWN_DTYPES = ("float32", "float64", "bfloat16", "float16")
+KNOWN_DEVICES = ("cpu", "cuda", "mps", "xpu")
+#: spec field (per stack) -> family, for compatibility messages
+STACK_COMPONENTS = (("attention", "attention"), ("positions", "position"), ("norm", "norm"),
+                    ("placement", "placement"), ("ffn", "ffn"))
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,11 @@ class Component:
     config: type | None
     plugin: str
     version: str
+
+    @property
+    def key(self) -> str:
+        """``"family:name"``, unique across the registry."""
+        return f"{self.family}:{self.name}"
 
     @property
     def capabilities(self) -> Capabilities:
@@ -89,17 +109,35 @@ class Component:
 
 @dataclass
 class PluginInfo:
-    """What ``zoo plugins`` shows for one plugin."""
+    """What ``zoo plugins`` shows for one plugin.
+
+    ``source``: ``"builtin"``, ``"distribution NAME"`` (an installed package's entry point),
+    ``"ZOO_PLUGINS"`` (a requested name nobody provides) or whatever a caller of
+    :meth:`Registry.add_plugin` passed (``"test"``).  ``module``: the entry point's target
+    (``package.module``), or the module's name.
+    """
 
     name: str
     version: str
     source: str  # "builtin" or "distribution NAME"
     components: list[str] = field(default_factory=list)  # "family:name"
     errors: list[str] = field(default_factory=list)
+    module: str = ""
+    distribution: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    @property
+    def builtin(self) -> bool:
+        return self.source == "builtin"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able row (``zoo plugins --json``, the UI's plugin table)."""
+        return {"name": self.name, "version": self.version, "source": self.source,
+                "module": self.module, "distribution": self.distribution, "ok": self.ok,
+                "components": list(self.components), "errors": list(self.errors)}
 
 
 class Registry:
@@ -116,63 +154,103 @@ class Registry:
             for modname in builtin_pkg.BUILTINS:
                 mod = importlib.import_module(f"{builtin_pkg.__name__}.{modname}")
                 self.add_plugin(mod, name=f"zoo.{modname}", source="builtin", strict=True)
+        only = _env_names("ZOO_PLUGINS")
         if entry_points is None:
-            entry_points = os.environ.get("ZOO_DISABLE_PLUGIN_AUTOLOAD", "").strip() in ("", "0")
+            autoload = os.environ.get("ZOO_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower() in (
+                "", "0", "false", "no")
+            entry_points = autoload or bool(only)  # named plugins load even with autoload off
         if entry_points:
-            self.load_entry_points()
+            self.load_entry_points(only=only or None)
 
     # ------------------------------------------------------------------ loading
-    def load_entry_points(self) -> None:
-        """Load every plugin in the ``zoo`` entry-point group, each isolated from the others."""
-        only = {s.strip() for s in os.environ.get("ZOO_PLUGINS", "").split(",") if s.strip()}
-        for ep in md.entry_points(group="zoo"):
-            if only and ep.name not in only:
+    def load_entry_points(self, only: Iterable[str] | None = None) -> None:
+        """Load the plugins of the ``zoo`` entry-point group, each isolated from the others.
+
+        ``only``: entry-point names to load (default: ``$ZOO_PLUGINS`` if set, else all).  A requested
+        name that no installed distribution provides is recorded as a plugin with an error.
+        """
+        wanted = set(only) if only is not None else set(_env_names("ZOO_PLUGINS"))
+        found = set()
+        for ep in sorted(md.entry_points(group="zoo"), key=lambda e: (e.name, e.value)):
+            if wanted and ep.name not in wanted:
                 continue
-            dist = getattr(ep, "dist", None)
-            version = getattr(dist, "version", "?") if dist else "?"
-            source = f"distribution {dist.name}" if dist else "entry point"
-            try:
-                obj = ep.load()
-            except BaseException as exc:  # noqa: BLE001 - a plugin may raise anything at import
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                    raise
-                info = self.plugins.setdefault(ep.name, PluginInfo(ep.name, version, source))
-                info.errors.append(f"import failed: {type(exc).__name__}: {exc}")
-                continue
-            self.add_plugin(obj, name=ep.name, source=source, version=version)
+            found.add(ep.name)
+            self.load_entry_point(ep)
+        for name in sorted(wanted - found):
+            info = self._new_info(name, "?", "ZOO_PLUGINS")
+            installed = sorted({e.name for e in md.entry_points(group="zoo")})
+            hint = did_you_mean(name, installed)
+            info.errors.append(f"requested by ZOO_PLUGINS but no installed package provides an entry "
+                               f"point '{name}' in the group 'zoo' (installed: "
+                               f"{', '.join(installed) or 'none'})" + (f"; {hint}" if hint else ""))
+
+    def load_entry_point(self, ep: md.EntryPoint) -> PluginInfo:
+        """Import one entry point and register it; every failure is recorded, never raised."""
+        dist = getattr(ep, "dist", None)
+        version = str(getattr(dist, "version", None) or "?")
+        dist_name = _dist_name(dist)
+        source = f"distribution {dist_name}" if dist_name else "entry point"
+        try:
+            obj = ep.load()
+        except BaseException as exc:  # noqa: BLE001 - a plugin may raise anything at import
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            info = self._new_info(ep.name, version, source, module=ep.value, distribution=dist_name)
+            info.errors.append(f"import of '{ep.value}' failed: {type(exc).__name__}: {exc} "
+                               f"({_last_frame(exc)})")
+            return info
+        return self.add_plugin(obj, name=ep.name, source=source, version=version, module=ep.value,
+                               distribution=dist_name)
+
+    def _new_info(self, name: str, version: str, source: str, **kw) -> PluginInfo:
+        """A fresh :class:`PluginInfo`; a name already taken by another plugin gets an error."""
+        clash = self.plugins.get(name)
+        if clash is None:
+            info = self.plugins[name] = PluginInfo(name, version, source, **kw)
+            return info
+        i = 2
+        while f"{name}#{i}" in self.plugins:
+            i += 1
+        info = self.plugins[f"{name}#{i}"] = PluginInfo(f"{name}#{i}", version, source, **kw)
+        info.errors.append(f"plugin name '{name}' is already used by {clash.source} "
+                           f"({clash.module or clash.name}); this one was not loaded")
+        return info
 
     def add_plugin(self, obj: ModuleType | object, *, name: str, source: str = "test",
-                   version: str | None = None, strict: bool = False) -> PluginInfo:
+                   version: str | None = None, strict: bool = False, module: str | None = None,
+                   distribution: str | None = None) -> PluginInfo:
         """Register one plugin object (module or instance) and run its hooks.
 
         ``strict=True`` (built-ins) raises on any problem; otherwise problems are recorded on the
         plugin's :class:`PluginInfo` and the plugin's valid registrations are kept.
         """
         if version is None:
-            from . import __version__
+            version = str(getattr(obj, "__version__", "") or "") or _zoo_version()
+        modname = module or getattr(obj, "__name__", None) or type(obj).__name__
+        info = self._new_info(name, version, source, module=modname, distribution=distribution)
+        if info.name != name:  # name clash: recorded by _new_info
+            if strict:
+                raise PluginError(info.errors[-1], where=f"plugin {name}")
+            return info
 
-            version = __version__
-        info = self.plugins.setdefault(name, PluginInfo(name, version, source))
+        def problem(msg: str, exc: BaseException | None = None) -> None:
+            if strict:
+                raise PluginError(msg, where=f"plugin {name}",
+                                  fix="see the plugin author's guide, docs/PLUGINS.md") from exc
+            info.errors.append(msg)
+
         try:
             self.pm.register(obj, name=name)
         except Exception as exc:  # pluggy validation: bad hookimpl signature, duplicate object, ...
-            msg = f"could not register plugin: {type(exc).__name__}: {exc}"
-            if strict:
-                raise PluginError(msg, where=f"plugin {name}") from exc
-            info.errors.append(msg)
+            problem(f"could not register plugin: {type(exc).__name__}: {exc}", exc)
             return info
-        # misspelled hooks (check_pending, reported per plugin)
-        for hook_name in dir(obj):
-            if hook_name.startswith("register_") and hook_name not in FAMILY_HOOKS.values():
-                impl = getattr(obj, hook_name)
-                if callable(impl) and hasattr(impl, "zoo_impl"):
-                    hint = did_you_mean(hook_name, FAMILY_HOOKS.values())
-                    info.errors.append(f"unknown hook '{hook_name}'" + (f" ({hint})" if hint else ""))
+        for msg in self._hook_name_problems(obj):
+            problem(msg)
         for family, hook_name in FAMILY_HOOKS.items():
             for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
                 if impl.plugin is not obj:
                     continue
-                register = self._make_register(family, info, strict)
+                register = _Register(self, family, info, strict)
                 try:
                     # hooks only ever gain parameters: pass each implementation what it asks for
                     offered = {"register": register}
@@ -180,43 +258,41 @@ class Registry:
                 except PluginError:
                     if strict:
                         raise
-                except Exception as exc:  # noqa: BLE001
-                    if strict:
-                        raise
-                    info.errors.append(f"{hook_name} raised {type(exc).__name__}: {exc} "
-                                       f"({_last_frame(exc)})")
+                except Exception as exc:  # noqa: BLE001 - a hook may raise anything
+                    problem(f"{hook_name} raised {type(exc).__name__}: {exc} ({_last_frame(exc)})",
+                            exc)
+                finally:
+                    register.closed = True
+        if not info.components and not info.errors:
+            problem("the plugin registered no components: does it implement a hook such as "
+                    "register_attention(register) decorated with @zoo.hookimpl?")
         return info
 
-    def _make_register(self, family: str, info: PluginInfo, strict: bool):
-        base = FAMILY_BASES[family]
-
-        def register(name: str, component: Any, *, config: type | None = None) -> None:
-            where = f"plugin {info.name}, {FAMILY_HOOKS[family]}"
-            problem = None
-            if not isinstance(name, str) or not _NAME_RE.match(name):
-                problem = (f"invalid component name {name!r}: use lower-case letters, digits and "
-                           f"'_', starting with a letter")
-            elif not (isinstance(component, type) and issubclass(component, base)):
-                problem = (f"'{name}' must be a subclass of zoo.components.{base.__name__}, "
-                           f"got {component!r}")
-            elif config is not None and not (dataclasses.is_dataclass(config)
-                                             and isinstance(config, type)):
-                problem = f"config of '{name}' must be a dataclass type, got {config!r}"
-            elif name in self.components[family]:
-                other = self.components[family][name].plugin
-                problem = (f"duplicate {family} name '{name}': already registered by plugin "
-                           f"'{other}', now also by '{info.name}'")
-            if problem:
-                if strict:
-                    raise PluginError(problem, where=where, fix="rename the component or remove "
-                                      "one of the plugins")
-                info.errors.append(problem)
-                return
-            self.components[family][name] = Component(family, name, component, config,
-                                                      info.name, info.version)
-            info.components.append(f"{family}:{name}")
-
-        return register
+    def _hook_name_problems(self, obj: object) -> list[str]:
+        """Misspelled hook implementations and hook-like functions missing ``@zoo.hookimpl``."""
+        out = []
+        valid = set(FAMILY_HOOKS.values())
+        for caller in self.pm.get_hookcallers(obj) or []:
+            if caller.spec is None:  # pluggy would raise in check_pending()
+                hint = did_you_mean(caller.name, valid)
+                out.append(f"unknown hook '{caller.name}': zoo has no such hookspec"
+                           + (f" ({hint})" if hint else f"; valid hooks: {', '.join(sorted(valid))}"))
+        for attr in dir(obj):
+            if attr.startswith("_") or attr in ("register",):
+                continue
+            try:
+                fn = getattr(obj, attr)
+            except Exception:  # noqa: BLE001 - properties of odd plugin objects
+                continue
+            if not (inspect.isfunction(fn) or inspect.ismethod(fn)) or hasattr(fn, "zoo_impl"):
+                continue
+            if getattr(fn, "__module__", None) != getattr(obj, "__name__", getattr(fn, "__module__",
+                                                                                   None)):
+                continue  # imported helpers are not hooks
+            if attr in valid or (attr.startswith("register_") and did_you_mean(attr, valid)):
+                out.append(f"function '{attr}' looks like a hook but is not decorated with "
+                           f"@zoo.hookimpl, so zoo never calls it")
+        return out
 
     # ------------------------------------------------------------------ lookup
     def get(self, family: str, name: str, *, where: str | None = None) -> Component:
@@ -245,6 +321,178 @@ class Registry:
                 raise UnknownComponentError(f"unknown component family '{f}'", options=FAMILIES)
         return [c for f in fams for _, c in sorted(self.components[f].items())]
 
+    # ------------------------------------------------------------------ capabilities
+    def stack_components(self, spec, role: str) -> list[tuple[str, Component]]:
+        """``(spec field, component)`` for every component one stack of ``spec`` uses."""
+        st = spec.stack(role)
+        out = [(fld, self.get(fam, getattr(st, fld).kind)) for fld, fam in STACK_COMPONENTS]
+        out += [(f"mask[{i}]" if len(st.mask) > 1 else "mask", self.get("mask", m.kind))
+                for i, m in enumerate(st.mask)]
+        return out
+
+    def check_compatible(self, spec, role: str, src=None) -> None:
+        """Raise :class:`IncompatibleComponentsError` if the components of one stack cannot work
+        together.  ``src(field)`` names where a field's value came from (``decoder.attention`` when a
+        per-stack section set it); called once per stack by the spec parser."""
+        src = src or (lambda k: k)
+        st = spec.stack(role)
+        attn = self.get("attention", st.attention.kind)
+        pos = self.get("position", st.positions.kind)
+        caps = attn.capabilities
+        a = f"attention '{attn.name}' (plugin {attn.plugin})"
+
+        def kernels(flag):
+            return [c.name for c in self.list("attention") if getattr(c.capabilities, flag)]
+
+        if pos.cls.acts_on_scores and not caps.supports_bias:
+            raise IncompatibleComponentsError(
+                f"positions '{pos.name}' (plugin {pos.plugin}) adds a bias to the attention scores, "
+                f"but {a} cannot take a score bias", where=f"{src('attention')}.kind",
+                options=kernels("supports_bias"),
+                fix=f"change {src('attention')} to a kernel that accepts a bias (the options), or "
+                    f"{src('positions')} to a scheme that does not act on the scores (e.g. rope, "
+                    f"sinusoidal)")
+        masks = [self.get("mask", m.kind) for m in st.mask]
+        plain_causal = all(m.cls.is_causal for m in masks)
+        trivial = plain_causal or all(m.name == "bidirectional" for m in masks)
+        shown = [m.kind for m in st.mask]
+        if caps.causal_only and not plain_causal:
+            raise IncompatibleComponentsError(
+                f"{a} only supports a plain causal mask, but mask is {shown}",
+                where=f"{src('attention')}.kind", options=kernels("supports_mask"),
+                fix=f"set {src('mask')}: causal, or change {src('attention')} to one of the options")
+        if not caps.supports_mask:
+            if not trivial:
+                raise IncompatibleComponentsError(
+                    f"{a} supports only causal or no masking, but mask is {shown}",
+                    where=src("mask"), options=kernels("supports_mask"),
+                    fix=f"set {src('mask')}: causal or bidirectional, or change "
+                        f"{src('attention')} to one of the options")
+            if spec.pad_id is not None:
+                raise IncompatibleComponentsError(
+                    f"pad_id {spec.pad_id} makes zoo mask padding tokens, but {a} cannot take a "
+                    f"mask", where=f"{src('attention')}.kind", options=kernels("supports_mask"),
+                    fix=f"remove pad_id (and batch only equal-length sequences), or change "
+                        f"{src('attention')} to one of the options")
+
+    def check_runtime(self, spec, *, dtype: Any = None, device: Any = None) -> None:
+        """Raise :class:`IncompatibleComponentsError` if a component of ``spec`` does not declare
+        support for ``dtype`` (a ``torch.dtype`` or name; default: torch's default dtype) or the
+        type of ``device`` (default ``cpu``; the ``meta`` device is always fine)."""
+        import torch
+
+        dt = dtype if dtype is not None else torch.get_default_dtype()
+        dt_name = str(dt).replace("torch.", "")
+        dev = "cpu" if device is None else torch.device(device).type
+        for role in spec.roles:
+            prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
+            for fld, comp in self.stack_components(spec, role):
+                caps = comp.capabilities
+                kind = f"{comp.family} '{comp.name}' (plugin {comp.plugin})"
+                if dt_name in KNOWN_DTYPES and dt_name not in caps.dtypes:
+                    alts = [c.name for c in self.list(comp.family) if dt_name in c.capabilities.dtypes]
+                    raise IncompatibleComponentsError(
+                        f"{kind} declares dtypes {list(caps.dtypes)}, not {dt_name}",
+                        where=f"{prefix}{fld}", options=alts,
+                        fix=f"build with dtype={caps.dtypes[0]!r}, or choose a {comp.family} that "
+                            f"supports {dt_name}")
+                if dev != "meta" and dev not in caps.devices:
+                    alts = [c.name for c in self.list(comp.family) if dev in c.capabilities.devices]
+                    raise IncompatibleComponentsError(
+                        f"{kind} declares devices {list(caps.devices)}, not {dev}",
+                        where=f"{prefix}{fld}", options=alts,
+                        fix=f"build with device={caps.devices[0]!r}, or choose a {comp.family} "
+                            f"that runs on {dev}")
+
+    def require(self, spec, capability: str, purpose: str) -> None:
+        """Raise :class:`IncompatibleComponentsError` unless every attention kernel of ``spec``
+        declares ``capability`` (a :class:`~zoo.components.Capabilities` flag), e.g.
+        ``require(spec, "supports_kv_cache", "generation with a KV cache")``."""
+        if capability not in {f.name for f in dataclasses.fields(Capabilities)}:
+            raise ValueError(f"unknown capability {capability!r}")
+        for role in spec.roles:
+            prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
+            for fld, comp in self.stack_components(spec, role):
+                if not getattr(comp.capabilities, capability):
+                    alts = [c.name for c in self.list(comp.family)
+                            if getattr(c.capabilities, capability)]
+                    raise IncompatibleComponentsError(
+                        f"{purpose} needs {capability.replace('_', ' ')}, which {comp.family} "
+                        f"'{comp.name}' (plugin {comp.plugin}) does not declare",
+                        where=f"{prefix}{fld}", options=alts,
+                        fix=f"switch {prefix}{fld} to one of the options, e.g. "
+                            f"model.spec.replace({fld.split('[')[0]}={(alts or ['...'])[0]!r})")
+
+
+class _Register:
+    """The ``register`` callback handed to one hook call of one plugin."""
+
+    def __init__(self, reg: Registry, family: str, info: PluginInfo, strict: bool):
+        self.reg, self.family, self.info, self.strict = reg, family, info, strict
+        self.closed = False
+
+    def __call__(self, name: str, component: Any, *, config: type | None = None) -> None:
+        family, info = self.family, self.info
+        where = f"plugin {info.name}, {FAMILY_HOOKS[family]}"
+        problem = _registration_problem(self.reg, family, name, component, config, info.name)
+        if self.closed:
+            problem = (f"register({name!r}, ...) was called after {FAMILY_HOOKS[family]} returned; "
+                       f"register components inside the hook")
+        if problem:
+            if self.strict:
+                raise PluginError(problem, where=where, fix="rename the component or remove "
+                                  "one of the plugins" if "duplicate" in problem else None)
+            info.errors.append(problem)
+            return
+        self.reg.components[family][name] = Component(family, name, component, config,
+                                                      info.name, info.version)
+        info.components.append(f"{family}:{name}")
+
+
+def _registration_problem(reg: Registry, family: str, name: Any, component: Any, config: Any,
+                          plugin: str) -> str | None:
+    base = FAMILY_BASES[family]
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        return (f"invalid component name {name!r}: use lower-case letters, digits and '_', "
+                f"starting with a letter")
+    if not (isinstance(component, type) and issubclass(component, base)):
+        return f"'{name}' must be a subclass of zoo.components.{base.__name__}, got {component!r}"
+    if config is not None and not (dataclasses.is_dataclass(config) and isinstance(config, type)):
+        return f"config of '{name}' must be a dataclass type, got {config!r}"
+    caps = getattr(component, "capabilities", Capabilities())
+    if not isinstance(caps, Capabilities):
+        return (f"'{name}'.capabilities must be a zoo.components.Capabilities instance, got "
+                f"{type(caps).__name__}")
+    bad = [d for d in caps.dtypes if d not in KNOWN_DTYPES]
+    bad += [d for d in caps.devices if d not in KNOWN_DEVICES]
+    if bad or not caps.dtypes or not caps.devices:
+        return (f"'{name}'.capabilities lists unknown or no dtypes/devices {bad}: use dtypes from "
+                f"{list(KNOWN_DTYPES)} and devices from {list(KNOWN_DEVICES)}")
+    if name in reg.components[family]:
+        other = reg.components[family][name].plugin
+        return (f"duplicate {family} name '{name}': already registered by plugin '{other}', now "
+                f"also by '{plugin}'; the first registration is kept")
+    return None
+
+
+def _env_names(var: str) -> list[str]:
+    return [s.strip() for s in os.environ.get(var, "").split(",") if s.strip()]
+
+
+def _dist_name(dist: Any) -> str | None:
+    if dist is None:
+        return None
+    try:
+        return dist.name or dist.metadata["Name"]
+    except Exception:  # noqa: BLE001 - broken metadata
+        return None
+
+
+def _zoo_version() -> str:
+    from . import __version__
+
+    return __version__
+
 
 def _last_frame(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
@@ -270,6 +518,15 @@ def set_registry(registry: Registry | None) -> Registry | None:
     global _REGISTRY
     old, _REGISTRY = _REGISTRY, registry
     return old
+
+
+def reload_plugins() -> Registry:
+    """Rebuild the process-wide registry now (after installing a plugin, or changing the
+    ``ZOO_PLUGINS`` / ``ZOO_DISABLE_PLUGIN_AUTOLOAD`` environment); returns the new registry."""
+    global _REGISTRY
+    with _LOCK:
+        _REGISTRY = Registry()
+    return _REGISTRY
 
 
 def list_components(family: str | None = None) -> list[Component]:

@@ -592,24 +592,5 @@ def _check_stack(spec: ModelSpec, role: str, registry) -> None:
         raise SpecError("d_ff and head_dim must be positive", where=src("d_ff"))
     if st.num_layers > 4096 or st.head_dim > 65536:
         raise SpecError("unreasonably large stack", where=src("num_layers"))
-    attn = reg.get("attention", st.attention.kind)
-    pos = reg.get("position", st.positions.kind)
-    caps = attn.capabilities
-    if pos.cls.acts_on_scores and not caps.supports_bias:
-        raise IncompatibleComponentsError(
-            f"positions '{st.positions.kind}' adds a bias to the attention scores, but attention "
-            f"'{st.attention.kind}' does not accept a score bias", where=f"{src('attention')}.kind",
-            options=[c.name for c in reg.list("attention") if c.capabilities.supports_bias],
-            fix="pick an attention kernel that supports a bias, or other positions")
-    plain_causal = all(reg.get("mask", m.kind).cls.is_causal for m in st.mask)
-    if caps.causal_only and not plain_causal:
-        raise IncompatibleComponentsError(
-            f"attention '{st.attention.kind}' only supports a plain causal mask, but the mask is "
-            f"{[m.kind for m in st.mask]}", where=f"{src('attention')}.kind",
-            fix="use mask: causal with this kernel, or another attention kernel")
-    if not caps.supports_mask and not (plain_causal or all(m.kind == "bidirectional" for m in st.mask)):
-        raise IncompatibleComponentsError(
-            f"attention '{st.attention.kind}' supports only causal or no masking, but the mask is "
-            f"{[m.kind for m in st.mask]}", where=f"{src('mask')}",
-            fix="use mask: causal or bidirectional with this kernel, or another kernel")
+    reg.check_compatible(spec, role, src)  # capabilities: zoo.registry, once per stack
     del prefix
