@@ -159,8 +159,8 @@ def test_embedding_scaling():
     on = _model(scale_embeddings=True, positions="none")
     off = zoo.build(tiny(scale_embeddings=False, positions="none"), seed=0).eval()
     ids = torch.randint(1, 61, (1, 3))
-    assert torch.allclose(on.embed(ids, None, on.decoder.positions),
-                          off.embed(ids, None, off.decoder.positions) * 4.0)  # sqrt(16)
+    assert torch.allclose(on.embed(ids, None, on.tok_emb, on.decoder.positions),
+                          off.embed(ids, None, off.tok_emb, off.decoder.positions) * 4.0)  # sqrt(16)
 
 
 def test_max_len_exceeded_is_a_clear_error():

@@ -37,17 +37,18 @@ class Embeddings(nn.Module):
     """Token (+ segment) embeddings, scaled by sqrt(d_model) as in "Attention Is All You Need" when
     ``scale_embeddings``, plus embedding-level positions, an optional norm (BERT) and dropout."""
 
-    def __init__(self, spec: ModelSpec, stack: Stack, tokens: nn.Embedding, norm_factory=None):
+    def __init__(self, spec: ModelSpec, stack: Stack, norm_factory=None):
         super().__init__()
-        self.tokens = tokens
         self.types = nn.Embedding(spec.type_vocab_size, spec.d_model) if spec.type_vocab_size else None
         self.scale = math.sqrt(spec.d_model) if spec.scale_embeddings else 1.0
         self.norm = norm_factory() if (spec.embed_norm and norm_factory) else nn.Identity()
         self.drop = nn.Dropout(spec.dropout)
         self.embeds_positions = type(stack.positions).acts_on_embeddings
 
-    def forward(self, ids, pos, positions: nn.Module, token_type_ids=None):
-        x = self.tokens(ids)  # (B, T, D)
+    def forward(self, ids, pos, tokens: nn.Embedding, positions: nn.Module, token_type_ids=None):
+        """The token table is passed in (not owned) so one table can serve both stacks and the
+        tied output head without appearing twice in the state dict."""
+        x = tokens(ids)  # (B, T, D)
         if self.scale != 1.0:
             x = x * self.scale
         if self.types is not None:
@@ -117,7 +118,7 @@ class DecoderModel(ZooModel):
         self.spec = spec
         self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)
         self.decoder = make_stack(spec, "decoder", registry)
-        self.embed = Embeddings(spec, self.decoder, self.tok_emb, self._norm_factory("decoder", registry))
+        self.embed = Embeddings(spec, self.decoder, self._norm_factory("decoder", registry))
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         self.tie_weights()
 
@@ -136,7 +137,7 @@ class DecoderModel(ZooModel):
         if cache is not None and cache.length:
             offset = cache.key_pos[:, -1:] + 1  # (B|1, 1) next position of each row
         pos = positions_from_padding(pad, T, ids.device, offset)
-        x = self.embed(ids, pos, self.decoder.positions, token_type_ids)  # (B, T, D)
+        x = self.embed(ids, pos, self.tok_emb, self.decoder.positions, token_type_ids)  # (B, T, D)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, prefix_lengths=prefix_lengths)
         return x if return_hidden else self.lm_head(self._head_in(x))  # (B, T, V)
 
@@ -150,7 +151,7 @@ class EncoderModel(ZooModel):
         self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)
         self.encoder = make_stack(spec, "encoder", registry)
         norm = self._norm_factory("encoder", registry)
-        self.embed = Embeddings(spec, self.encoder, self.tok_emb, norm)
+        self.embed = Embeddings(spec, self.encoder, norm)
         head = spec.head
         self.lm_head = self.classifier = None
         self.transform = None
@@ -169,7 +170,7 @@ class EncoderModel(ZooModel):
         self._check_length(T, None, "ids")
         pad = self._key_padding(ids, attention_mask)
         pos = positions_from_padding(pad, T, ids.device)
-        x = self.embed(ids, pos, self.encoder.positions, token_type_ids)
+        x = self.embed(ids, pos, self.tok_emb, self.encoder.positions, token_type_ids)
         return self.encoder(x, pos, key_padding=pad), pad
 
     def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -209,8 +210,8 @@ class EncoderDecoderModel(ZooModel):
         self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)  # shared by both stacks
         self.encoder = make_stack(spec, "encoder", registry)
         self.decoder = make_stack(spec, "decoder", registry)
-        self.enc_embed = Embeddings(spec, self.encoder, self.tok_emb, self._norm_factory("encoder", registry))
-        self.dec_embed = Embeddings(spec, self.decoder, self.tok_emb, self._norm_factory("decoder", registry))
+        self.enc_embed = Embeddings(spec, self.encoder, self._norm_factory("encoder", registry))
+        self.dec_embed = Embeddings(spec, self.decoder, self._norm_factory("decoder", registry))
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
         self.tie_weights()
 
@@ -223,7 +224,7 @@ class EncoderDecoderModel(ZooModel):
         self._check_length(S, None, "src_ids")
         pad = self._key_padding(src_ids, src_mask)
         pos = positions_from_padding(pad, S, src_ids.device)
-        x = self.enc_embed(src_ids, pos, self.encoder.positions)
+        x = self.enc_embed(src_ids, pos, self.tok_emb, self.encoder.positions)
         memory = self.encoder(x, pos, key_padding=pad)
         if pad is not None and bool(pad.all()):
             pad = None
@@ -237,7 +238,7 @@ class EncoderDecoderModel(ZooModel):
         pad = self._key_padding(tgt_ids, tgt_mask)
         offset = cache.key_pos[:, -1:] + 1 if (cache is not None and cache.length) else None
         pos = positions_from_padding(pad, T, tgt_ids.device, offset)
-        x = self.dec_embed(tgt_ids, pos, self.decoder.positions)
+        x = self.dec_embed(tgt_ids, pos, self.tok_emb, self.decoder.positions)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, memory=memory,
                          memory_padding=memory_padding)
         return x if return_hidden else self.lm_head(self._head_in(x))

@@ -1,0 +1,124 @@
+"""The registry: built-ins registered through hooks, duplicates, unknown names, and a build of every
+registered component."""
+import dataclasses
+import types
+
+import pytest
+import torch
+
+import zoo
+from zoo.components import AttentionKernel
+from zoo.registry import Registry
+
+from helpers import tiny
+
+
+def test_builtins_registered_through_hooks_with_owner():
+    comps = {(c.family, c.name): c for c in zoo.list_components()}
+    assert comps[("attention", "sdpa")].plugin == "zoo.attention_sdpa"
+    assert comps[("attention", "sdpa")].version == zoo.__version__
+    for fam, name in [("attention", "eager"), ("attention", "naive"), ("mask", "causal"),
+                      ("mask", "prefix"), ("mask", "sliding_window"), ("mask", "bidirectional"),
+                      ("position", "sinusoidal"), ("position", "learned"), ("position", "none"),
+                      ("norm", "layernorm"), ("norm", "batchnorm"), ("placement", "pre"),
+                      ("placement", "post"), ("ffn", "mlp")]:
+        assert (fam, name) in comps
+    assert all(c.family == "mask" for c in zoo.list_components("mask"))
+    with pytest.raises(zoo.UnknownComponentError, match="valid options: attention"):
+        zoo.list_components("attentoin")
+
+
+def _plugin(name, kind="attention", comp_name="dup"):
+    mod = types.ModuleType(name)
+
+    class K(AttentionKernel):
+        def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+            return q, None
+
+    @zoo.hookimpl
+    def register_attention(register):
+        register(comp_name, K)
+
+    mod.register_attention = register_attention
+    return mod
+
+
+def test_duplicate_name_names_both_plugins():
+    reg = Registry(entry_points=False)
+    reg.add_plugin(_plugin("first"), name="first")
+    info = reg.add_plugin(_plugin("second"), name="second")
+    assert not info.ok
+    assert "already registered by plugin 'first', now also by 'second'" in info.errors[0]
+    assert reg.get("attention", "dup").plugin == "first"  # the first registration stands
+    info = reg.add_plugin(_plugin("third", comp_name="sdpa"), name="third")
+    assert "already registered by plugin 'zoo.attention_sdpa'" in info.errors[0]
+    with pytest.raises(zoo.PluginError, match="duplicate"):
+        reg.add_plugin(_plugin("strict", comp_name="eager"), name="strict", strict=True)
+
+
+def test_unknown_name_lists_options_and_suggests():
+    with pytest.raises(zoo.UnknownComponentError) as info:
+        zoo.get_registry().get("position", "sinusodal", where="positions.kind")
+    msg = str(info.value)
+    assert msg.startswith("positions.kind: no position named 'sinusodal'")
+    assert "learned" in msg and "none" in msg and "did you mean 'sinusoidal'" in msg
+
+
+def test_bad_registrations_are_recorded_not_fatal():
+    mod = types.ModuleType("bad")
+
+    @zoo.hookimpl
+    def register_attention(register):
+        register("Bad Name", AttentionKernel)
+        register("notamodule", object)
+        register("fine", AttentionKernel)
+
+    @zoo.hookimpl
+    def register_norms(register):
+        raise RuntimeError("boom")
+
+    mod.register_attention, mod.register_norms = register_attention, register_norms
+    reg = Registry(entry_points=False)
+    info = reg.add_plugin(mod, name="bad")
+    text = " | ".join(info.errors)
+    assert "invalid component name 'Bad Name'" in text
+    assert "must be a subclass of zoo.components.AttentionKernel" in text
+    assert "register_norms raised RuntimeError: boom" in text
+    assert reg.get("attention", "fine").plugin == "bad"
+
+
+def _every_component():
+    out = []
+    for c in zoo.list_components():
+        if c.family == "tokenizer":
+            continue
+        if any(v is dataclasses.MISSING for v in c.params().values()):
+            continue  # needs explicit params: covered by the conformance kit
+        out.append(pytest.param(c.family, c.name, id=f"{c.family}:{c.name}"))
+    return out
+
+
+FIELD = {"attention": "attention", "mask": "mask", "position": "positions", "norm": "norm",
+         "ffn": "ffn"}
+
+
+@pytest.mark.parametrize("family,name", _every_component())
+def test_every_component_builds_runs_forward_and_backward(family, name):
+    if family == "placement":
+        spec = tiny(norm={"kind": "layernorm", "placement": name})
+    elif family == "norm":
+        spec = tiny(norm={"kind": name})
+    else:
+        spec = tiny(**{FIELD[family]: name})
+    comp = zoo.get_registry().get(family, name)
+    if family == "attention" and not comp.capabilities.supports_bias:
+        spec["positions"] = "sinusoidal"
+    model = zoo.build(spec, seed=0).train()
+    ids = torch.randint(1, 61, (2, 6))
+    logits = model(ids)
+    assert logits.shape == (2, 6, 61)
+    assert torch.isfinite(logits).all()
+    logits.logsumexp(-1).mean().backward()
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    assert any(g.abs().sum() > 0 for g in grads)
