@@ -1,0 +1,233 @@
+"""Generation: the KV cache changes nothing but speed (every position scheme, mask and preset), padded
+batches equal one-by-one runs, sampling is reproducible, stop tokens, streaming, text in/out."""
+import pytest
+import torch
+
+import zoo
+from zoo.generate import left_pad, pick_next, stream
+from zoo.registry import get_registry
+from zoo.tokenizers import tokenizer
+
+SMALL = dict(vocab_size=96, d_model=32, num_heads=4, d_ff=64, max_len=64)
+
+
+def spiky(model, std=0.1, seed=0):
+    """Random weights large enough that greedy decoding varies from step to step (the default
+    0.02 init gives near-uniform logits and a model that repeats one token; models under test are
+    also untied, since a tied head mostly echoes the last token)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model.eval()
+
+
+def small(preset="gpt_tiny", **over):
+    kw = dict(SMALL, num_layers=2, tie_embeddings=False)
+    if preset == "t5_tiny":
+        kw.pop("num_layers")
+        kw["decoder"] = {"num_layers": 2, "mask": "causal"}
+        kw["encoder"] = {"num_layers": 2, "mask": "bidirectional"}
+    kw.update(over)
+    return spiky(zoo.build(preset, seed=0, **kw))
+
+
+POSITIONS = get_registry().names("position")
+MASKS = [
+    "causal",
+    ["causal", {"kind": "sliding_window", "window": 3}],
+    {"kind": "prefix", "length": 2},
+]
+
+
+def prompts(B=2, T=6, vocab=96, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (B, T), generator=g)
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+@pytest.mark.parametrize("mask", MASKS, ids=["causal", "causal+window3", "prefix2"])
+def test_cache_equals_no_cache_decoder(positions, mask):
+    model = small(positions=positions, mask=mask)
+    ids = prompts()
+    with_cache = model.generate(ids, 12)
+    without = model.generate(ids, 12, use_cache=False)
+    assert torch.equal(with_cache, without)
+    assert with_cache.shape == (2, 18)
+    assert len(set(with_cache[0, 6:].tolist())) > 1  # the test model does not just repeat a token
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_cache_equals_no_cache_encoder_decoder(positions):
+    model = small("t5_tiny", positions=positions)
+    src = prompts(T=7)
+    src[1, -2:] = 0  # padding in the source (pad_id 0)
+    a = model.generate(src, 10, decoder_start_id=1)
+    b = model.generate(src, 10, decoder_start_id=1, use_cache=False)
+    assert torch.equal(a, b)
+    assert a.shape == (2, 11) and bool((a[:, 0] == 1).all())
+
+
+@pytest.mark.parametrize("preset", zoo.list_presets())
+def test_cache_equals_no_cache_every_preset(preset):
+    spec = zoo.spec(preset)
+    if spec.arch == "encoder":
+        with pytest.raises(zoo.ZooError, match="fill_mask"):
+            zoo.build(preset, num_layers=1).generate(prompts(), 2)
+        return
+    over = {"num_layers": 2} if spec.arch == "decoder" else {}
+    over["tie_embeddings"] = False
+    model = spiky(zoo.build(preset, seed=0, **over))
+    ids = prompts(vocab=spec.vocab_size)
+    a = model.generate(ids, 8)
+    assert torch.equal(a, model.generate(ids, 8, use_cache=False))
+
+
+def test_cache_logits_equal_full_forward_step_by_step():
+    """Under the cache, every step's logits equal the full forward's last position (not only argmax)."""
+    for positions in POSITIONS:
+        model = small(positions=positions, mask=MASKS[1])
+        ids = prompts(B=1, T=10)
+        full = model(ids)  # (1, T, V)
+        cache = model.new_cache()
+        model(ids[:, :4], cache=cache)
+        for t in range(4, 10):
+            step = model(ids[:, t:t + 1], cache=cache)
+            torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_padded_batch_equals_one_by_one(positions):
+    model = small(positions=positions, mask=MASKS[1])
+    rows = [[5, 9, 14], [7, 3, 22, 41, 8, 19], [60, 2]]
+    batch = model.generate(rows, 9)  # left-padded inside
+    assert batch.shape == (3, 6 + 9)
+    for i, r in enumerate(rows):
+        alone = model.generate(r, 9)
+        assert batch[i, 6 - len(r):].tolist() == alone[0].tolist()
+        assert batch[i, 6:].tolist() == alone[0, len(r):].tolist()
+
+
+def test_padded_batch_encoder_decoder_equals_one_by_one():
+    model = small("t5_tiny", positions="t5_relative")
+    rows = [[5, 9, 14], [7, 3, 22, 41, 8, 19]]
+    batch = model.generate(rows, 7, decoder_start_id=2)
+    for i, r in enumerate(rows):
+        assert batch[i].tolist() == model.generate(r, 7, decoder_start_id=2)[0].tolist()
+
+
+def test_sampling_reproducible_and_seed_dependent():
+    model = small(positions="rope")
+    ids = prompts()
+    a = model.generate(ids, 16, do_sample=True, temperature=1.3, top_k=20, top_p=0.95, seed=7)
+    b = model.generate(ids, 16, do_sample=True, temperature=1.3, top_k=20, top_p=0.95, seed=7)
+    c = model.generate(ids, 16, do_sample=True, temperature=1.3, top_k=20, top_p=0.95, seed=8)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    greedy = model.generate(ids, 16)
+    assert torch.equal(model.generate(ids, 16, do_sample=True, top_k=1, seed=3), greedy)
+    assert torch.equal(model.generate(ids, 16, do_sample=True, top_p=1e-6, seed=3), greedy)
+
+
+def test_pick_next_filters():
+    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]])
+    g = torch.Generator().manual_seed(0)
+    seen = {int(pick_next(logits, do_sample=True, top_k=2, generator=g)) for _ in range(200)}
+    assert seen == {0, 1}
+    # top_p: p(0)=0.64, p(0)+p(1)=0.88 -> top_p=0.8 keeps exactly {0, 1}
+    seen = {int(pick_next(logits, do_sample=True, top_p=0.8, generator=g)) for _ in range(300)}
+    assert seen == {0, 1}
+    # a low temperature is (almost) greedy, a high one reaches the tail
+    assert {int(pick_next(logits, do_sample=True, temperature=0.05, generator=g))
+            for _ in range(50)} == {0}
+    assert 4 in {int(pick_next(logits, do_sample=True, temperature=50.0, generator=g))
+                 for _ in range(300)}
+
+
+def test_stop_tokens_and_padding_after_stop():
+    model = small(positions="learned")
+    ids = prompts()
+    free = model.generate(ids, 12)
+    stop = int(free[0, 6 + 3])  # the 4th new token of row 0
+    out = model.generate(ids, 12, stop_tokens=[stop], pad_id=0)
+    row = out[0, 6:].tolist()
+    k = row.index(stop)
+    assert k <= 3 and row[:k + 1] == free[0, 6:6 + k + 1].tolist()
+    assert all(t == 0 for t in row[k + 1:])
+    # when every row has stopped the output is shorter
+    both = model.generate(ids[:1], 12, stop_tokens=stop)
+    assert both.shape[1] == 6 + k + 1
+
+
+def test_stream_yields_the_same_tokens():
+    model = small(positions="alibi")
+    ids = prompts()
+    steps = list(stream(model, ids, 10))
+    assert len(steps) == 10 and steps[0].shape == (2,)
+    assert torch.equal(torch.stack(steps, 1), model.generate(ids, 10)[:, 6:])
+    it = model.generate(ids, 10, stream_tokens=True)
+    assert torch.equal(next(iter(it)), steps[0])
+
+
+def test_text_in_text_out_chinese_byte_tokenizer():
+    tok = tokenizer("byte")
+    model = small(positions="rope", vocab_size=tok.vocab_size)
+    model.tokenizer = tok
+    text = model.generate("今天天气", 12, stop_tokens=[])
+    ids = model.generate(tok.encode("今天天气"), 12)
+    assert text == tok.decode(ids[0, len(tok.encode("今天天气")):].tolist(), skip_special=True)
+    pieces = list(model.generate("今天天气", 12, stream_tokens=True, stop_tokens=[]))
+    assert "".join(pieces) == text
+    assert all(p for p in pieces)
+
+
+def test_text_streaming_holds_back_partial_utf8():
+    """A Chinese character arrives as three byte tokens; the stream never shows half of it."""
+    tok = tokenizer("byte")
+    model = small(positions="rope", vocab_size=tok.vocab_size)
+    target = "天气很好".encode("utf-8")
+    # make the model emit `target` byte by byte: force the logits with a hook on the LM head
+    state = {"i": 0}
+
+    def force(mod, inp, out):
+        out = out.clone()
+        out[..., :] = -1e4
+        out[..., target[min(state["i"], len(target) - 1)]] = 1e4
+        state["i"] += 1
+        return out
+
+    h = model.lm_head.register_forward_hook(force)
+    try:
+        pieces = list(zoo.generate.stream_text(model, "今天", len(target), tokenizer=tok,
+                                               stop_tokens=[]))
+    finally:
+        h.remove()
+    assert "".join(pieces) == "天气很好"
+    assert all("\ufffd" not in p for p in pieces) and len(pieces) == 4
+
+
+def test_char_tokenizer_text_generation_batch():
+    tok = tokenizer("char", text="床前明月光疑是地上霜举头望明月低头思故乡")
+    model = small(positions="sinusoidal", vocab_size=tok.vocab_size)
+    outs = model.generate(["床前", "举头望"], 5, tokenizer=tok, stop_tokens=[])
+    assert isinstance(outs, list) and len(outs) == 2 and all(len(o) == 5 for o in outs)
+    assert outs[0] == model.generate("床前", 5, tokenizer=tok, stop_tokens=[])
+
+
+def test_left_pad_and_errors():
+    ids, mask = left_pad([[1, 2], [3]], pad_id=0)
+    assert ids.tolist() == [[1, 2], [0, 3]] and mask.tolist() == [[True, True], [False, True]]
+    model = small()
+    with pytest.raises(zoo.ZooError, match="temperature"):
+        model.generate([1, 2], 3, do_sample=True, temperature=0.0)
+    with pytest.raises(zoo.ZooError, match="top_p"):
+        model.generate([1, 2], 3, do_sample=True, top_p=1.5)
+    with pytest.raises(zoo.ZooError, match="max_len"):
+        model.generate([1, 2], 200)
+    with pytest.raises(zoo.ZooError, match="vocab"):
+        model.generate([1, 500], 3)
+    with pytest.raises(zoo.ZooError, match="left-padded"):
+        model.generate(torch.tensor([[1, 2]]), 3, attention_mask=torch.tensor([[1, 0]]))
+    with pytest.raises(zoo.TokenizerError, match="tokenizer"):
+        model.generate("hello", 3)
+    assert model.generate([1, 2], 0).tolist() == [[1, 2]]
