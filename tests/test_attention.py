@@ -120,3 +120,20 @@ def test_multihead_parameter_count_independent_of_heads():
     assert len(counts) == 1
     d = 128
     assert counts.pop() == 4 * (4 * d * d + 4 * d)  # 4 layers x (Wq, Wk, Wv, Wo + biases)
+
+
+@pytest.mark.parametrize("d_k", [4, 64, 1024])
+def test_why_divide_by_sqrt_dk(d_k):
+    """Seed: q·k of unit-variance vectors has std sqrt(d_k); scaling brings it back to ~1 and keeps
+    softmax out of saturation (its Jacobian p(1-p) stays large)."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(20000, d_k, generator=g), torch.randn(20000, d_k, generator=g)
+    std = (q * k).sum(-1).std().item()
+    assert abs(std / math.sqrt(d_k) - 1) < 0.05
+    qs, ks = torch.randn(1, 1, 1, d_k, generator=g), torch.randn(1, 1, 6, d_k, generator=g)
+    vs = torch.randn(1, 1, 6, 3, generator=g)
+    _, w_scaled = kernel("eager", d_k, 1)(qs, ks, vs, need_weights=True)
+    _, w_raw = kernel("eager", d_k, 1, scale=1.0)(qs, ks, vs, need_weights=True)
+    if d_k >= 64:
+        assert (w_raw * (1 - w_raw)).max() < (w_scaled * (1 - w_scaled)).max()
+        assert w_raw.max() > w_scaled.max()  # unscaled: closer to one-hot
