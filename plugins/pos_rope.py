@@ -78,9 +78,9 @@ class Rope(PositionScheme):
 
     def rotate(self, q, k, state):
         cos, sin = state
-        return self._apply(q, cos, sin), self._apply(k, cos, sin)
+        return self._rotate_one(q, cos, sin), self._rotate_one(k, cos, sin)
 
-    def _apply(self, x, cos, sin):
+    def _rotate_one(self, x, cos, sin):
         r = self.rot_dim
         xr = rotate(x[..., :r].float(), cos, sin, self.config.interleaved).to(x.dtype)
         return xr if r == x.size(-1) else torch.cat([xr, x[..., r:]], dim=-1)  # (B, h, T, hd)
