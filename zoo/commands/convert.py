@@ -1,0 +1,31 @@
+"""``zoo convert HF_DIR OUT_DIR``: a Hugging Face ``save_pretrained`` folder -> a zoo checkpoint."""
+import json
+
+import click
+
+
+@click.command("convert")
+@click.argument("hf_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--attention", default="sdpa", show_default=True,
+              help="zoo attention kernel of the converted model (sdpa, eager, ...).")
+@click.option("--dtype", default=None, help="Convert the weights (float32, bfloat16, ...); default: as stored.")
+@click.option("--no-tokenizer", is_flag=True, help="Do not store HF_DIR/tokenizer.json in the checkpoint.")
+def command(hf_dir, out_dir, attention, dtype, no_tokenizer):
+    """Convert HF_DIR (config.json + *.safetensors of a GPT-2, BERT, Llama or T5 model, written by
+    save_pretrained) into a zoo checkpoint in OUT_DIR (model.safetensors + spec.yaml).  Offline; the
+    transformers library is not needed.  A tokenizer.json beside the weights travels inside the
+    checkpoint (model.tokenizer after zoo.load)."""
+    import zoo
+    from zoo.convert import from_pretrained
+
+    model = from_pretrained(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer)
+    info = model.convert_info
+    path = zoo.save(model, out_dir, metadata={"converted_from": json.dumps(info)})
+    n = sum(p.numel() for p in model.parameters())
+    click.echo(f"converted {info['model_type']} ({', '.join(info.get('architectures') or []) or 'model'}) "
+               f"-> {path}  [{n:,} parameters, spec {model.spec.name}]")
+    if getattr(model, "tokenizer", None) is not None:
+        click.echo("tokenizer: tokenizer.json stored in the checkpoint")
+    if info["dropped"]:
+        click.echo(f"dropped (unused by the outputs): {', '.join(info['dropped'])}")
