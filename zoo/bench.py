@@ -1,0 +1,362 @@
+"""Benchmarks: how fast is this model, here, and how close to the hardware's limit?
+
+``zoo bench SPEC_OR_CHECKPOINT`` (and :func:`bench` in code) times three things a user cares about:
+
+- **forward**: one batch of ``(B, T)`` random token ids through the model, in eval mode, no grad;
+- **generate**: greedy decoding with the KV cache, ``new_tokens`` after a ``prompt_len`` prompt
+  (decoder and encoder-decoder models);
+- **train**: one AdamW step (forward, cross-entropy, backward, optimizer step) in train mode.
+
+Every timing follows the same protocol: a few warm-up calls (first calls allocate memory, pick
+kernels and, under ``torch.compile``, compile), then ``repeats`` timed calls, each bracketed by a
+device synchronisation.  We report the **median** (robust to a noisy neighbour on a shared machine)
+and the **spread** ``(p75 - p25) / median`` so you can see whether a number can be trusted.
+
+Throughput is reported three ways: tokens/s; achieved GFLOP/s, where the FLOPs of one call are
+*counted* by PyTorch's ``FlopCounterMode`` on the real model (so plugins with unusual shapes are
+counted correctly; attention counts the full ``Tq x Tk`` product, the usual convention); and the
+fraction of a **matmul peak measured in the same run** (the best of several large square matmuls in
+the model's dtype on the model's device).  A forward at 70-80% of that peak is as good as PyTorch
+gets on a CPU; a small model at 10% is dominated by per-op overhead, not by arithmetic.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .errors import ZooError
+
+
+# ---------------------------------------------------------------------- timing
+def synchronize(device: torch.device | str) -> None:
+    """Wait for queued kernels (CUDA runs asynchronously; the CPU does not)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
+
+
+@dataclass
+class Timing:
+    """Seconds per call over ``repeats`` timed calls."""
+
+    times: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def spread(self) -> float:
+        """Inter-quartile range relative to the median (0.05 = the middle half lies within 5%)."""
+        if len(self.times) < 4:
+            return (max(self.times) - min(self.times)) / self.median if self.median else 0.0
+        q = statistics.quantiles(self.times, n=4)
+        return (q[2] - q[0]) / self.median if self.median else 0.0
+
+
+def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 10,
+            device: torch.device | str = "cpu", min_time: float = 0.0) -> Timing:
+    """Call ``fn`` ``warmup`` times, then time ``repeats`` calls (each synchronised).
+
+    ``min_time``: keep timing past ``repeats`` until this many seconds were spent (short calls get
+    more samples)."""
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < repeats or spent < min_time:
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        spent += dt
+        if len(times) >= 10 * max(repeats, 1):
+            break
+    return Timing(times)
+
+
+def matmul_peak(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                n: int | None = None, repeats: int = 5) -> float:
+    """Measured peak of a large square ``n x n`` matmul in GFLOP/s (the best of ``repeats``).
+
+    The yardstick for "fraction of peak": the same device, dtype and thread count as the model."""
+    dev = torch.device(device)
+    if n is None:
+        n = 2048 if dev.type == "cpu" else 8192
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    b = torch.randn(n, n, device=dev, dtype=dtype)
+    t = time_fn(lambda: a @ b, warmup=1, repeats=repeats, device=dev)
+    return 2 * n ** 3 / t.min / 1e9
+
+
+def count_flops(fn: Callable[[], Any]) -> int:
+    """FLOPs of one call of ``fn``, counted by ``torch.utils.flop_counter.FlopCounterMode``."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
+# ---------------------------------------------------------------------- inputs and steps
+def model_device(model: torch.nn.Module) -> torch.device:
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device("cpu")
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    p = next((p for p in model.parameters() if p.is_floating_point()), None)
+    return p.dtype if p is not None else torch.float32
+
+
+def random_ids(spec, batch: int, length: int, device, generator: torch.Generator | None = None):
+    """``(batch, length)`` token ids avoiding the pad id (so no padding mask is built)."""
+    lo = 1 if spec.pad_id == 0 else 0
+    ids = torch.randint(lo, spec.vocab_size, (batch, length), generator=generator)
+    if spec.pad_id is not None and spec.pad_id > 0:
+        ids[ids == spec.pad_id] = (spec.pad_id + 1) % spec.vocab_size
+    return ids.to(device)
+
+
+def forward_fn(model, spec, ids: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """A no-argument callable running one forward of ``model`` on ``ids``."""
+    if spec.arch == "encoder_decoder":
+        return lambda: model(ids, ids)
+    return lambda: model(ids)
+
+
+def loss_of(out: torch.Tensor, spec, ids: torch.Tensor) -> torch.Tensor:
+    """A cross-entropy loss for any head: next-token / MLM logits ``(B, T, V)`` against ``ids``,
+    classifier logits ``(B, L)`` against label 0, hidden states against zero (mean square)."""
+    import torch.nn.functional as F
+
+    if out.dim() == 3 and out.size(-1) == spec.vocab_size:
+        return F.cross_entropy(out.flatten(0, 1).float(), ids.flatten())
+    if out.dim() == 2:
+        return F.cross_entropy(out.float(), torch.zeros(out.size(0), dtype=torch.long,
+                                                        device=out.device))
+    return out.float().pow(2).mean()
+
+
+def train_step_fn(model, spec, ids: torch.Tensor, lr: float = 1e-4):
+    """A callable running one AdamW step (forward, loss, backward, step) on ``ids``."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = params[0].device.type == "cuda" if params else False
+    opt = torch.optim.AdamW(params, lr=lr, fused=fused) if fused else torch.optim.AdamW(params, lr=lr)
+    fwd = forward_fn(model, spec, ids)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(fwd(), spec, ids)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+@torch.no_grad()
+def greedy(model, prompt: torch.Tensor, new_tokens: int, src: torch.Tensor | None = None):
+    """Greedy decoding with the KV cache: ``prompt (B, P) -> (B, P + new_tokens)``.
+
+    Uses ``model.generate`` when the model has one (zoo's generation API), else a minimal loop over
+    ``model(ids, cache=...)`` (decoder) or ``model.decode`` (encoder-decoder)."""
+    if hasattr(model, "generate"):
+        try:
+            if src is not None:
+                return model.generate(src, max_new_tokens=new_tokens, do_sample=False)
+            return model.generate(prompt, max_new_tokens=new_tokens, do_sample=False)
+        except TypeError:
+            pass  # an older/other generate signature: fall back to the plain loop
+    cache = model.new_cache()
+    if src is not None:
+        memory, mem_pad = model.encode(src)
+        logits = model.decode(prompt, memory, mem_pad, cache=cache)
+    else:
+        logits = model(prompt, cache=cache)
+    out = [prompt]
+    for i in range(new_tokens):
+        nxt = logits[:, -1].argmax(-1, keepdim=True)  # (B, 1)
+        out.append(nxt)
+        if i + 1 == new_tokens:
+            break
+        logits = model.decode(nxt, memory, mem_pad, cache=cache) if src is not None else \
+            model(nxt, cache=cache)
+    return torch.cat(out, dim=1)
+
+
+# ---------------------------------------------------------------------- the benchmark
+@dataclass
+class Result:
+    """One timed task.  ``tokens``: tokens processed (or generated) per call."""
+
+    task: str
+    shape: str
+    median_s: float
+    min_s: float
+    spread: float
+    tokens: int
+    flops: int | None = None
+    peak_gflops: float | None = None
+    repeats: int = 0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.median_s
+
+    @property
+    def gflops(self) -> float | None:
+        return None if self.flops is None else self.flops / self.median_s / 1e9
+
+    @property
+    def fraction_of_peak(self) -> float | None:
+        g = self.gflops
+        return None if g is None or not self.peak_gflops else g / self.peak_gflops
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tokens_per_s=self.tokens_per_s, gflops=self.gflops,
+                 fraction_of_peak=self.fraction_of_peak)
+        return d
+
+
+@dataclass
+class Report:
+    model: str
+    device: str
+    dtype: str
+    threads: int
+    parameters: int
+    peak_gflops: float
+    compiled: bool = False
+    results: list[Result] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k != "results"}
+        d["results"] = [r.to_dict() for r in self.results]
+        return d
+
+    def table(self) -> str:
+        """A plain-text table, one row per task."""
+        head = (f"{self.model}: {self.parameters:,} parameters on {self.device} ({self.dtype}, "
+                f"{self.threads} threads{', torch.compile' if self.compiled else ''}); "
+                f"matmul peak {self.peak_gflops:,.1f} GFLOP/s")
+        rows = [("task", "shape", "median", "spread", "tokens/s", "GFLOP/s", "% peak")]
+        for r in self.results:
+            rows.append((r.task, r.shape, _fmt_time(r.median_s), f"±{100 * r.spread / 2:.1f}%",
+                         f"{r.tokens_per_s:,.0f}",
+                         "-" if r.gflops is None else f"{r.gflops:,.1f}",
+                         "-" if r.fraction_of_peak is None else f"{100 * r.fraction_of_peak:.0f}%"))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = [head]
+        for j, row in enumerate(rows):
+            lines.append("  " + "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                                          for i, (c, w) in enumerate(zip(row, widths))))
+            if j == 0:
+                lines.append("  " + "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def _fmt_time(s: float) -> str:
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s * 1e6:.0f} us"
+
+
+def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_len: int = 32,
+          new_tokens: int = 64, train_batch: int | None = None, warmup: int = 2, repeats: int = 10,
+          tasks: tuple[str, ...] = ("forward", "generate", "train"), compile: bool = False,
+          peak: float | None = None, name: str | None = None, seed: int = 0) -> Report:
+    """Time ``tasks`` on ``model`` (on its current device and dtype) and return a :class:`Report`.
+
+    ``seq_len`` is clipped to the spec's ``max_len``.  ``compile=True`` wraps the model in
+    ``torch.compile`` (compilation happens in an untimed first call).  The training step updates
+    ``model``'s weights in place: benchmark a throw-away model.
+    """
+    spec = getattr(model, "spec", None)
+    if spec is None:
+        raise ZooError("the model has no zoo spec", where="model",
+                       fix="benchmark models built by zoo.build / zoo.load")
+    unknown = set(tasks) - {"forward", "generate", "train"}
+    if unknown:
+        raise ZooError(f"unknown task(s) {sorted(unknown)}", where="tasks",
+                       options=["forward", "generate", "train"])
+    dev, dt = model_device(model), model_dtype(model)
+    T = min(seq_len, spec.max_len)
+    gen = torch.Generator().manual_seed(seed)
+    if peak is None:
+        peak = matmul_peak(dev, dt)
+    report = Report(model=name or spec.name, device=str(dev), dtype=str(dt).replace("torch.", ""),
+                    threads=torch.get_num_threads(), parameters=model.num_parameters()
+                    if hasattr(model, "num_parameters") else sum(p.numel() for p in model.parameters()),
+                    peak_gflops=peak, compiled=compile)
+    run = torch.compile(model) if compile else model
+    was_training = model.training
+    try:
+        if "forward" in tasks:
+            model.eval()
+            ids = random_ids(spec, batch, T, dev, gen)
+            fwd = forward_fn(run, spec, ids)
+            with torch.inference_mode():
+                fwd()  # compile (if any) outside the FLOP counter
+                flops = count_flops(forward_fn(model, spec, ids))
+                t = time_fn(fwd, warmup=warmup, repeats=repeats, device=dev)
+            n_tok = batch * T * (2 if spec.arch == "encoder_decoder" else 1)
+            report.results.append(Result("forward", f"{batch}x{T}", t.median, t.min, t.spread, n_tok,
+                                         flops, peak, len(t.times)))
+        if "generate" in tasks and spec.arch != "encoder":
+            model.eval()
+            P = max(1, min(prompt_len, spec.max_len - new_tokens))
+            n_new = min(new_tokens, spec.max_len - P)
+            prompt = random_ids(spec, batch, P, dev, gen)
+            src = prompt if spec.arch == "encoder_decoder" else None
+            g = (lambda: greedy(model, prompt[:, :1], n_new, src)) if src is not None else \
+                (lambda: greedy(model, prompt, n_new))
+            t = time_fn(g, warmup=max(1, warmup // 2), repeats=max(3, repeats // 2), device=dev)
+            report.results.append(Result("generate", f"{batch}x{P}+{n_new}", t.median, t.min,
+                                         t.spread, batch * n_new, None, peak, len(t.times)))
+        if "train" in tasks:
+            model.train()
+            tb = train_batch or max(batch, 8)
+            ids = random_ids(spec, tb, T, dev, gen)
+            step = train_step_fn(run, spec, ids)
+            step()  # allocate optimizer state (and compile) outside the counter
+            flops = count_flops(train_step_fn(model, spec, ids))  # the step's matmuls, fwd + bwd
+            t = time_fn(step, warmup=warmup, repeats=max(3, repeats // 2), device=dev)
+            n_tok = tb * T * (2 if spec.arch == "encoder_decoder" else 1)
+            report.results.append(Result("train", f"{tb}x{T}", t.median, t.min, t.spread, n_tok,
+                                         flops, peak, len(t.times)))
+    finally:
+        model.train(was_training)
+    return report
+
+
+def load_for_bench(source: str, *, device: Any = None, dtype: Any = None, seed: int = 0,
+                   overrides: dict | None = None) -> torch.nn.Module:
+    """A checkpoint (file, folder, shipped name) via ``zoo.load``, else a spec via ``zoo.build``."""
+    from . import build, load
+    from .errors import CheckpointError
+    from .io import resolve_checkpoint
+
+    try:
+        resolve_checkpoint(source)
+    except CheckpointError:
+        return build(source, device=device, dtype=dtype, seed=seed, **(overrides or {}))
+    if overrides:
+        raise ZooError("--set overrides apply to specs, not to trained checkpoints", where=source,
+                       fix="benchmark the spec (zoo bench SPEC --set ...) or drop --set")
+    return load(source, device=device, dtype=dtype)

@@ -1,0 +1,66 @@
+"""``zoo bench SPEC_OR_CHECKPOINT``: time forward, greedy generation and a training step."""
+import json
+
+import click
+
+import zoo
+
+
+@click.command("bench")
+@click.argument("source")
+@click.option("--batch", "-b", type=int, default=1, show_default=True, help="Forward/generation batch.")
+@click.option("--seq-len", "-t", type=int, default=128, show_default=True,
+              help="Tokens per sequence for forward and training (clipped to max_len).")
+@click.option("--prompt-len", type=int, default=32, show_default=True)
+@click.option("--new-tokens", type=int, default=64, show_default=True)
+@click.option("--train-batch", type=int, default=8, show_default=True)
+@click.option("--repeats", "-r", type=int, default=10, show_default=True)
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--task", "tasks", multiple=True, type=click.Choice(["forward", "generate", "train"]),
+              help="Only these tasks (repeatable); default: all that apply.")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cpu).")
+@click.option("--dtype", default=None, help="float32, bfloat16, float16 (default: the model's).")
+@click.option("--threads", type=int, default=None, help="torch.set_num_threads for CPU runs.")
+@click.option("--compile", "use_compile", is_flag=True, help="Time the torch.compile'd model.")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
+              help="Override a spec field (YAML value), e.g. --set num_layers=2.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats, warmup, tasks,
+            device, dtype, threads, use_compile, sets, as_json):
+    """Time SOURCE (a spec, preset or checkpoint) on this machine.
+
+    Reports the median and spread of warm, synchronised repeats; tokens/s; GFLOP/s (FLOPs counted by
+    PyTorch on the real model); and the fraction of a matmul peak measured in the same run.
+
+    \b
+    Example:  zoo bench gpt_tiny --batch 4 --seq-len 256
+              zoo bench runs/gpt --device cuda --dtype bfloat16 --compile
+    """
+    import torch
+    import yaml
+
+    from zoo.bench import bench, load_for_bench
+
+    if threads:
+        torch.set_num_threads(threads)
+    for name, v in (("--batch", batch), ("--seq-len", seq_len), ("--prompt-len", prompt_len),
+                    ("--new-tokens", new_tokens), ("--train-batch", train_batch),
+                    ("--repeats", repeats)):
+        if v < 1:
+            raise zoo.ZooError(f"must be >= 1, got {v}", where=name)
+    if warmup < 0:
+        raise zoo.ZooError(f"must be >= 0, got {warmup}", where="--warmup")
+    overrides = {}
+    for item in sets:
+        if "=" not in item:
+            raise zoo.SpecError(f"expected FIELD=VALUE, got '{item}'", where="--set")
+        k, v = item.split("=", 1)
+        overrides[k.strip()] = yaml.safe_load(v)
+    model = load_for_bench(source, device=device, dtype=dtype, overrides=overrides)
+    report = bench(model, batch=batch, seq_len=seq_len, prompt_len=prompt_len, new_tokens=new_tokens,
+                   train_batch=train_batch, warmup=warmup, repeats=repeats,
+                   tasks=tuple(tasks) or ("forward", "generate", "train"), compile=use_compile)
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(report.table())
