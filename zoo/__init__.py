@@ -22,10 +22,14 @@ from .hookspecs import hookimpl
 from .io import list_checkpoints, load, load_spec, read_metadata, save
 from .registry import get_registry, list_components, list_plugins
 from .spec import ModelSpec, list_presets, parse_spec
+from .tokenizers import tokenizer
+from .inspection import Trace, trace
+from .tasks import classify, fill_mask
 
 __all__ = [
     "__version__", "build", "spec", "save", "load", "load_spec", "read_metadata", "list_components",
     "list_plugins", "list_presets", "list_checkpoints", "get_registry", "hookimpl", "ModelSpec",
     "parse_spec", "ZooError", "SpecError", "UnknownComponentError", "IncompatibleComponentsError",
     "CheckpointError", "PluginError", "TokenizerError", "DataError",
+    "tokenizer", "trace", "Trace", "fill_mask", "classify",
 ]

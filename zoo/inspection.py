@@ -1,0 +1,303 @@
+"""Look inside a model: capture named activations in one forward, and change them for experiments.
+
+    tr = zoo.trace(model, ids)                          # or text="...", tokenizer=tok
+    tr["decoder.blocks.0.attn.weights"]                 # (B, h, Tq, Tk) softmax weights
+    tr.attention(0)                                     # the same, by layer
+    tr.logits                                           # equals model(ids)
+    zoo.trace(model, ids, ablate={"decoder.blocks.1.attn": [2]})       # zero head 2 of layer 1
+    zoo.trace(model, ids, patch={"decoder.blocks.0.resid_ffn": other})  # activation patching
+
+What is captured (``S`` is the stack, ``encoder`` or ``decoder``; ``p = S.blocks.{i}``;
+``A`` is ``attn`` for self-attention and ``cross`` for cross-attention):
+
+=================================  ==============================================================
+``S.token_embeddings``             the rows of the token table ``(B, T, D)``
+``S.embeddings``                   what enters block 0: scaled tokens + positions (+ norm)
+``p.A.q`` / ``.k`` / ``.v``        per-head queries, keys, values as the kernel sees them (after RoPE)
+``p.A.bias``                       the positional score bias (ALiBi, T5), when there is one
+``p.A.scores``                     ``q·kᵀ · scale + bias`` before masking ``(B, h, Tq, Tk)``
+``p.A.scores_masked``              the same with ``-inf`` where the mask forbids attention
+``p.A.weights``                    softmax weights per head ``(B, h, Tq, Tk)``, rows sum to 1
+``p.A.heads``                      each head's output ``weights @ v`` ``(B, h, Tq, hd)`` (editable)
+``p.A.out``                        the sub-layer output after the output projection (editable)
+``p.resid_attn`` / ``resid_cross`` the residual stream after each sub-layer (editable)
+``p.ffn.out`` / ``p.resid_ffn``    feed-forward output and the residual stream after it (editable)
+``NORM.in_rms`` / ``NORM.out_rms`` per-token RMS entering / leaving every norm layer ``(B, T)``
+``S.output``                       the stack's final hidden states
+=================================  ==============================================================
+
+Kernels that cannot return weights (``sdpa``) are swapped for the registry's ``eager`` kernel for
+the inspected run only (same function, so the logits equal the plain forward's); the model is left
+exactly as it was, even when the run raises.
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections import OrderedDict
+from types import SimpleNamespace
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+from .components import Norm, causal_mask, repeat_kv
+from .errors import ZooError
+
+Edit = Callable[[torch.Tensor], torch.Tensor]
+#: capture points whose value an edit may replace
+EDITABLE = ("embeddings", "heads", "out", "resid_attn", "resid_cross", "resid_ffn")
+
+
+class Trace:
+    """The result of :func:`trace`: ``logits`` plus ``acts`` (name -> tensor, in forward order)."""
+
+    def __init__(self, model, logits, acts, tokens=None, norm_stats=None):
+        self.model = model
+        self.logits = logits
+        self.acts: "OrderedDict[str, torch.Tensor]" = acts
+        self.tokens = tokens
+        self.norm_stats: dict[str, dict[str, float]] = norm_stats or {}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self.acts:
+            from .errors import did_you_mean
+
+            raise ZooError(f"nothing captured under '{name}'", where="trace", fix=did_you_mean(
+                name, self.acts) or "see trace.names() for what was captured")
+        return self.acts[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.acts
+
+    def names(self, pattern: str = "*") -> list[str]:
+        """Captured names matching a glob pattern (``"*.attn.weights"``)."""
+        return [n for n in self.acts if fnmatch.fnmatch(n, pattern)]
+
+    def attention(self, layer: int, stack: str | None = None, cross: bool = False) -> torch.Tensor:
+        """Softmax weights ``(B, h, Tq, Tk)`` of one layer (default stack: the model's last)."""
+        stack = stack or self.model.spec.roles[-1]
+        return self[f"{stack}.blocks.{layer}.{'cross' if cross else 'attn'}.weights"]
+
+    def attention_stack(self, stack: str | None = None, cross: bool = False) -> torch.Tensor:
+        """All layers' weights stacked: ``(L, B, h, Tq, Tk)``."""
+        stack = stack or self.model.spec.roles[-1]
+        kind = "cross" if cross else "attn"
+        return torch.stack([self.acts[n] for n in self.names(f"{stack}.blocks.*.{kind}.weights")])
+
+    def summary(self, batch: int = 0, top_k: int = 5) -> dict[str, Any]:
+        """Compact, JSON-ready numbers for one batch row: attention weights per layer and head, the
+        residual stream's norm per position after every sub-layer, norm statistics, and the top
+        predictions at the last position (used by ``zoo inspect``)."""
+        out: dict[str, Any] = {"tokens": self.tokens, "attention": {}, "residual_norms": {},
+                               "norm_stats": self.norm_stats}
+        for name in self.names("*.weights"):
+            out["attention"][name] = _round(self.acts[name][batch])
+        for name in self.names("*.resid_*"):
+            out["residual_norms"][name] = _round(self.acts[name][batch].norm(dim=-1))
+        if self.logits is not None and self.logits.dim() == 3:
+            probs = self.logits[batch, -1].float().softmax(-1)
+            p, i = probs.topk(min(top_k, probs.numel()))
+            out["next_token"] = [{"id": int(a), "p": round(float(b), 5)} for a, b in zip(i, p)]
+            tok = getattr(self.model, "tokenizer", None)
+            if tok is not None:
+                for row in out["next_token"]:
+                    row["text"] = tok.decode([row["id"]])
+        return out
+
+
+def _round(t: torch.Tensor, nd: int = 5):
+    return torch.round(t.detach().float().cpu(), decimals=nd).tolist()
+
+
+# ---------------------------------------------------------------------- recording kernel
+class _Recorder(nn.Module):
+    """Stands in for an attention kernel during a trace: records its inputs, the scores before and
+    after masking, the weights and the per-head outputs, and applies edits to the head outputs."""
+
+    def __init__(self, inner: nn.Module, name: str, sink: dict, edits: dict[str, Edit]):
+        super().__init__()
+        self.inner, self.name, self.sink, self.edits = inner, name, sink, edits
+
+    def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+        n, sink = self.name, self.sink
+        sink[f"{n}.q"], sink[f"{n}.k"], sink[f"{n}.v"] = q, k, v
+        kr, _ = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
+        scores = torch.matmul(q, kr.transpose(-2, -1)) * self.inner.scale  # (B, h, Tq, Tk)
+        if bias is not None:
+            sink[f"{n}.bias"] = bias
+            scores = scores + bias
+        sink[f"{n}.scores"] = scores
+        full = causal_mask(q.size(-2), k.size(-2), q.device) if is_causal else mask
+        sink[f"{n}.scores_masked"] = scores if full is None else scores.masked_fill(~full, float("-inf"))
+        out, weights = self.inner(q, k, v, mask=mask, bias=bias, is_causal=is_causal, need_weights=True)
+        sink[f"{n}.weights"] = weights
+        if f"{n}.heads" in self.edits:
+            out = _apply(self.edits[f"{n}.heads"], out, f"{n}.heads")
+        sink[f"{n}.heads"] = out  # (B, h, Tq, hd)
+        return out, (weights if need_weights else None)
+
+
+def _apply(edit: Edit | torch.Tensor, x: torch.Tensor, name: str) -> torch.Tensor:
+    y = edit(x) if callable(edit) else edit.to(device=x.device, dtype=x.dtype)
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        raise ZooError(f"the edit of '{name}' must return a tensor of shape {tuple(x.shape)}, got "
+                       f"{getattr(y, 'shape', type(y).__name__)}", where=f"trace.edits[{name!r}]")
+    return y
+
+
+def _eager_for(kernel: nn.Module) -> nn.Module:
+    """``kernel`` itself if it returns weights, else the registry's eager kernel with its scale."""
+    if getattr(type(kernel), "capabilities", None) is not None and kernel.capabilities.returns_weights:
+        return kernel
+    from .registry import get_registry
+
+    cls = get_registry().get("attention", "eager", where="trace").cls
+    eager = cls(None, SimpleNamespace(scale=kernel.scale, dropout=kernel.dropout_p))
+    eager.train(kernel.training)
+    return eager
+
+
+def heads_ablation(heads: Iterable[int]) -> Edit:
+    """An edit zeroing the given heads of a ``(B, h, T, hd)`` head output."""
+    idx = sorted(set(int(h) for h in heads))
+
+    def edit(x: torch.Tensor) -> torch.Tensor:
+        x = x.clone()
+        x[:, idx] = 0.0
+        return x
+
+    return edit
+
+
+# ---------------------------------------------------------------------- trace
+@torch.no_grad()
+def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokenizer=None,
+          tgt_ids: Any = None, edits: dict[str, Edit | torch.Tensor] | None = None,
+          ablate: dict[str, Iterable[int]] | Iterable[tuple[int, int]] | None = None,
+          patch: dict[str, torch.Tensor] | None = None, **forward_kwargs: Any) -> Trace:
+    """Run ``model`` once on ``ids`` (or ``text``) and capture its named activations.
+
+    ``tgt_ids``: decoder input of an encoder-decoder model (default: the source).  ``edits``: name ->
+    function (or replacement tensor) applied where that activation is produced, for names ending in
+    one of :data:`EDITABLE`.  ``ablate``: ``{"decoder.blocks.1.attn": [0, 3]}`` (or ``[(layer,
+    head), ...]`` for the last stack) zeroes those heads' outputs before the output projection.
+    ``patch``: name -> tensor replacing that activation (activation patching).  Other keyword
+    arguments go to the model's forward.  Returns a :class:`Trace`.
+    """
+    from .models import Embeddings
+
+    spec = model.spec
+    tokens = None
+    if text is not None:
+        from .tokenizers import get_tokenizer
+
+        tok = get_tokenizer(model, tokenizer)
+        id_list = tok.encode(text)
+        tokens = [tok.decode([i]) for i in id_list]
+        ids = torch.tensor([id_list])
+    if ids is None:
+        raise ZooError("nothing to trace", where="trace", fix="pass ids or text=...")
+    dev = next(model.parameters()).device
+    ids = torch.as_tensor(ids, dtype=torch.long, device=dev)
+    ids = ids[None] if ids.dim() == 1 else ids
+
+    all_edits: dict[str, Edit | torch.Tensor] = dict(edits or {})
+    for name, t in (patch or {}).items():
+        all_edits[name] = t
+    if ablate:
+        items = ablate.items() if isinstance(ablate, dict) else _pairs(ablate, spec.roles[-1])
+        for prefix, heads in items:
+            all_edits[f"{prefix}.heads"] = heads_ablation(heads)
+    for name in all_edits:
+        if not name.endswith(EDITABLE):
+            raise ZooError(f"'{name}' cannot be edited", where="trace.edits",
+                           options=[f"*.{e}" for e in EDITABLE],
+                           fix="edit one of the listed capture points")
+
+    acts: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+    norm_stats: dict[str, dict[str, float]] = {}
+    handles, swaps, wrapped = [], [], []
+    current = {"stack": spec.roles[0]}
+
+    def edited(name, x):
+        if name in all_edits:
+            x = _apply(all_edits[name], x, name)
+        acts[name] = x
+        return x
+
+    emb_stack = {"embed": spec.roles[0], "enc_embed": "encoder", "dec_embed": "decoder"}
+    try:
+        for mname, mod in model.named_modules():
+            if isinstance(mod, Embeddings):
+                stack = emb_stack.get(mname, mname)
+
+                def pre(m, args, stack=stack):
+                    current["stack"] = stack
+
+                def post(m, args, out, stack=stack):
+                    return edited(f"{stack}.embeddings", out)
+
+                handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
+            elif isinstance(mod, Norm):
+                def norm_hook(m, args, out, name=mname):
+                    x = args[0]
+                    rms_in = x.float().pow(2).mean(-1).sqrt()
+                    rms_out = out.float().pow(2).mean(-1).sqrt()
+                    acts[f"{name}.in_rms"], acts[f"{name}.out_rms"] = rms_in, rms_out
+                    norm_stats[name] = {"in_rms": float(rms_in.mean()), "out_rms": float(rms_out.mean()),
+                                        "out_mean": float(out.float().mean()),
+                                        "out_std": float(out.float().std())}
+
+                handles.append(mod.register_forward_hook(norm_hook))
+        if hasattr(model, "tok_emb"):
+            handles.append(model.tok_emb.register_forward_hook(
+                lambda m, a, out: acts.__setitem__(f"{current['stack']}.token_embeddings", out)))
+        for stack in spec.roles:
+            st = getattr(model, stack)
+            for i, block in enumerate(st.blocks):
+                p = f"{stack}.blocks.{i}"
+                for sub, res, resname in (("attn", "attn_res", "resid_attn"),
+                                          ("cross", "cross_res", "resid_cross"),
+                                          ("ffn", "ffn_res", "resid_ffn")):
+                    module = getattr(block, sub)
+                    if module is None:
+                        continue
+                    if sub != "ffn":
+                        swaps.append((module, module.kernel))
+                        module.kernel = _Recorder(_eager_for(module.kernel), f"{p}.{sub}", acts,
+                                                  all_edits)
+                    handles.append(module.register_forward_hook(
+                        lambda m, a, out, n=f"{p}.{sub}.out": edited(n, out)))
+                    placement = getattr(block, res)
+                    orig = placement.exit
+
+                    def exit_(x, y, orig=orig, n=f"{p}.{resname}"):
+                        return edited(n, orig(x, y))
+
+                    placement.exit = exit_
+                    wrapped.append(placement)
+            handles.append(st.final_norm.register_forward_hook(
+                lambda m, a, out, n=f"{stack}.output": acts.__setitem__(n, out)))
+        if spec.arch == "encoder_decoder":
+            logits = model(ids, tgt_ids if tgt_ids is not None else ids, **forward_kwargs)
+        else:
+            logits = model(ids, **forward_kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+        for module, kernel in swaps:
+            module.kernel = kernel
+        for placement in wrapped:
+            del placement.exit
+    unknown = [n for n in all_edits if n not in acts]
+    if unknown:
+        raise ZooError(f"no capture point named {unknown}", where="trace.edits",
+                       fix="names look like 'decoder.blocks.0.attn.heads'; see trace(...).names()")
+    return Trace(model, logits, acts, tokens, norm_stats)
+
+
+def _pairs(pairs, stack):
+    out: dict[str, list[int]] = {}
+    for layer, head in pairs:
+        out.setdefault(f"{stack}.blocks.{layer}.attn", []).append(head)
+    return out.items()
