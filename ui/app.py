@@ -1,0 +1,96 @@
+"""The Gradio app: one ``gr.Blocks`` composed of the tabs in this package.
+
+    from zoo.ui.app import build_app, launch
+    demo = build_app()            # nothing heavy happens at import; building the app reads the registry
+    launch(demo, port=7860)       # 127.0.0.1 only, share=False, analytics off, offline theme
+
+Each tab lives in its own module (``build_tab``, ``run_tab``, ``inspect_tab``, ``compare_tab``,
+``verify_tab``, ``plugins_tab``) with plain handler functions (testable without a browser) and a
+``build(tr, lang_state)`` that lays out its components.  The language switch re-labels every
+component registered with the :class:`~zoo.ui.i18n.Translator`, and handlers read the language from
+``lang_state`` for their messages.
+
+The page must work with no network: the theme uses system fonts only (the default Gradio theme would
+fetch Google Fonts), server-side rendering is off, and analytics are disabled before gradio is
+imported.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .i18n import LANGS, Translator, lang_code
+
+#: per-event concurrency: generation is the main load; everything else is cheap or rare
+DEFAULT_CONCURRENCY = 2
+QUEUE_MAX = 64
+
+CSS = """
+.zoo-diagram div { line-height: 1.3; }
+footer { display: none !important; }
+"""
+
+
+def _offline_env() -> None:
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("GRADIO_SSR_MODE", "False")
+
+
+def theme():
+    """The default Gradio look with system fonts, so the page never requests fonts from the web."""
+    import gradio as gr
+
+    return gr.themes.Default(font=["system-ui", "Noto Sans CJK SC", "sans-serif"],
+                             font_mono=["ui-monospace", "monospace"])
+
+
+def build_app(lang: str = "en") -> Any:
+    """Build the whole UI as a ``gr.Blocks`` (queue configured); ``lang`` is the initial language."""
+    _offline_env()
+    import gradio as gr
+
+    from . import build_tab, compare_tab, inspect_tab, plugins_tab, run_tab, verify_tab
+
+    tr = Translator(lang)
+    with gr.Blocks(title="zoo", analytics_enabled=False) as demo:
+        lang_state = gr.State(tr.lang)
+        with gr.Row():
+            title = tr.add(gr.Markdown(f"## {tr('app.title')}", elem_id="app-title"), value="app.title")
+            switch = gr.Radio(list(LANGS), value=[k for k, v in LANGS.items() if v == tr.lang][0],
+                              label=tr("app.language"), elem_id="lang-switch", scale=0, min_width=200)
+            tr.add(switch, label="app.language")
+        tr.add(gr.Markdown(tr("app.intro")), value="app.intro")
+        with gr.Tabs():
+            for key, module, eid in (("tab.build", build_tab, "tab-build"), ("tab.run", run_tab, "tab-run"),
+                                     ("tab.inspect", inspect_tab, "tab-inspect"),
+                                     ("tab.compare", compare_tab, "tab-compare"),
+                                     ("tab.verify", verify_tab, "tab-verify"),
+                                     ("tab.plugins", plugins_tab, "tab-plugins")):
+                with tr.add(gr.Tab(tr(key), id=eid, elem_id=eid), label=key):
+                    module.build(tr, lang_state)
+
+        def on_switch(choice):
+            code = lang_code(LANGS.get(choice, choice))
+            updates = tr.updates(code)
+            # the title keeps its markdown heading
+            updates[tr.components.index(title)] = gr.update(value=f"## {tr.__class__(code)('app.title')}")
+            return [code] + updates
+
+        switch.change(on_switch, inputs=[switch], outputs=[lang_state] + tr.components,
+                      show_progress="hidden", api_visibility="private")
+    demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY, max_size=QUEUE_MAX)
+    demo.zoo_translator = tr
+    return demo
+
+
+def launch(demo=None, *, host: str = "127.0.0.1", port: int = 7860, block: bool = True,
+           lang: str = "en", **kwargs: Any):
+    """Start the server (``share=False`` always; analytics off; offline theme).  With
+    ``block=False`` returns at once (tests), the server running in a thread."""
+    _offline_env()
+    demo = demo if demo is not None else build_app(lang)
+    return demo.launch(server_name=host, server_port=port, share=False, inbrowser=False,
+                       prevent_thread_lock=not block, show_error=True, ssr_mode=False,
+                       mcp_server=False, theme=theme(), css=CSS, quiet=not block,
+                       footer_links=["api"], **kwargs)

@@ -1,0 +1,503 @@
+"""The Build tab: a form and a YAML editor over one spec, kept in sync.
+
+The YAML text is the single source of truth.  Editing a form field rewrites one entry of the YAML
+(:func:`set_field`, :func:`set_param`); editing the YAML refills the form (:func:`form_values`).
+Every change re-validates the spec through ``zoo.spec`` and shows, inline, either the parameter table
+and block diagram or the error with its field and fix (:func:`analyse`).
+
+The dropdowns list what the registry holds (``zoo.list_components``), and each chosen component's
+parameters become form fields built from its config dataclass, so a third-party plugin's component
+appears here, parameters and all, the moment it is installed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import typing
+from typing import Any
+
+import yaml
+
+import zoo
+from zoo.errors import SpecError, ZooError
+from zoo.summary import parameter_table
+
+from .common import LIMITS, check_name, check_spec_limits, handler, runs_dir
+from .i18n import format_error, t
+
+#: form field -> (kind of widget, i18n key)
+SCALARS = ("name", "vocab_size", "max_len", "d_model", "num_layers", "num_heads", "num_kv_heads", "d_ff",
+           "dropout")
+#: form field -> registry family
+COMPONENTS = {"attention": "attention", "mask": "mask", "positions": "position", "norm": "norm",
+              "placement": "placement", "ffn": "ffn"}
+FORM_FIELDS = ("arch",) + SCALARS + tuple(COMPONENTS)
+_DEFAULT_MASK = {"encoder": "bidirectional", "decoder": "causal"}
+
+
+# ---------------------------------------------------------------------- YAML <-> dict
+def _load(text: str) -> dict:
+    """YAML text -> dict, with the engine's error for bad YAML."""
+    from zoo.spec import _yaml_to_dict
+
+    return _yaml_to_dict(text or "", "yaml")
+
+
+def _dump(raw: dict) -> str:
+    return yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+
+
+def preset_yaml(name: str) -> str:
+    """The validated YAML of a preset, every default filled in."""
+    return zoo.spec(name).to_yaml()
+
+
+def _kind_of(entry: Any) -> str | None:
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict):
+        return entry.get("kind")
+    return None
+
+
+def set_field(text: str, field: str, value: Any) -> str:
+    """Rewrite one form field into the YAML.  Choosing a new component kind drops the old kind's
+    parameters (they belong to it); switching architecture adjusts what only some architectures take
+    (mask default, ``head``, ``encoder:``/``decoder:`` sections)."""
+    raw = _load(text)
+    if field in ("num_kv_heads", "d_ff"):
+        if value in (None, 0, "") or (isinstance(value, float) and value == 0):
+            raw.pop(field, None)
+        else:
+            raw[field] = int(value)
+    elif field in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads"):
+        raw[field] = int(value) if value is not None else value
+    elif field == "dropout":
+        raw[field] = float(value) if value is not None else 0.0
+    elif field == "name":
+        raw[field] = str(value or "")
+    elif field == "arch":
+        old = raw.get("arch")
+        raw["arch"] = value
+        if value != old:
+            if value == "encoder_decoder":
+                raw.pop("mask", None)
+                raw.setdefault("encoder", {"mask": "bidirectional"})
+                raw.setdefault("decoder", {"mask": "causal"})
+            else:
+                raw.pop("encoder", None)
+                raw.pop("decoder", None)
+                raw["mask"] = _DEFAULT_MASK[value] if value in _DEFAULT_MASK else raw.get("mask")
+            if value != "encoder":
+                raw.pop("head", None)
+    elif field == "placement":
+        norm = raw.get("norm", {"kind": "layernorm"})
+        norm = {"kind": norm} if isinstance(norm, str) else dict(norm)
+        norm["placement"] = value
+        raw["norm"] = norm
+    elif field == "norm":
+        norm = raw.get("norm", {})
+        placement = norm.get("placement", "pre") if isinstance(norm, dict) else "pre"
+        raw["norm"] = {"kind": value, "placement": placement}
+    elif field in COMPONENTS:
+        if _kind_of(raw.get(field)) != value or not isinstance(raw.get(field), (str, dict)):
+            raw[field] = value
+    else:
+        raise SpecError(f"unknown form field '{field}'", where=field, options=FORM_FIELDS)
+    return _dump(raw)
+
+
+def _entry_path(raw: dict, path: tuple) -> tuple[Any, Any, Any]:
+    """(container, key, entry) of a component entry at ``path`` (e.g. ``("mask", 1)``)."""
+    container: Any = raw
+    for key in path[:-1]:
+        container = container[key]
+    return container, path[-1], container[path[-1]]
+
+
+def set_param(text: str, path: list | tuple, param: str, value: Any) -> str:
+    """Set parameter ``param`` of the component entry at ``path`` (``["attention"]``,
+    ``["mask", 0]``, ``["norm"]``, ``["norm", "placement"]``) in the YAML."""
+    raw = _load(text)
+    try:
+        container, key, entry = _entry_path(raw, tuple(path))
+    except (KeyError, IndexError, TypeError):
+        raise SpecError("the component is no longer in the YAML", where=".".join(map(str, path)),
+                        fix="edit the YAML directly") from None
+    if isinstance(entry, str):
+        entry = {"kind": entry}
+    entry = dict(entry)
+    entry[param] = value
+    container[key] = entry
+    return _dump(raw)
+
+
+def parse_param_text(value: str) -> Any:
+    """A parameter typed into a text field, read as a YAML scalar or list (``64``, ``[1, 2]``)."""
+    try:
+        return yaml.safe_load(value) if isinstance(value, str) else value
+    except yaml.YAMLError:
+        return value
+
+
+# ---------------------------------------------------------------------- spec -> form
+def form_values(text: str) -> dict[str, Any] | None:
+    """The form's field values for the YAML (None when the YAML is not a valid spec)."""
+    try:
+        spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+    except ZooError:
+        return None
+    return {
+        "arch": spec.arch, "name": spec.name, "vocab_size": spec.vocab_size, "max_len": spec.max_len,
+        "d_model": spec.d_model, "num_layers": spec.num_layers, "num_heads": spec.num_heads,
+        "num_kv_heads": spec.num_kv_heads or 0, "d_ff": spec.d_ff or 0, "dropout": spec.dropout,
+        "attention": spec.attention.kind,
+        "mask": spec.mask[0].kind if spec.mask else spec.stack(spec.roles[-1]).mask[0].kind,
+        "positions": spec.positions.kind, "norm": spec.norm.kind, "placement": spec.placement.kind,
+        "ffn": spec.ffn.kind,
+    }
+
+
+def component_entries(text: str) -> list[dict]:
+    """The top-level component entries of the spec with their parameters, for the parameter fields:
+    ``[{family, path, kind, params: [{name, type, value, choices}]}]`` (empty when invalid)."""
+    try:
+        spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+    except ZooError:
+        return []
+    reg = zoo.get_registry()
+    entries = [("attention", ["attention"], spec.attention), ("position", ["positions"], spec.positions),
+               ("norm", ["norm"], spec.norm), ("placement", ["norm", "placement"], spec.placement),
+               ("ffn", ["ffn"], spec.ffn)]
+    if spec.mask:
+        many = len(spec.mask) > 1
+        entries[1:1] = [("mask", ["mask", i] if many else ["mask"], m) for i, m in enumerate(spec.mask)]
+    out = []
+    for family, path, cs in entries:
+        comp = reg.get(family, cs.kind)
+        out.append({"family": family, "path": path, "kind": cs.kind,
+                    "params": _param_fields(comp.config, cs.config)})
+    return out
+
+
+def _param_fields(config_cls, config) -> list[dict]:
+    if config_cls is None:
+        return []
+    hints = typing.get_type_hints(config_cls)
+    fields = []
+    for f in dataclasses.fields(config_cls):
+        tp, value = hints.get(f.name, Any), getattr(config, f.name) if config is not None else None
+        origin = typing.get_origin(tp)
+        if tp is bool:
+            kind, choices = "bool", None
+        elif tp is int:
+            kind, choices = "int", None
+        elif tp is float:
+            kind, choices = "float", None
+        elif origin is typing.Literal:
+            kind, choices = "choice", [str(c) for c in typing.get_args(tp)]
+        elif tp is str:
+            kind, choices = "str", None
+        else:  # Optional, tuples, unions: typed as YAML
+            kind, choices = "yaml", None
+            value = yaml.safe_dump(list(value) if isinstance(value, tuple) else value,
+                                   default_flow_style=True).strip().removesuffix("...").strip()
+        fields.append({"name": f.name, "type": kind, "value": value, "choices": choices})
+    return fields
+
+
+# ---------------------------------------------------------------------- analysis
+def analyse(text: str, lang: str = "en") -> tuple[str, list[list], str, bool]:
+    """Validate the YAML.  Returns ``(status markdown, parameter table rows, diagram html, ok)``;
+    a ``ZooError`` (including a size limit) becomes the status message, never an exception."""
+    try:
+        spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+        total = check_spec_limits(spec, lang)
+    except ZooError as exc:
+        msg = format_error(exc, lang).replace("\n", "  \n")
+        return f"✗ **{t('build.invalid', lang)}**  \n{msg}", [], "", False
+    import torch
+
+    with torch.device("meta"):
+        model = zoo.build(spec, init=False)
+    table = parameter_table(model)
+    rows = [[k, f"{v:,}", f"{100 * v / max(total, 1):.1f}%"] for k, v in table.items()]
+    rows.append([t("col.total", lang), f"{total:,}", "100.0%"])
+    return f"✓ {t('build.valid', lang, params=f'{total:,}')}", rows, block_diagram(spec), True
+
+
+def block_diagram(spec) -> str:
+    """An HTML diagram of the assembled model: embeddings, each stack's block (sub-layers in the
+    order the placement applies them), final norm, head."""
+    reg = zoo.get_registry()
+    e = html.escape
+
+    def box(label, color, note=""):
+        note_html = f"<div style='font-size:0.8em;opacity:0.8'>{e(note)}</div>" if note else ""
+        return (f"<div style='border:1px solid #888;border-radius:6px;padding:4px 8px;margin:3px 0;"
+                f"background:{color};color:#111'>{e(label)}{note_html}</div>")
+
+    def sublayer(name, note, st):
+        placement = st.placement.kind
+        norm = box(f"{st.norm}", "#fde68a")
+        core = box(name, "#bfdbfe", note)
+        add = box("+ residual", "#e5e7eb")
+        if placement == "pre":
+            parts = [norm, core, add]
+        elif placement == "post":
+            parts = [core, add, norm]
+        else:
+            parts = [box(f"placement: {placement}", "#fde68a"), core, add]
+        return "<div style='border-left:3px solid #60a5fa;padding-left:6px;margin:4px 0'>" + \
+            "".join(parts) + "</div>"
+
+    cols = []
+    for role in spec.roles:
+        st = spec.stack(role)
+        pos = reg.get("position", st.positions.kind).cls
+        where = ("added to embeddings" if pos.acts_on_embeddings else "rotates q, k" if pos.acts_on_qk
+                 else "bias on scores" if pos.acts_on_scores else "no positions")
+        mask = " & ".join(m.kind for m in st.mask)
+        heads = f"{st.num_heads} heads" + (f", {st.num_kv_heads} kv heads"
+                                           if st.num_kv_heads != st.num_heads else "") + \
+            f", head_dim {st.head_dim}"
+        inner = sublayer(f"self-attention ({st.attention.kind})", f"{heads}; mask: {mask}", st)
+        if st.cross_attention:
+            inner += sublayer(f"cross-attention ({st.attention.kind})", "queries: decoder, keys/values: "
+                              "encoder output", st)
+        inner += sublayer(f"feed-forward ({st.ffn})", f"{spec.d_model} → {st.d_ff} → {spec.d_model}", st)
+        final = reg.get("placement", st.placement.kind).cls.final_norm
+        col = [f"<div style='font-weight:bold;margin-bottom:4px'>{e(role)}</div>",
+               box("token embeddings", "#d1fae5", f"{spec.vocab_size} × {spec.d_model}"),
+               box(f"positions: {st.positions}", "#d1fae5", where),
+               f"<div style='border:2px dashed #888;border-radius:8px;padding:6px;margin:6px 0'>"
+               f"<div style='font-weight:bold'>× {st.num_layers}</div>{inner}</div>"]
+        if final:
+            col.append(box(f"final norm: {st.norm}", "#fde68a"))
+        if role == "decoder":
+            col.append(box("LM head", "#fecaca", f"{spec.d_model} → {spec.vocab_size}"
+                           + (" (tied)" if spec.tie_embeddings else "")))
+        elif spec.arch == "encoder" and spec.head is not None and spec.head.kind != "none":
+            note = (f"{spec.d_model} → {spec.vocab_size}" if spec.head.kind == "mlm"
+                    else f"{spec.head.pooling} pooling → {spec.head.num_labels} labels")
+            col.append(box(f"head: {spec.head.kind}", "#fecaca", note))
+        cols.append("<div style='flex:1;min-width:220px'>" + "".join(col) + "</div>")
+    return ("<div class='zoo-diagram' style='display:flex;gap:16px;font-family:sans-serif;"
+            "font-size:0.9em'>" + "".join(cols) + "</div>")
+
+
+def cost_available() -> bool:
+    """Whether zoo's FLOPs / memory plot is installed (it lands with the accounting module)."""
+    try:
+        from zoo import plots
+    except ImportError:
+        return False
+    return hasattr(plots, "cost_curve") or hasattr(plots, "compute_cost")
+
+
+def cost_figure(text: str, lang: str = "en"):
+    """The FLOPs / memory curve against sequence length, when zoo's accounting and plots exist."""
+    try:
+        from zoo import plots  # noqa: F401  (issue: accounting + plots)
+    except ImportError:
+        return None
+    fn = getattr(plots, "cost_curve", None) or getattr(plots, "compute_cost", None)
+    if fn is None:
+        return None
+    try:
+        spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+        check_spec_limits(spec, lang)
+        return fn(spec)
+    except ZooError:
+        return None
+
+
+@handler
+def save(text: str, name: str, seed: Any, lang: str = "en") -> str:
+    """Build the spec with random weights (``seed``) and save it under the runs folder as ``name``."""
+    name = check_name(name, lang)
+    if name in zoo.list_checkpoints():
+        raise ZooError(f"'{name}' is a shipped checkpoint", where="checkpoint name",
+                       fix="choose another name")
+    spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+    n = check_spec_limits(spec, lang)
+    model = zoo.build(spec, seed=int(seed or 0))
+    path = zoo.save(model, runs_dir() / name, metadata={"created_by": "zoo ui", "seed": int(seed or 0)})
+    return t("build.saved", lang, name=name, params=f"{n:,}", path=path)
+
+
+def registry_choices() -> dict[str, list[str]]:
+    """Dropdown choices for each component field, live from the registry."""
+    return {field: zoo.get_registry().names(family) for field, family in COMPONENTS.items()}
+
+
+# ---------------------------------------------------------------------- layout
+def build(tr, lang_state) -> dict:
+    """Create the tab's components (inside an open ``gr.Tab``) and wire its events."""
+    import gradio as gr
+
+    from zoo.spec import ARCHS
+
+    presets = zoo.list_presets()
+    first = "gpt_tiny" if "gpt_tiny" in presets else (presets[0] if presets else None)
+    start = preset_yaml(first) if first else "arch: decoder\nvocab_size: 256\nd_model: 64\n" \
+        "num_layers: 2\nnum_heads: 4\n"
+    values = form_values(start) or {}
+    choices = registry_choices()
+    tr.add(gr.Markdown(tr("build.intro")), value="build.intro")
+    with gr.Row():
+        preset = tr.add(gr.Dropdown(presets, value=first, label=tr("build.preset"),
+                                    elem_id="build-preset"), label="build.preset")
+        load = tr.add(gr.Button(tr("build.load"), elem_id="build-load"), value="build.load")
+    with gr.Row():
+        with gr.Column(scale=1):
+            fields: dict[str, Any] = {}
+            fields["arch"] = tr.add(gr.Dropdown(list(ARCHS), value=values.get("arch"),
+                                                label=tr("build.arch"), elem_id="build-arch"),
+                                    label="build.arch")
+            fields["name"] = tr.add(gr.Textbox(values.get("name"), label=tr("build.name"),
+                                               elem_id="build-name"), label="build.name")
+            with gr.Row():
+                for f, lim in (("vocab_size", "vocab_size"), ("max_len", "max_len"),
+                               ("d_model", "d_model")):
+                    fields[f] = tr.add(gr.Number(values.get(f), label=tr(f"build.{f}"), precision=0,
+                                                 minimum=1, maximum=LIMITS[lim], elem_id=f"build-{f}"),
+                                       label=f"build.{f}")
+            with gr.Row():
+                for f, lim in (("num_layers", "num_layers"), ("num_heads", "num_heads"),
+                               ("num_kv_heads", "num_heads")):
+                    fields[f] = tr.add(gr.Number(values.get(f), label=tr(f"build.{f}"), precision=0,
+                                                 minimum=0 if f == "num_kv_heads" else 1,
+                                                 maximum=LIMITS[lim], elem_id=f"build-{f}"),
+                                       label=f"build.{f}")
+            with gr.Row():
+                fields["d_ff"] = tr.add(gr.Number(values.get("d_ff"), label=tr("build.d_ff"), precision=0,
+                                                  minimum=0, maximum=LIMITS["d_ff"], elem_id="build-d_ff"),
+                                        label="build.d_ff")
+                fields["dropout"] = tr.add(gr.Number(values.get("dropout"), label=tr("build.dropout"),
+                                                     minimum=0, maximum=0.99, step=0.05,
+                                                     elem_id="build-dropout"), label="build.dropout")
+            with gr.Row():
+                for f in COMPONENTS:
+                    fields[f] = tr.add(gr.Dropdown(choices[f], value=values.get(f), label=tr(f"build.{f}"),
+                                                   elem_id=f"build-{f}"), label=f"build.{f}")
+            tr.add(gr.Markdown(f"#### {tr('build.params_heading')}"), value="build.params_heading")
+            entries_state = gr.State(component_entries(start))
+            # the parameter fields of the chosen components, re-rendered when the components change
+            @gr.render(inputs=[entries_state, lang_state])  # on load and whenever either changes
+            def _params(entries, lang):
+                if not any(e["params"] for e in entries or []):
+                    gr.Markdown(t("build.no_params", lang))
+                    return
+                for entry in entries:
+                    if not entry["params"]:
+                        continue
+                    with gr.Row():
+                        gr.Markdown(f"**{'.'.join(map(str, entry['path']))}: {entry['kind']}**")
+                        for p in entry["params"]:
+                            label = p["name"]
+                            eid = f"param-{'-'.join(map(str, entry['path']))}-{p['name']}"
+                            if p["type"] == "bool":
+                                w = gr.Checkbox(bool(p["value"]), label=label, elem_id=eid)
+                                events = [w.input]
+                            elif p["type"] in ("int", "float"):
+                                w = gr.Number(p["value"], label=label, precision=0 if p["type"] == "int" else None,
+                                              elem_id=eid)
+                                events = [w.submit, w.blur]
+                            elif p["type"] == "choice":
+                                w = gr.Dropdown(p["choices"], value=str(p["value"]), label=label, elem_id=eid)
+                                events = [w.input]
+                            else:
+                                w = gr.Textbox(str(p["value"]) if p["value"] is not None else "", label=label,
+                                               elem_id=eid)
+                                events = [w.submit, w.blur]
+                            ptype, path, name = p["type"], entry["path"], p["name"]
+
+                            def on_param(value, text, _t=ptype, _p=path, _n=name):
+                                if _t == "int":
+                                    value = int(value) if value is not None else None
+                                elif _t in ("str", "yaml", "choice"):
+                                    value = parse_param_text(value) if _t == "yaml" else value
+                                    if _t == "choice":
+                                        opts = dict((str(c), c) for c in _choices_raw(_p, _n, text))
+                                        value = opts.get(str(value), value)
+                                return set_param(text, _p, _n, value)
+
+                            gr.on(events, handler(on_param), inputs=[w, code], outputs=[code],
+                                  show_progress="hidden")
+
+        with gr.Column(scale=1):
+            code = tr.add(gr.Code(start, language="yaml", label=tr("build.yaml"), interactive=True,
+                                  lines=24, elem_id="build-yaml"), label="build.yaml")
+            tr.add(gr.Markdown(tr("build.stack_note")), value="build.stack_note")
+    status0, rows0, diagram0, _ = analyse(start)
+    status = gr.Markdown(status0, elem_id="build-status")
+    with gr.Row():
+        table = tr.add(gr.Dataframe(rows0, headers=["component", "parameters", "share"],
+                                    label=tr("build.table"), interactive=False, elem_id="build-table"),
+                       label="build.table")
+        with gr.Column():
+            tr.add(gr.Markdown(f"**{tr('build.diagram')}**"), value="build.diagram")
+            diagram = gr.HTML(diagram0, elem_id="build-diagram")
+    cost = tr.add(gr.Plot(cost_figure(start), label=tr("build.cost"), elem_id="build-cost",
+                          visible=cost_available()), label="build.cost")
+    with gr.Row():
+        save_name = tr.add(gr.Textbox("my_model", label=tr("build.save_name"), info=tr("build.save_info"),
+                                      elem_id="build-save-name"), label="build.save_name",
+                           info="build.save_info")
+        seed = tr.add(gr.Number(0, label=tr("build.seed"), precision=0, elem_id="build-seed"),
+                      label="build.seed")
+        save_btn = tr.add(gr.Button(tr("build.save"), variant="primary", elem_id="build-save"),
+                          value="build.save")
+    saved = gr.Markdown(elem_id="build-saved")
+
+    # form -> YAML (user edits only: `.input`, so programmatic refills never loop)
+    for f, w in fields.items():
+        def on_field(value, text, _f=f):
+            return set_field(text, _f, value)
+        w.input(handler(on_field), inputs=[w, code], outputs=[code], show_progress="hidden")
+
+    form_order = list(fields)
+
+    def refill(text):
+        vals = form_values(text)
+        if vals is None:
+            return [gr.skip()] * len(form_order)
+        return [vals[f] for f in form_order]
+
+    # YAML -> form (user typing in the editor, or a preset loaded)
+    code.input(refill, inputs=[code], outputs=[fields[f] for f in form_order], show_progress="hidden")
+
+    def on_load(name):
+        text = preset_yaml(name)
+        return [text] + refill(text)
+
+    load.click(handler(on_load), inputs=[preset], outputs=[code] + [fields[f] for f in form_order])
+
+    # any YAML change -> validation, table, diagram, parameter fields
+    def on_change(text, lang):
+        st, rows, diag, ok = analyse(text, lang)
+        entries = component_entries(text) if ok else gr.skip()
+        return st, rows, (diag if ok else gr.skip()), entries, cost_figure(text, lang) if ok else gr.skip()
+
+    code.change(on_change, inputs=[code, lang_state], outputs=[status, table, diagram, entries_state, cost],
+                show_progress="hidden", trigger_mode="always_last")
+    save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved], concurrency_limit=2)
+    return {"code": code, "status": status, "fields": fields, "table": table, "diagram": diagram,
+            "save_name": save_name, "saved": saved, "preset": preset, "load": load, "refresh_inputs": code}
+
+
+def _choices_raw(path, name, text):
+    for entry in component_entries(text):
+        if list(entry["path"]) == list(path):
+            for p in entry["params"]:
+                if p["name"] == name:
+                    return typing.get_args(_hint_for(entry, name)) or p["choices"] or []
+    return []
+
+
+def _hint_for(entry, name):
+    comp = zoo.get_registry().get(entry["family"], entry["kind"])
+    return typing.get_type_hints(comp.config).get(name, Any) if comp.config else Any
+
+

@@ -1,0 +1,237 @@
+"""What every tab shares: size limits, checkpoint look-up by name, the model cache and error handling.
+
+Safety rules of the UI (a browser is untrusted input):
+
+- **Checkpoints are chosen by name** from the checkpoint folders (``zoo.list_checkpoints()``: the
+  shipped ``checkpoints/`` folder and ``$ZOO_CHECKPOINTS``) and the runs folder (``$ZOO_RUNS``, default
+  ``./runs``).  A name is a plain identifier; anything that looks like a path (``../../etc/passwd``,
+  ``/etc/passwd``, ``a/b``) is refused before the file system is touched, and the resolved file must
+  lie inside one of those folders.
+- **Sizes are bounded** (:data:`LIMITS`): a spec typed into the browser cannot ask for 10,000 layers,
+  a 1M-token context or 10,000 new tokens.
+- **Errors are messages**: :func:`handler` turns a ``ZooError`` into ``gr.Error`` with the field and the
+  fix; any other exception becomes a short "something went wrong" (the traceback goes to the server
+  log, never to the page).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable
+
+import zoo
+from zoo.errors import CheckpointError, SpecError, ZooError
+
+from .i18n import format_error, t
+
+log = logging.getLogger("zoo.ui")
+
+#: Upper bounds on what a browser may ask for.  Generous for the tiny and small models this UI is for,
+#: small enough that no single request can exhaust a laptop.
+LIMITS: dict[str, int] = {
+    "num_layers": 24,
+    "d_model": 1024,
+    "num_heads": 32,
+    "d_ff": 8192,
+    "vocab_size": 65536,
+    "max_len": 4096,
+    "parameters": 150_000_000,  # a GPT-2 small fits; building happens on the meta device first
+    "input_tokens": 512,  # text given to run / inspect / compare
+    "max_new_tokens": 256,
+    "calc_tokens": 12,  # rows of the attention calculator
+    "calc_dim": 8,
+    "compare_seq_len": 1024,
+    "text_chars": 4000,
+}
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
+
+
+# ---------------------------------------------------------------------- errors
+def handler(fn: Callable) -> Callable:
+    """Wrap a UI handler: ``ZooError`` -> ``gr.Error`` (localised headings), other exceptions ->
+    a generic ``gr.Error`` (traceback logged).  The language is the handler's ``lang`` keyword or
+    its last positional argument when that is a language name."""
+    import inspect
+
+    sig = inspect.signature(fn)
+
+    def _lang(args, kwargs):
+        if "lang" in kwargs:
+            return kwargs["lang"]
+        try:
+            bound = sig.bind_partial(*args, **kwargs)
+        except TypeError:
+            return "en"
+        return bound.arguments.get("lang", "en")
+
+    def _raise(exc, args, kwargs):
+        import gradio as gr
+
+        lang = _lang(args, kwargs)
+        if isinstance(exc, gr.Error):
+            raise exc
+        if isinstance(exc, ZooError):
+            raise gr.Error(format_error(exc, lang), title=t("err.title", lang)) from None
+        log.exception("UI handler %s failed", fn.__name__)
+        raise gr.Error(t("err.internal", lang, kind=type(exc).__name__),
+                       title=t("err.title", lang)) from None
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen_wrapper(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - converted to a visible message
+                _raise(exc, args, kwargs)
+        return gen_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - converted to a visible message
+            _raise(exc, args, kwargs)
+    return wrapper
+
+
+# ---------------------------------------------------------------------- limits
+def check_value(field: str, value: Any, limit_key: str | None = None, lang: str = "en") -> None:
+    """Raise a ``SpecError`` naming ``field`` when ``value`` exceeds its limit."""
+    limit = LIMITS[limit_key or field]
+    if value is not None and value > limit:
+        raise SpecError(t("err.limit", lang, field=field, value=value, limit=limit), where=field,
+                        fix=t("err.limit_fix", lang))
+
+
+def check_spec_limits(spec: "zoo.ModelSpec", lang: str = "en") -> int:
+    """Check a parsed spec against :data:`LIMITS`; returns its parameter count (built on the meta
+    device, so nothing is allocated)."""
+    for key in ("d_model", "vocab_size", "max_len"):
+        check_value(key, getattr(spec, key), lang=lang)
+    for role in spec.roles:
+        st = spec.stack(role)
+        prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
+        check_value(f"{prefix}num_layers", st.num_layers, "num_layers", lang)
+        check_value(f"{prefix}num_heads", st.num_heads, "num_heads", lang)
+        check_value(f"{prefix}d_ff", st.d_ff, "d_ff", lang)
+        check_value(f"{prefix}head_dim", st.head_dim * st.num_heads, "d_model", lang)
+    import torch
+
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = zoo.build(spec, init=False)
+    n = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    check_value("parameters", n, lang=lang)
+    return n
+
+
+# ---------------------------------------------------------------------- checkpoints by name
+def runs_dir() -> Path:
+    """Where the UI saves models (``$ZOO_RUNS``, default ``./runs``)."""
+    return Path(os.environ.get("ZOO_RUNS") or "runs").resolve()
+
+
+def _allowed_roots() -> list[Path]:
+    from zoo.spec import preset_dirs
+
+    return [p.resolve() for p in preset_dirs()] + [runs_dir()]
+
+
+def checkpoint_table() -> dict[str, Path]:
+    """name -> weights file, for every checkpoint the UI may open (checkpoint folders first, then
+    the runs folder; a name found in both resolves to the checkpoint folder)."""
+    from zoo.io import WEIGHTS, resolve_checkpoint
+
+    out: dict[str, Path] = {}
+    for name in zoo.list_checkpoints():
+        try:
+            out[name] = resolve_checkpoint(name).resolve()
+        except ZooError:
+            continue
+    runs = runs_dir()
+    if runs.is_dir():
+        for f in sorted(runs.glob(f"*/{WEIGHTS}")):
+            name = f.parent.name
+            if _NAME_RE.match(name) and name not in out:
+                out[name] = f.resolve()
+    roots = _allowed_roots()
+    return {n: p for n, p in out.items() if any(p.is_relative_to(r) for r in roots)}
+
+
+def checkpoint_names() -> list[str]:
+    return list(checkpoint_table())
+
+
+def check_name(name: Any, lang: str = "en") -> str:
+    """A plain checkpoint / run name, or a ``CheckpointError`` (paths, ``..``, empty)."""
+    if not name or not isinstance(name, str) or not name.strip():
+        raise CheckpointError(t("err.no_ckpt", lang), where="checkpoint",
+                              options=checkpoint_names(), fix=t("err.bad_name_fix", lang))
+    name = name.strip()
+    if not _NAME_RE.match(name) or ".." in name:
+        raise CheckpointError(t("err.bad_name", lang, name=name[:80]), where="checkpoint",
+                              fix=t("err.bad_name_fix", lang))
+    return name
+
+
+def checkpoint_path(name: Any, lang: str = "en") -> Path:
+    """The weights file of checkpoint ``name``; never a path outside the checkpoint folders."""
+    name = check_name(name, lang)
+    table = checkpoint_table()
+    if name not in table:
+        raise CheckpointError(t("err.unknown_ckpt", lang, name=name), where="checkpoint",
+                              options=list(table), fix=t("err.bad_name_fix", lang))
+    return table[name]
+
+
+_CACHE: "OrderedDict[tuple, Any]" = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 4
+
+
+def load_checkpoint(name: Any, lang: str = "en"):
+    """Load (and cache) checkpoint ``name``.  The stored spec is checked against :data:`LIMITS` before
+    any tensor is read.  Returns an eval-mode model; treat it as read-only (it is shared)."""
+    path = checkpoint_path(name, lang)
+    key = (str(path), path.stat().st_mtime_ns)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    check_spec_limits(zoo.load_spec(path), lang)
+    model = zoo.load(path)
+    with _CACHE_LOCK:
+        _CACHE[key] = model
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return model
+
+
+def tokenizer_of(model) -> Any:
+    """The checkpoint's tokenizer, through whichever public API zoo offers for it (None if absent)."""
+    for attr in ("tokenizer",):
+        tok = getattr(model, attr, None)
+        if tok is not None:
+            return tok
+    loader = getattr(zoo, "load_tokenizer", None)
+    meta = getattr(model, "checkpoint_metadata", None)
+    if loader is not None and meta is not None:
+        try:
+            return loader(model)
+        except ZooError:
+            return None
+    return None
+
+
+def check_text(text: Any, lang: str = "en") -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise ZooError(t("err.empty_text", lang), where="text")
+    if len(text) > LIMITS["text_chars"]:
+        raise ZooError(t("err.limit", lang, field="text", value=len(text), limit=LIMITS["text_chars"]),
+                       where="text", fix=t("err.limit_fix", lang))
+    return text

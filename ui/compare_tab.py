@@ -1,0 +1,173 @@
+"""The Compare tab: two models side by side on the same input.
+
+Each side is a preset spec (random weights) or a checkpoint, plus optional overrides (a YAML mapping
+such as ``norm: {kind: layernorm, placement: post}`` or ``positions: rope``), which is how the
+classic comparisons are made: pre vs post norm, sinusoidal vs RoPE, eager vs sdpa.  Model B receives
+model A's weights wherever a tensor has the same name and shape, so a difference in outputs comes
+from the change in architecture, not from a different random initialisation (eager vs sdpa then
+agree to float rounding).  Shown: the spec diff, parameter counts, median forward time and the
+largest output difference.
+"""
+from __future__ import annotations
+
+import difflib
+import statistics
+import time
+
+import torch
+import yaml
+
+import zoo
+from zoo.errors import SpecError, ZooError
+
+from .common import LIMITS, check_spec_limits, check_value, checkpoint_names, handler, load_checkpoint
+from .i18n import t
+
+PRESET, CKPT = "preset: ", "checkpoint: "
+
+
+def sources() -> list[str]:
+    """Dropdown choices: every preset and every checkpoint, prefixed by their kind."""
+    return [PRESET + n for n in zoo.list_presets()] + [CKPT + n for n in checkpoint_names()]
+
+
+def _overrides(text: str, where: str) -> dict:
+    if not text or not text.strip():
+        return {}
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"invalid YAML: {exc}", where=where, fix="write a mapping like `attention: eager`")
+    if not isinstance(data, dict):
+        raise SpecError("overrides must be a mapping of spec fields", where=where,
+                        fix="write e.g. `positions: rope` or `norm: {kind: layernorm, placement: post}`")
+    return data
+
+
+def make_model(source: str, overrides: str, where: str, lang: str = "en", seed: int = 0):
+    """A model for one side: ``preset: NAME`` (random init with ``seed``) or ``checkpoint: NAME``
+    (its weights, then the overrides rebuilt around them)."""
+    over = _overrides(overrides, f"{where}.overrides")
+    if isinstance(source, str) and source.startswith(CKPT):
+        base = load_checkpoint(source[len(CKPT):], lang)
+        if not over:
+            return base
+        spec = base.spec.replace(**over)
+        check_spec_limits(spec, lang)
+        model = zoo.build(spec, seed=seed)
+        _copy_matching(base, model)
+        return model.eval()
+    name = source[len(PRESET):] if isinstance(source, str) and source.startswith(PRESET) else source
+    if not name or name not in zoo.list_presets():
+        raise SpecError(f"unknown source {source!r}", where=f"{where}.source", options=sources(),
+                        fix="pick an entry from the list")
+    spec = zoo.spec(name, **over)
+    check_spec_limits(spec, lang)
+    return zoo.build(spec, seed=seed).eval()
+
+
+def _copy_matching(src, dst) -> int:
+    """Copy every tensor of ``src`` whose name and shape exist in ``dst``; returns how many."""
+    theirs = src.state_dict()
+    mine = dst.state_dict()
+    take = {k: v for k, v in theirs.items() if k in mine and mine[k].shape == v.shape}
+    dst.load_state_dict(take, strict=False)
+    if hasattr(dst, "tie_weights"):
+        dst.tie_weights()
+    return len(take)
+
+
+def _forward(model, ids):
+    if model.spec.arch == "encoder_decoder":
+        return model(ids, ids)
+    return model(ids)
+
+
+def _timed(model, ids, repeats: int = 5) -> tuple[torch.Tensor, float]:
+    times = []
+    with torch.no_grad():
+        out = _forward(model, ids)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = _forward(model, ids)
+            times.append((time.perf_counter() - start) * 1000)
+    return out, statistics.median(times)
+
+
+@handler
+def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int = 32,
+            lang: str = "en") -> tuple[list[list], str]:
+    """Rows ``[metric, A, B]`` and a unified diff of the two specs (markdown)."""
+    seq_len = int(seq_len or 0)
+    if seq_len < 1:
+        raise ZooError("the sequence length must be at least 1", where="seq_len")
+    check_value("seq_len", seq_len, "compare_seq_len", lang)
+    a = make_model(source_a, over_a, "A", lang)
+    b = make_model(source_b, over_b, "B", lang)
+    if b is not a and not str(source_b).startswith(CKPT):
+        copied = _copy_matching(a, b)
+    else:
+        copied = 0
+    T = min(seq_len, a.spec.max_len, b.spec.max_len)
+    V = min(a.spec.vocab_size, b.spec.vocab_size)
+    ids = torch.randint(1, max(V, 2), (1, T), generator=torch.Generator().manual_seed(0))
+    out_a, ms_a = _timed(a, ids)
+    out_b, ms_b = _timed(b, ids)
+    diff = (f"{float((out_a.float() - out_b.float()).abs().max()):.3e}"
+            if out_a.shape == out_b.shape else "—")
+
+    def comps(m):
+        parts = []
+        for role in m.spec.roles:
+            st = m.spec.stack(role)
+            parts.append(f"{role}: {st.num_layers}L, {st.attention}, {' & '.join(map(str, st.mask))}, "
+                         f"{st.positions}, {st.norm}/{st.placement}, {st.ffn}")
+        return "; ".join(parts)
+
+    rows = [
+        [t("compare.row.arch", lang), a.spec.arch, b.spec.arch],
+        [t("compare.row.components", lang), comps(a), comps(b)],
+        [t("compare.row.params", lang), f"{sum(p.numel() for p in a.parameters()):,}",
+         f"{sum(p.numel() for p in b.parameters()):,}"],
+        [t("compare.row.ms", lang), f"{ms_a:.2f}", f"{ms_b:.2f}"],
+        [t("compare.row.out", lang), str(tuple(out_a.shape)), str(tuple(out_b.shape))],
+        [t("compare.row.diff", lang), diff, diff],
+        [t("compare.row.shared", lang), "—", str(copied)],
+    ]
+    diff_lines = list(difflib.unified_diff(a.spec.to_yaml().splitlines(), b.spec.to_yaml().splitlines(),
+                                           "A", "B", lineterm="", n=1))
+    spec_diff = "```diff\n" + ("\n".join(diff_lines) if diff_lines else "(identical specs)") + "\n```"
+    return rows, spec_diff
+
+
+def build(tr, lang_state) -> dict:
+    import gradio as gr
+
+    choices = sources()
+    default = PRESET + "gpt_tiny" if PRESET + "gpt_tiny" in choices else (choices[0] if choices else None)
+    tr.add(gr.Markdown(tr("compare.intro")), value="compare.intro")
+    tr.add(gr.Markdown(tr("compare.same_weights")), value="compare.same_weights")
+    with gr.Row():
+        with gr.Column():
+            tr.add(gr.Markdown(f"**{tr('compare.a')}**"), value="compare.a")
+            src_a = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-a"),
+                           label="compare.pick")
+            over_a = tr.add(gr.Textbox("", label=tr("compare.override"), elem_id="cmp-a-over"),
+                            label="compare.override")
+        with gr.Column():
+            tr.add(gr.Markdown(f"**{tr('compare.b')}**"), value="compare.b")
+            src_b = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-b"),
+                           label="compare.pick")
+            over_b = tr.add(gr.Textbox("attention: eager", label=tr("compare.override"), elem_id="cmp-b-over"),
+                            label="compare.override")
+    with gr.Row():
+        seq = tr.add(gr.Number(32, precision=0, minimum=1, maximum=LIMITS["compare_seq_len"],
+                               label=tr("compare.seq_len"), elem_id="cmp-seq"), label="compare.seq_len")
+        go = tr.add(gr.Button(tr("compare.go"), variant="primary", elem_id="cmp-go"), value="compare.go")
+    table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), "A", "B"], label=tr("compare.table"),
+                                interactive=False, wrap=True, elem_id="cmp-table"), label="compare.table")
+    spec_diff = gr.Markdown(elem_id="cmp-diff")
+    go.click(compare, inputs=[src_a, over_a, src_b, over_b, seq, lang_state], outputs=[table, spec_diff],
+             concurrency_limit=2)
+    return {"a": src_a, "b": src_b, "go": go, "table": table, "diff": spec_diff}
+

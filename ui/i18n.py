@@ -1,0 +1,291 @@
+"""English / 中文 for every label and message of the UI.
+
+Every visible string of the app is a key in :data:`STRINGS` with an English and a Chinese text.  Tabs
+create their components with :meth:`Translator.add`, which remembers which attribute (``label``,
+``value``, ``info``, ``placeholder``) shows which key; the language switch then returns one
+``gr.update`` per remembered component (:meth:`Translator.updates`).  Handlers format their messages
+with :func:`t` and the language held in a ``gr.State``.
+
+``zoo.ZooError`` messages come from the engine in English; :func:`format_error` wraps their parts
+(where / what / valid options / fix) in localised headings so a Chinese reader still sees which field
+to fix.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+LANGS = {"English": "en", "中文": "zh"}
+DEFAULT = "en"
+
+#: key -> (English, 中文).  Keep both columns filled: tests check that no key lacks a translation.
+STRINGS: dict[str, tuple[str, str]] = {
+    # ------------------------------------------------------------------ app shell
+    "app.title": ("zoo — a Transformer model zoo", "zoo — Transformer 模型动物园"),
+    "app.intro": ("Assemble GPT / BERT / T5 from pluggable parts, run shipped checkpoints, look inside "
+                  "attention, and check every kernel against a naive reference. Everything runs on "
+                  "this machine; nothing is sent anywhere.",
+                  "用可插拔的组件拼装 GPT / BERT / T5，运行自带的检查点，观察注意力内部，并把每个注意力实现"
+                  "与朴素参考实现对拍。一切都在本机运行，不向外发送任何数据。"),
+    "app.language": ("Language", "语言"),
+    "tab.build": ("Build", "搭建"),
+    "tab.run": ("Run", "运行"),
+    "tab.inspect": ("Inspect", "观察"),
+    "tab.compare": ("Compare", "对比"),
+    "tab.verify": ("Verify", "校验"),
+    "tab.plugins": ("Plugins", "插件"),
+    # ------------------------------------------------------------------ errors
+    "err.title": ("Error", "错误"),
+    "err.where": ("Where", "位置"),
+    "err.what": ("Problem", "问题"),
+    "err.options": ("Valid options", "可选值"),
+    "err.fix": ("Fix", "修改建议"),
+    "err.internal": ("Something went wrong inside zoo ({kind}). The details are in the server log.",
+                     "zoo 内部出错（{kind}），详情见服务器日志。"),
+    "err.limit": ("{field} = {value} is above this UI's limit of {limit}",
+                  "{field} = {value} 超过了界面允许的上限 {limit}"),
+    "err.limit_fix": ("use a smaller value (the limits keep one browser from exhausting the machine)",
+                      "请改用更小的值（上限用来防止单个浏览器耗尽本机资源）"),
+    "err.bad_name": ("'{name}' is not a checkpoint name", "'{name}' 不是检查点名称"),
+    "err.bad_name_fix": ("pick a name from the list; paths are not accepted",
+                         "请从列表中选择名称；不接受路径"),
+    "err.unknown_ckpt": ("no checkpoint named '{name}'", "没有名为 '{name}' 的检查点"),
+    "err.no_ckpt": ("choose a checkpoint first", "请先选择一个检查点"),
+    "err.empty_text": ("type some text first", "请先输入文本"),
+    "err.matrix": ("{name} must be a table of numbers with {shape}", "{name} 必须是 {shape} 的数字表格"),
+    # ------------------------------------------------------------------ build tab
+    "build.intro": ("Pick a preset or fill in the form; the YAML on the right follows every change, and "
+                    "editing the YAML updates the form. Component parameters come from each "
+                    "component's config, so installed plugins appear here automatically.",
+                    "选择一个预设或填写表单；右侧的 YAML 随表单实时更新，直接编辑 YAML 也会同步回表单。"
+                    "组件参数来自每个组件自己的配置，所以安装的第三方插件会自动出现在这里。"),
+    "build.preset": ("Start from preset", "从预设开始"),
+    "build.load": ("Load preset", "载入预设"),
+    "build.arch": ("Architecture", "架构"),
+    "build.name": ("Name", "名称"),
+    "build.vocab_size": ("Vocabulary size", "词表大小"),
+    "build.max_len": ("Maximum length", "最大长度"),
+    "build.d_model": ("d_model (width)", "d_model（宽度）"),
+    "build.num_layers": ("Layers", "层数"),
+    "build.num_heads": ("Heads", "头数"),
+    "build.num_kv_heads": ("Key/value heads (0 = same as heads)", "键/值头数（0 表示与头数相同）"),
+    "build.d_ff": ("d_ff (0 = 4 × d_model)", "d_ff（0 表示 4 × d_model）"),
+    "build.dropout": ("Dropout", "Dropout"),
+    "build.attention": ("Attention kernel", "注意力实现"),
+    "build.mask": ("Mask", "掩码"),
+    "build.positions": ("Positional encoding", "位置编码"),
+    "build.norm": ("Norm", "归一化"),
+    "build.placement": ("Norm placement", "归一化位置"),
+    "build.ffn": ("Feed-forward", "前馈网络"),
+    "build.params_heading": ("Component parameters", "组件参数"),
+    "build.no_params": ("The chosen components take no parameters.", "所选组件没有参数。"),
+    "build.stack_note": ("Per-stack overrides (`encoder:` / `decoder:` sections) and list masks are "
+                         "edited in the YAML.",
+                         "按栈覆盖（`encoder:` / `decoder:` 段）和组合掩码请直接在 YAML 中编辑。"),
+    "build.yaml": ("Spec (YAML)", "模型规格（YAML）"),
+    "build.valid": ("Valid spec: {params} parameters.", "规格有效：共 {params} 个参数。"),
+    "build.invalid": ("Invalid spec", "规格无效"),
+    "build.table": ("Parameters per component", "各组件参数量"),
+    "build.diagram": ("Block structure", "模块结构"),
+    "build.cost": ("FLOPs and memory against sequence length", "FLOPs 与显存随序列长度的变化"),
+    "build.save_name": ("Checkpoint name", "检查点名称"),
+    "build.save_info": ("saved under the runs folder; it then appears in Run, Inspect and Compare",
+                        "保存到 runs 目录，之后可在运行、观察、对比页中选择"),
+    "build.seed": ("Seed", "随机种子"),
+    "build.save": ("Save as checkpoint (random weights)", "保存为检查点（随机权重）"),
+    "build.saved": ("Saved `{name}` ({params} parameters) to `{path}`.",
+                    "已保存 `{name}`（{params} 个参数）到 `{path}`。"),
+    "col.component": ("component", "组件"),
+    "col.params": ("parameters", "参数量"),
+    "col.share": ("share", "占比"),
+    "col.total": ("total", "合计"),
+    # ------------------------------------------------------------------ run tab
+    "run.intro": ("Choose a shipped or saved checkpoint. Decoders continue your text (streamed), "
+                  "encoders fill in the mask token, encoder-decoders map input to output.",
+                  "选择自带或保存的检查点。解码器会续写文本（流式输出），编码器填充掩码位置，"
+                  "编码器-解码器把输入映射为输出。"),
+    "run.checkpoint": ("Checkpoint", "检查点"),
+    "run.refresh": ("Refresh list", "刷新列表"),
+    "run.card": ("Model card", "模型说明"),
+    "run.prompt": ("Input text", "输入文本"),
+    "run.output": ("Output", "输出"),
+    "run.temperature": ("Temperature (0 = greedy)", "温度（0 为贪心）"),
+    "run.top_k": ("Top-k (0 = off)", "Top-k（0 为关闭）"),
+    "run.top_p": ("Top-p (1 = off)", "Top-p（1 为关闭）"),
+    "run.max_new_tokens": ("Max new tokens", "最多生成的 token 数"),
+    "run.seed": ("Seed", "随机种子"),
+    "run.go": ("Run", "运行"),
+    "run.mask_hint": ("Encoders: write {mask} where a token is missing.",
+                      "编码器：在缺失的位置写 {mask}。"),
+    "run.no_tokenizer": ("this checkpoint has no tokenizer, so it cannot read text",
+                         "该检查点没有分词器，无法读取文本"),
+    "run.no_tokenizer_fix": ("train it with a tokenizer (see `zoo train`) or choose a shipped checkpoint",
+                             "请带分词器训练它（见 `zoo train`），或选择自带的检查点"),
+    "run.no_generate": ("generation is not available in this zoo version",
+                        "当前版本的 zoo 还不支持生成"),
+    "run.fill_header": ("position", "位置"),
+    "run.candidates": ("candidates (probability)", "候选（概率）"),
+    "run.no_mask_token": ("the text contains no {mask} token", "文本中没有 {mask} 标记"),
+    # ------------------------------------------------------------------ inspect tab
+    "inspect.intro": ("Run a checkpoint once on your text and look at its attention, layer by layer "
+                      "and head by head.", "在你的文本上运行一次检查点，逐层、逐头观察注意力。"),
+    "inspect.text": ("Text", "文本"),
+    "inspect.layer": ("Layer", "层"),
+    "inspect.head": ("Head", "头"),
+    "inspect.stack": ("Stack", "栈"),
+    "inspect.go": ("Inspect", "观察"),
+    "inspect.heatmap": ("Attention heatmap", "注意力热力图"),
+    "inspect.grid": ("All layers × heads", "所有层 × 头"),
+    "inspect.mask": ("Mask pattern", "掩码形状"),
+    "inspect.positions": ("Positional encoding", "位置编码"),
+    "inspect.calc_heading": ("Step-by-step attention calculator", "逐步注意力计算器"),
+    "inspect.calc_intro": ("The lecture's three-token example. Edit any number of Q, K or V (add rows "
+                           "for more tokens) and every step is recomputed: scores = Q·Kᵀ → scaled "
+                           "by 1/√d_k → masked → softmax → weighted sum of V.",
+                           "讲义里的三个词的例子。修改 Q、K、V 中的任意数字（加行即加词），每一步都会重新计算："
+                           "打分 Q·Kᵀ → 乘以 1/√d_k → 掩码 → softmax → 对 V 加权求和。"),
+    "inspect.calc_mask": ("Mask", "掩码"),
+    "inspect.calc_go": ("Calculate", "计算"),
+    "inspect.calc_reset": ("Reset to the lecture example", "恢复讲义示例"),
+    "calc.scores": ("1. scores = Q · Kᵀ", "1. 打分 scores = Q · Kᵀ"),
+    "calc.scaled": ("2. scaled = scores / √d_k", "2. 缩放 scaled = scores / √d_k"),
+    "calc.masked": ("3. masked (−inf where the mask forbids)", "3. 掩码（不允许的位置为 −inf）"),
+    "calc.weights": ("4. weights = softmax(row)", "4. 权重 weights = softmax(每行)"),
+    "calc.output": ("5. output = weights · V", "5. 输出 output = weights · V"),
+    "calc.explain": ("Explanation of row 0", "第 0 行的手算过程"),
+    "calc.mask_none": ("none (every token sees every token)", "无（所有词互相可见）"),
+    "calc.mask_causal": ("causal (look-ahead)", "因果（look-ahead）"),
+    "calc.row0": ("Row 0 by hand", "手算第 0 行"),
+    "calc.dk": ("d_k = {dk}, √d_k = {sq}", "d_k = {dk}，√d_k = {sq}"),
+    "calc.scores_line": ("scores: Q0 · K_j = {vals}", "打分：Q0 · K_j = {vals}"),
+    "calc.scaled_line": ("scaled: divide by {sq} → {vals}", "缩放：除以 {sq} → {vals}"),
+    "calc.exp_line": ("softmax: exp = {vals}, sum = {total}", "softmax：exp = {vals}，和 = {total}"),
+    "calc.weights_line": ("weights = exp / sum = {vals} (sum 1)", "权重 = exp / 和 = {vals}（和为 1）"),
+    "calc.out_line": ("output = Σ_j w_j · V_j = {vals}", "输出 = Σ_j w_j · V_j = {vals}"),
+    "calc.hand_line": ("by hand with the weights rounded to 4 places: {terms} = {vals} (the last digit "
+                       "differs from the exact value only through that rounding)",
+                       "用保留 4 位小数的权重手算：{terms} = {vals}（末位与精确值的差别只来自这次舍入）"),
+    "calc.kernel_check": ("The registered `eager` kernel gives the same output (max |difference| = "
+                          "{err}).", "注册的 `eager` 注意力实现给出相同的输出（最大绝对差 = {err}）。"),
+    "calc.masked_out": ("masked out", "被掩盖"),
+    # ------------------------------------------------------------------ compare tab
+    "compare.intro": ("Two specs or checkpoints side by side on the same input: outputs, parameter "
+                      "counts, speed.", "在同一输入上并排比较两个规格或检查点：输出、参数量、速度。"),
+    "compare.a": ("Model A", "模型 A"),
+    "compare.b": ("Model B", "模型 B"),
+    "compare.source": ("Source", "来源"),
+    "compare.src_preset": ("preset spec (random weights)", "预设规格（随机权重）"),
+    "compare.src_ckpt": ("checkpoint", "检查点"),
+    "compare.src_yaml": ("YAML", "YAML"),
+    "compare.pick": ("Preset or checkpoint", "预设或检查点"),
+    "compare.yaml": ("YAML (when Source is YAML)", "YAML（来源为 YAML 时）"),
+    "compare.override": ("Override (YAML mapping, e.g. `attention: eager`)",
+                         "覆盖字段（YAML 映射，例如 `attention: eager`）"),
+    "compare.seq_len": ("Sequence length", "序列长度"),
+    "compare.go": ("Compare", "对比"),
+    "compare.table": ("Side by side", "并排对比"),
+    "compare.same_weights": ("Models A and B share weights where their tensors match, so output "
+                             "differences come from the architecture, not from initialisation.",
+                             "A、B 两个模型在张量形状一致处共享权重，因此输出差异来自结构而不是初始化。"),
+    "compare.row.arch": ("architecture", "架构"),
+    "compare.row.params": ("parameters", "参数量"),
+    "compare.row.components": ("components", "组件"),
+    "compare.row.ms": ("forward time (ms, median of 5)", "前向耗时（毫秒，5 次中位数）"),
+    "compare.row.out": ("output shape", "输出形状"),
+    "compare.row.diff": ("max |A − B| of outputs", "输出最大绝对差 |A − B|"),
+    "compare.row.shared": ("tensors copied from A to B", "从 A 复制到 B 的张量数"),
+    "compare.metric": ("metric", "指标"),
+    # ------------------------------------------------------------------ verify tab
+    "verify.intro": ("Run the reference checks: every registered attention kernel against the naive "
+                     "per-query loop and against `torch.nn.functional.scaled_dot_product_attention`, "
+                     "under no mask, causal, padding, prefix, sliding-window and fully-masked rows, "
+                     "plus mask-rule and position checks. Each row shows the measured error.",
+                     "运行参考校验：每个注册的注意力实现都与朴素逐查询循环以及 "
+                     "`torch.nn.functional.scaled_dot_product_attention` 对拍，覆盖无掩码、因果、padding、"
+                     "prefix、滑动窗口和整行被掩盖等情形，另有掩码规则和位置编码检查。每行给出实测误差。"),
+    "verify.go": ("Run checks", "运行校验"),
+    "verify.table": ("Results", "结果"),
+    "verify.summary": ("{passed} of {total} checks passed.", "{total} 项校验中通过 {passed} 项。"),
+    "col.check": ("check", "校验"),
+    "col.subject": ("component", "组件"),
+    "col.case": ("case", "情形"),
+    "col.reference": ("reference", "参考"),
+    "col.error": ("max |error|", "最大绝对误差"),
+    "col.tolerance": ("tolerance", "容差"),
+    "col.result": ("result", "结果"),
+    "verify.pass": ("pass", "通过"),
+    "verify.fail": ("FAIL", "失败"),
+    "verify.skip": ("skipped", "跳过"),
+    # ------------------------------------------------------------------ plugins
+    "plugins.intro": ("Every plugin seen by the registry: built-in or from an installed distribution, "
+                      "its components, and any error it raised while loading.",
+                      "注册表看到的每个插件：内置或来自已安装的发行包、它注册的组件，以及加载时出现的错误。"),
+    "plugins.table": ("Plugins", "插件"),
+    "plugins.components": ("Components", "组件"),
+    "col.plugin": ("plugin", "插件"),
+    "col.version": ("version", "版本"),
+    "col.source": ("source", "来源"),
+    "col.status": ("status", "状态"),
+    "col.family": ("family", "类别"),
+    "col.name": ("name", "名称"),
+    "col.description": ("description", "说明"),
+    "plugins.ok": ("ok", "正常"),
+}
+
+
+def lang_code(lang: Any) -> str:
+    """``"English"``, ``"中文"``, ``"en"``, ``"zh"`` or None -> ``"en"`` / ``"zh"``."""
+    if lang in ("zh", "中文"):
+        return "zh"
+    return "en"
+
+
+def t(key: str, lang: Any = DEFAULT, **fmt: Any) -> str:
+    """The text of ``key`` in ``lang``, formatted with ``fmt``.  An unknown key is a programming
+    error and raises KeyError (tests walk every key)."""
+    en, zh = STRINGS[key]
+    text = zh if lang_code(lang) == "zh" else en
+    return text.format(**fmt) if fmt else text
+
+
+def format_error(exc: BaseException, lang: Any = DEFAULT) -> str:
+    """A ``ZooError`` as plain text with localised headings (where / problem / options / fix)."""
+    where = getattr(exc, "where", None)
+    what = getattr(exc, "what", None) or str(exc)
+    options = getattr(exc, "options", None)
+    fix = getattr(exc, "fix", None)
+    lines = []
+    if where:
+        lines.append(f"{t('err.where', lang)}: {where}")
+    lines.append(f"{t('err.what', lang)}: {what}")
+    if options:
+        lines.append(f"{t('err.options', lang)}: {', '.join(map(str, options))}")
+    if fix:
+        lines.append(f"{t('err.fix', lang)}: {fix}")
+    return "\n".join(lines)
+
+
+class Translator:
+    """Remembers which component attribute shows which key, for the language switch."""
+
+    def __init__(self, lang: str = DEFAULT):
+        self.lang = lang_code(lang)
+        self.items: list[tuple[Any, dict[str, str]]] = []
+
+    def __call__(self, key: str, **fmt: Any) -> str:
+        return t(key, self.lang, **fmt)
+
+    def add(self, component, **attrs: str):
+        """Register ``component`` so that each ``attr=key`` is re-translated on a language switch;
+        returns the component (use it inline: ``tr.add(gr.Button(tr("x")), value="x")``)."""
+        self.items.append((component, attrs))
+        return component
+
+    @property
+    def components(self) -> list:
+        return [c for c, _ in self.items]
+
+    def updates(self, lang: Any) -> list:
+        import gradio as gr
+
+        return [gr.update(**{attr: t(key, lang) for attr, key in attrs.items()})
+                for _, attrs in self.items]

@@ -1,0 +1,40 @@
+"""The Plugins tab: what ``zoo plugins`` shows — every plugin, where it came from, what it registered
+and any error it raised while loading (a broken third-party plugin is listed here, never fatal)."""
+from __future__ import annotations
+
+import zoo
+
+from .i18n import t
+
+PLUGIN_HEADERS = ("col.plugin", "col.version", "col.source", "plugins.components", "col.status")
+COMPONENT_HEADERS = ("col.family", "col.name", "col.plugin", "col.description")
+
+
+def plugin_rows(lang: str = "en") -> list[list[str]]:
+    rows = []
+    for p in zoo.list_plugins():
+        status = t("plugins.ok", lang) if not p.errors else "✗ " + "; ".join(p.errors)
+        rows.append([p.name, str(p.version), p.source, ", ".join(p.components), status])
+    return rows
+
+
+def component_rows() -> list[list[str]]:
+    rows = []
+    for c in zoo.list_components():
+        params = ", ".join(f"{k}={v}" for k, v in c.params().items())
+        rows.append([c.family, c.name + (f" [{params}]" if params else ""), c.plugin, c.doc[:160]])
+    return rows
+
+
+def build(tr, lang_state) -> dict:
+    import gradio as gr
+
+    tr.add(gr.Markdown(tr("plugins.intro")), value="plugins.intro")
+    plugins = gr.Dataframe(plugin_rows(tr.lang), headers=[tr(h) for h in PLUGIN_HEADERS],
+                           label=tr("plugins.table"), interactive=False, wrap=True, elem_id="plugins-table")
+    tr.add(plugins, label="plugins.table")
+    comps = gr.Dataframe(component_rows(), headers=[tr(h) for h in COMPONENT_HEADERS],
+                         label=tr("plugins.components"), interactive=False, wrap=True,
+                         elem_id="plugins-components")
+    tr.add(comps, label="plugins.components")
+    return {"plugins": plugins, "components": comps}

@@ -1,0 +1,190 @@
+"""The Run tab: text in, text out, from a shipped or saved checkpoint.
+
+- decoder-only: the continuation streams in as it is generated (``zoo.generate.stream_text``) with the
+  sampling controls (temperature, top-k, top-p, max new tokens, seed);
+- encoder-decoder: the same, from the source text to the target text;
+- encoder with an MLM head: fill-mask, the top candidates for each ``<mask>`` position.
+
+Checkpoints are chosen by name only (``ui.common.checkpoint_path``); sizes are bounded by
+``ui.common.LIMITS``.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import torch
+
+import zoo
+from zoo.errors import ZooError
+
+from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path, handler,
+                     load_checkpoint)
+from .i18n import t
+
+
+def _tokenizer(model, lang: str):
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        raise zoo.TokenizerError(t("run.no_tokenizer", lang), where="checkpoint",
+                                 fix=t("run.no_tokenizer_fix", lang))
+    return tok
+
+
+@handler
+def model_card(name: str, lang: str = "en") -> str:
+    """A short description of checkpoint ``name``: its spec, size, tokenizer and stored card."""
+    if not name:
+        return ""
+    path = checkpoint_path(name, lang)
+    spec = zoo.load_spec(path)
+    meta = zoo.read_metadata(path)
+    lines = [f"**{name}** — `{spec.arch}`, d_model {spec.d_model}, vocab {spec.vocab_size}, "
+             f"max_len {spec.max_len}"]
+    for role in spec.roles:
+        st = spec.stack(role)
+        lines.append(f"- {role}: {st.num_layers} × ({st.num_heads} heads, {st.attention}, "
+                     f"{' & '.join(map(str, st.mask))}, {st.positions}, {st.norm}/{st.placement}, {st.ffn})")
+    tok = meta.get("zoo.tokenizer")
+    if tok:
+        try:
+            kind = json.loads(tok).get("kind", "?")
+        except ValueError:
+            kind = "?"
+        lines.append(f"- tokenizer: `{kind}`")
+    for key, value in sorted(meta.items()):
+        if key.startswith("zoo.extra.") and len(value) < 300:
+            lines.append(f"- {key[len('zoo.extra.'):]}: {value}")
+    folder = path.parent
+    for card in ("README.md", "model_card.md", "card.md", "MODEL_CARD.md"):
+        f = folder / card
+        if f.is_file() and f.stat().st_size < 20_000:
+            lines += ["", f.read_text(encoding="utf-8")]
+            break
+    return "\n".join(lines)
+
+
+def fill_mask(model, text: str, top_k: int = 5, lang: str = "en") -> list[list[str]]:
+    """Top-``top_k`` candidates for each mask token of ``text`` (rows: position, candidates)."""
+    tasks = None
+    try:
+        from zoo import tasks
+    except ImportError:
+        pass
+    tok = _tokenizer(model, lang)
+    if tok.mask_id is None:
+        raise zoo.TokenizerError("the tokenizer has no mask token", where="tokenizer",
+                                 fix="fill-mask needs an encoder checkpoint trained with <mask>")
+    ids = tok.encode(text)
+    check_value("input_tokens", len(ids), lang=lang)
+    if tok.mask_id not in ids:
+        raise ZooError(t("run.no_mask_token", lang, mask="<mask>"), where="text",
+                       fix=t("run.mask_hint", lang, mask="<mask>"))
+    if tasks is not None and hasattr(tasks, "fill_mask"):
+        result = tasks.fill_mask(model, text, top_k=top_k)
+        return _fill_rows(result)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids]))  # (1, T, V)
+    rows = []
+    for pos, i in enumerate(ids):
+        if i != tok.mask_id:
+            continue
+        probs = torch.softmax(logits[0, pos].float(), -1)
+        p, idx = probs.topk(min(top_k, probs.numel()))
+        cands = ", ".join(f"{tok.decode([int(j)])!r} ({float(q):.3f})" for q, j in zip(p, idx))
+        rows.append([str(pos), cands])
+    return rows
+
+
+def _fill_rows(result: Any) -> list[list[str]]:
+    """``zoo.tasks.fill_mask``'s result (list per mask of (token, prob) pairs or dicts) -> rows."""
+    rows = []
+    for n, item in enumerate(result if isinstance(result, list) else [result]):
+        pos = n
+        cands = item
+        if isinstance(item, dict):
+            pos = item.get("position", n)
+            cands = item.get("candidates", item.get("tokens", []))
+        text = []
+        for c in cands:
+            if isinstance(c, dict):
+                text.append(f"{c.get('token', c.get('text'))!r} ({float(c.get('prob', c.get('score', 0))):.3f})")
+            elif isinstance(c, (tuple, list)) and len(c) == 2:
+                text.append(f"{c[0]!r} ({float(c[1]):.3f})")
+            else:
+                text.append(str(c))
+        rows.append([str(pos), ", ".join(text)])
+    return rows
+
+
+@handler
+def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+        max_new_tokens: int = 64, seed: int = 0, lang: str = "en") -> Iterator[tuple[str, list]]:
+    """Stream ``(output text so far, fill-mask rows)``."""
+    model = load_checkpoint(name, lang)
+    text = check_text(text, lang)
+    max_new_tokens = int(max_new_tokens or 0)
+    check_value("max_new_tokens", max_new_tokens, lang=lang)
+    if model.spec.arch == "encoder":
+        yield "", fill_mask(model, text, lang=lang)
+        return
+    tok = _tokenizer(model, lang)
+    check_value("input_tokens", len(tok.encode(text)), lang=lang)
+    from zoo.generate import stream_text
+
+    temperature = float(temperature or 0.0)
+    sampling = temperature > 0
+    options = dict(do_sample=sampling, seed=int(seed or 0))
+    if sampling:
+        options.update(temperature=temperature, top_k=int(top_k) if top_k else None,
+                       top_p=float(top_p) if top_p is not None and float(top_p) < 1.0 else None)
+    out = ""
+    yield out, []
+    for piece in stream_text(model, text, max_new_tokens, **options):
+        out += piece
+        yield out, []
+
+
+def build(tr, lang_state) -> dict:
+    import gradio as gr
+
+    names = checkpoint_names()
+    tr.add(gr.Markdown(tr("run.intro")), value="run.intro")
+    with gr.Row():
+        ckpt = tr.add(gr.Dropdown(names, value=names[0] if names else None, label=tr("run.checkpoint"),
+                                  elem_id="run-checkpoint", allow_custom_value=False), label="run.checkpoint")
+        refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="run-refresh"), value="run.refresh")
+    card = gr.Markdown(model_card(names[0]) if names else "", elem_id="run-card")
+    prompt = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
+                               max_length=LIMITS["text_chars"]), label="run.prompt")
+    with gr.Row():
+        temperature = tr.add(gr.Slider(0.0, 2.0, value=0.0, step=0.05, label=tr("run.temperature"),
+                                       elem_id="run-temperature"), label="run.temperature")
+        top_k = tr.add(gr.Slider(0, 200, value=0, step=1, label=tr("run.top_k"), elem_id="run-top-k"),
+                       label="run.top_k")
+        top_p = tr.add(gr.Slider(0.05, 1.0, value=1.0, step=0.05, label=tr("run.top_p"),
+                                 elem_id="run-top-p"), label="run.top_p")
+        max_new = tr.add(gr.Slider(1, LIMITS["max_new_tokens"], value=64, step=1,
+                                   label=tr("run.max_new_tokens"), elem_id="run-max-new"),
+                         label="run.max_new_tokens")
+        seed = tr.add(gr.Number(0, precision=0, label=tr("run.seed"), elem_id="run-seed"), label="run.seed")
+    go = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
+    output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False, elem_id="run-output"),
+                    label="run.output")
+    fills = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
+                         elem_id="run-fill")
+
+    def on_refresh(current):
+        names = checkpoint_names()
+        return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
+
+    refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt])
+    ckpt.change(model_card, inputs=[ckpt, lang_state], outputs=[card])
+    go.click(run, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
+             outputs=[output, fills], concurrency_limit=4, concurrency_id="generate", api_name="run")
+    prompt.submit(run, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
+                  outputs=[output, fills], concurrency_limit=4, concurrency_id="generate",
+                  api_visibility="private")
+    return {"checkpoint": ckpt, "prompt": prompt, "output": output, "go": go, "fills": fills,
+            "refresh": refresh}
+
