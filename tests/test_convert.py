@@ -1,0 +1,236 @@
+"""Exact reproduction of GPT-2, BERT, Llama and T5: a 2-layer random-init ``transformers`` model (built
+from a config object, never downloaded) -> ``zoo.convert`` -> the same logits / hidden states to
+1e-4 in float32 on padded batches, before and after a zoo.save / zoo.load round trip."""
+import json
+
+import pytest
+import torch
+
+import zoo
+from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers
+
+T = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+TOL = 1e-4
+V, B, L = 101, 3, 9
+
+
+@torch.no_grad()
+def randomize(model, seed=0):
+    """Every tensor random (norm weights near 1): a swapped weight/bias or a missed tensor shows."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        r = torch.randn(p.shape, generator=g)
+        is_norm = p.dim() == 1 and ("norm" in name.lower() or "ln_" in name) and name.endswith("weight")
+        p.copy_(1.0 + 0.2 * r if is_norm else 0.3 * r if p.dim() == 1 else r * 0.15)
+    return model.eval()
+
+
+def batch(seed=1, left=False):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, V, (B, L), generator=g)
+    am = torch.ones(B, L, dtype=torch.long)
+    lengths = [L, L - 3, 4]
+    for b, n in enumerate(lengths):
+        if left:
+            am[b, : L - n] = 0
+        else:
+            am[b, n:] = 0
+    pos = (am.cumsum(-1) - 1).clamp(min=0)
+    return ids, am, pos
+
+
+def maxdiff(a, b, mask):
+    return (a - b).abs()[mask.bool()].max().item()
+
+
+# ---------------------------------------------------------------------- the four families
+def gpt2(**kw):
+    cfg = dict(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    return randomize(T.GPT2LMHeadModel(T.GPT2Config(**cfg, **kw, attn_implementation="eager")))
+
+
+def bert(mlm=True, **kw):
+    cfg = T.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, max_position_embeddings=64, attn_implementation="eager", **kw)
+    return randomize(T.BertForMaskedLM(cfg) if mlm else T.BertModel(cfg))
+
+
+def llama(**kw):
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64,
+               rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    cfg.update(kw)
+    return randomize(T.LlamaForCausalLM(T.LlamaConfig(**cfg, attn_implementation="eager")))
+
+
+def t5(**kw):
+    cfg = dict(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+               relative_attention_num_buckets=8, relative_attention_max_distance=16)
+    cfg.update(kw)
+    return randomize(T.T5ForConditionalGeneration(T.T5Config(**cfg, attn_implementation="eager")))
+
+
+@torch.no_grad()
+def untie(hf):
+    """A separate output matrix (transformers 5 always ties T5's head; older checkpoints do not)."""
+    hf.lm_head.weight = torch.nn.Parameter(torch.randn_like(hf.lm_head.weight) * 0.15)
+    return hf
+
+
+def run(family, hf, z):
+    """(hf output, zoo output, mask of positions that must agree) on a padded batch."""
+    if family in ("gpt2", "llama"):
+        ids, am, pos = batch(left=True)  # left padding: HF needs the positions zoo derives itself
+        return hf(ids, attention_mask=am, position_ids=pos).logits, z(ids, attention_mask=am), am
+    if family in ("bert", "bert_model"):
+        ids, am, _ = batch()
+        tt = (torch.arange(L) >= 4).long().expand(B, L)  # two segments
+        out = hf(ids, attention_mask=am, token_type_ids=tt)
+        ref = out.logits if family == "bert" else out.last_hidden_state
+        return ref, z(ids, attention_mask=am, token_type_ids=tt), am
+    src, sm, _ = batch()
+    tgt, tm, _ = batch(seed=2)
+    tgt, tm = tgt[:, :6], tm[:, :6]
+    ref = hf(input_ids=src, attention_mask=sm, decoder_input_ids=tgt, decoder_attention_mask=tm).logits
+    return ref, z(src, tgt, src_mask=sm, tgt_mask=tm), tm
+
+
+CASES = {
+    "gpt2": (lambda: gpt2(), "gpt2"),
+    "gpt2_relu_untied": (lambda: gpt2(activation_function="relu", tie_word_embeddings=False), "gpt2"),
+    "bert_mlm": (lambda: bert(), "bert"),
+    "bert_model": (lambda: bert(mlm=False), "bert_model"),
+    "llama_gqa_untied": (lambda: llama(), "llama"),
+    "llama_bias_headdim_tied": (lambda: llama(attention_bias=True, mlp_bias=True, head_dim=16,
+                                              num_key_value_heads=1, tie_word_embeddings=True), "llama"),
+    "t5_relu_scaled": (lambda: t5(), "t5"),
+    "t5_v1_1_gated_untied": (lambda: untie(t5(feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                                              num_decoder_layers=3)), "t5"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_parity(case, tmp_path):
+    make, family = CASES[case]
+    hf = make()
+    with torch.no_grad():
+        z = from_transformers(hf)
+        ref, out, mask = run(family, hf, z)
+        d = maxdiff(ref, out, mask)
+        print(f"{case}: max abs diff {d:.2e}")
+        assert ref.shape == out.shape and d <= TOL
+        assert z.spec.tie_embeddings == ("untied" not in case)
+        assert ref.abs().max() > 0.5  # a non-trivial function was compared
+        zoo.save(z, tmp_path / "ck")
+        z2 = zoo.load(tmp_path / "ck")
+        _, out2, _ = run(family, hf, z2)
+        assert maxdiff(ref, out2, mask) <= TOL
+    assert z2.spec == z.spec
+
+
+def test_bert_pooler_is_dropped_and_named():
+    z = from_transformers(bert(mlm=False))
+    assert z.convert_info["dropped"] == ["pooler.dense.bias", "pooler.dense.weight"] or \
+        sorted(z.convert_info["dropped"]) == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert z.spec.head.kind == "none" and z.spec.pad_id == 0
+
+
+def test_specs_say_what_the_models_are():
+    s = from_transformers(llama()).spec
+    assert (s.positions.kind, s.positions.config.base, s.norm.kind, s.ffn.kind) == ("rope", 500000.0, "rmsnorm", "swiglu")
+    assert (s.num_kv_heads, s.tie_embeddings, s.qkv_bias) == (2, False, False)
+    s = from_transformers(t5()).spec
+    assert s.stack("encoder").attn_scale == 1.0 and s.head_scale == pytest.approx(32 ** -0.5)
+    assert s.stack("decoder").positions.kind == "t5_relative" and s.pad_id is None
+    s = from_transformers(t5(tie_word_embeddings=False, feed_forward_proj="gated-gelu")).spec
+    assert s.head_scale is None and s.ffn.kind == "geglu" and s.ffn.config.activation == "gelu_tanh"
+    s = from_transformers(gpt2()).spec
+    assert (s.positions.kind, s.ffn.config.activation, s.tie_embeddings) == ("learned", "gelu_tanh", True)
+
+
+@torch.no_grad()
+def test_llama_kv_cache_decoding_matches_transformers():
+    hf = llama()
+    z = from_transformers(hf, attention="eager")
+    ids = batch()[0][:1]
+    full = hf(ids).logits
+    cache = z.new_cache()
+    steps = [z(ids[:, :4], cache=cache)] + [z(ids[:, t:t + 1], cache=cache) for t in range(4, L)]
+    assert (torch.cat(steps, 1) - full).abs().max() <= TOL
+
+
+# ---------------------------------------------------------------------- folders and the CLI
+def test_save_pretrained_folder_and_cli(tmp_path):
+    from click.testing import CliRunner
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from zoo.cli import cli
+
+    hf = t5()
+    hf.save_pretrained(tmp_path / "hf")
+    vocab = {f"w{i}": i for i in range(V - 2)} | {"<pad>": V - 2, "</s>": V - 1}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "hf" / "tokenizer.json"))
+
+    res = CliRunner().invoke(cli, ["convert", str(tmp_path / "hf"), str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "tokenizer" in res.output
+    z = zoo.load(tmp_path / "out")
+    assert z.tokenizer.encode("w5 w7 w3") == [5, 7, 3]
+    assert json.loads(z.checkpoint_metadata["zoo.extra.converted_from"])["model_type"] == "t5"
+    with torch.no_grad():
+        ref, out, mask = run("t5", hf, z)
+    assert maxdiff(ref, out, mask) <= TOL
+    direct = from_pretrained(tmp_path / "hf", tokenizer=False)
+    assert getattr(direct, "tokenizer", None) is None and direct.spec == z.spec
+
+
+def test_pickle_only_folder_is_refused(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(ConvertError, match="never loads pickle"):
+        from_pretrained(tmp_path)
+    with pytest.raises(ConvertError, match="config.json"):
+        from_pretrained(tmp_path / "nowhere")
+
+
+# ---------------------------------------------------------------------- unsupported configs
+def _cfg_state(hf):
+    return hf.config.to_dict(), hf.state_dict()
+
+
+@pytest.mark.parametrize("make,key,value", [
+    (gpt2, "scale_attn_by_inverse_layer_idx", True),
+    (gpt2, "activation_function", "gelu_fast"),
+    (gpt2, "add_cross_attention", True),
+    (bert, "position_embedding_type", "relative_key"),
+    (bert, "hidden_act", "relu"),  # the MLM head's transform is exact GELU in zoo
+    (llama, "hidden_act", "tanh"),
+    (llama, "rope_parameters", {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}),
+    (llama, "rope_scaling", {"rope_type": "linear", "factor": 2.0}),
+    (t5, "feed_forward_proj", "gated-tanh"),
+    (t5, "feed_forward_proj", "sigmoid"),
+])
+def test_unsupported_config_fields_are_named(make, key, value):
+    cfg, state = _cfg_state(make())
+    cfg[key] = value
+    with pytest.raises(ConvertError) as err:
+        convert_state(cfg, state)
+    assert f"config.{key.split('.')[0]}" in str(err.value) and "fix:" in str(err.value)
+
+
+def test_unknown_family_and_unknown_tensor():
+    cfg, state = _cfg_state(gpt2())
+    with pytest.raises(ConvertError, match="config.model_type.*valid options: bert, gpt2, llama, t5"):
+        convert_state({**cfg, "model_type": "mistral"}, state)
+    state = dict(state, **{"transformer.h.0.attn.extra_gate.weight": torch.ones(3)})
+    with pytest.raises(ConvertError, match="extra_gate"):
+        convert_state(cfg, state)
+    cfg2, state2 = _cfg_state(gpt2())
+    cfg2["n_layer"] = 3  # config and weights disagree
+    with pytest.raises(ConvertError, match="h.2"):
+        convert_state(cfg2, state2)
+    with pytest.raises(ConvertError, match="transformers model"):
+        from_transformers(object())
