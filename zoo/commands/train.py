@@ -1,0 +1,97 @@
+"""``zoo train SPEC_OR_CHECKPOINT --data FILE --objective clm|mlm|prefix_lm|seq2seq --steps N --out DIR``.
+
+Runs :func:`zoo.train.train`.  The same command trains data-parallel under ``torchrun
+--nproc_per_node=N -m zoo.cli train ...`` (or ``torchrun --nproc_per_node=N $(which zoo) train ...``).
+"""
+import click
+
+from zoo.train import OBJECTIVES, TrainConfig
+
+_D = TrainConfig()
+
+
+@click.command("train")
+@click.argument("source", metavar="SPEC_OR_CHECKPOINT", required=False)
+@click.option("--data", type=click.Path(dir_okay=False), help="Training text (documents separated "
+              "by blank lines) or source<TAB>target pairs (seq2seq).")
+@click.option("--objective", type=click.Choice(OBJECTIVES), help="What to learn; default: clm for "
+              "a decoder, mlm for an encoder, seq2seq for an encoder-decoder.")
+@click.option("--steps", type=int, default=None, help=f"Optimizer steps [default: {_D.steps}].")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Run folder: checkpoint, trainer state, metrics.jsonl, loss.png.")
+@click.option("--batch-size", type=int, help=f"Sequences per step, all ranks [{_D.batch_size}].")
+@click.option("--grad-accum", type=int, help=f"Micro-batches per step [{_D.grad_accum}].")
+@click.option("--block-size", type=int, help="Window length for documents [min(max_len, 128)].")
+@click.option("--lr", type=float, help=f"Peak learning rate [{_D.lr}].")
+@click.option("--warmup", type=int, help=f"Warm-up steps [{_D.warmup}].")
+@click.option("--weight-decay", type=float, help=f"AdamW weight decay [{_D.weight_decay}].")
+@click.option("--grad-clip", type=float, help=f"Max gradient norm, 0 = off [{_D.grad_clip}].")
+@click.option("--holdout", type=float, help=f"Held-out fraction [{_D.holdout}].")
+@click.option("--eval-every", type=int, help=f"Evaluate every N steps [{_D.eval_every}].")
+@click.option("--save-every", type=int, help=f"Save every N steps [{_D.save_every}].")
+@click.option("--seed", type=int, help=f"Seed for init, batches and dropout [{_D.seed}].")
+@click.option("--tokenizer", type=str, help="For a fresh model: char (vocabulary read off the "
+              "data) or byte [char].")
+@click.option("--fit-vocab", is_flag=True, help="Set a fresh spec's vocab_size to the tokenizer's.")
+@click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
+              help="Override a spec field (YAML value), e.g. --set num_layers=2.")
+@click.option("--device", help="cpu, cuda, cuda:1 [cuda if available]")
+@click.option("--no-bf16", is_flag=True, help="Train in float32 on CUDA too.")
+@click.option("--resume", is_flag=True, help="Continue the run saved in --out.")
+@click.option("--overwrite", is_flag=True, help="Start over even if --out holds a run.")
+@click.option("--no-progress", is_flag=True, help="No progress bar (logs still go to metrics.jsonl).")
+def command(source, data, objective, steps, out, batch_size, grad_accum, block_size, lr, warmup,
+            weight_decay, grad_clip, holdout, eval_every, save_every, seed, tokenizer, fit_vocab,
+            sets, device, no_bf16, resume, overwrite, no_progress):
+    """Train SPEC_OR_CHECKPOINT (a spec/preset, or a checkpoint to fine-tune) on --data."""
+    import os
+
+    import yaml
+
+    import zoo
+    from zoo.train import train
+
+    knobs = {k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, block_size=block_size,
+                                   lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
+                                   holdout=holdout, eval_every=eval_every, save_every=save_every,
+                                   seed=seed, tokenizer=tokenizer).items() if v is not None}
+    if no_bf16:
+        knobs["bf16"] = False
+    if no_progress:
+        knobs["progress"] = False
+    model = source
+    if source is None and not resume:
+        raise zoo.ZooError("no SPEC_OR_CHECKPOINT given", where="zoo train",
+                           fix="name a spec (e.g. gpt_tiny) or a checkpoint, or pass --resume")
+    if sets:
+        overrides = {}
+        for item in sets:
+            if "=" not in item:
+                raise zoo.SpecError(f"expected FIELD=VALUE, got '{item}'", where="--set")
+            k, v = item.split("=", 1)
+            overrides[k.strip()] = yaml.safe_load(v)
+        model = zoo.spec(source, **overrides)
+    if objective is None and source is not None and not resume:
+        arch = _arch_of(source if not sets else model)
+        objective = {"decoder": "clm", "encoder": "mlm", "encoder_decoder": "seq2seq"}[arch]
+    result = train(model if not resume else None, data, out=out, objective=objective, steps=steps,
+                   resume=resume, overwrite=overwrite, fit_vocab=fit_vocab, device=device, **knobs)
+    if int(os.environ.get("RANK", "0")) == 0:
+        msg = "interrupted at" if result.interrupted else "finished"
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in result.final.items()}
+        click.echo(f"{msg} step {result.step} in {result.wall_time:.0f}s: {shown}")
+        click.echo(f"checkpoint: {result.out}/model.safetensors  (resume: zoo train --resume --out "
+                   f"{result.out})")
+
+
+def _arch_of(source):
+    import zoo
+    from zoo.io import load_spec, resolve_checkpoint
+
+    if isinstance(source, zoo.ModelSpec):
+        return source.arch
+    try:
+        resolve_checkpoint(source)
+        return load_spec(source).arch
+    except zoo.ZooError:
+        return zoo.spec(source).arch
