@@ -17,6 +17,7 @@ COMMANDS = {
     "convert": ("convert", "Convert a Hugging Face save_pretrained folder (GPT-2, BERT, Llama, T5) to a zoo checkpoint."),
     "ui": ("ui", "Start the Gradio UI on http://127.0.0.1:7860 (English / 中文)."),
     "bench": ("bench", "Time forward, generation and a training step (tokens/s, % of peak)."),
+    "train": ("train", "Train a spec or checkpoint on a data file (clm, mlm, prefix_lm, seq2seq)."),
 }
 
 
