@@ -149,6 +149,26 @@ def test_specs_say_what_the_models_are():
     assert (s.positions.kind, s.ffn.config.activation, s.tie_embeddings) == ("learned", "gelu_tanh", True)
 
 
+PRESETS = {
+    "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config()),  # transformers' defaults are these models
+    "bert_base": lambda: T.BertForMaskedLM(T.BertConfig()),
+    "t5_small": lambda: T.T5ForConditionalGeneration(T.T5Config()),
+    "llama_tiny": lambda: T.LlamaForCausalLM(T.LlamaConfig(
+        vocab_size=32000, hidden_size=288, intermediate_size=768, num_hidden_layers=6,
+        num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)),
+}
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_presets_are_what_the_converter_produces(preset):
+    """The shipped real-shape presets equal the converted spec of the real configs (built on the
+    meta device: no memory, no weights)."""
+    with torch.device("meta"):
+        hf = PRESETS[preset]()
+    spec, _, _ = convert_state(hf.config.to_dict(), hf.state_dict())
+    assert zoo.spec(spec, name=preset) == zoo.spec(preset)
+
+
 @torch.no_grad()
 def test_llama_kv_cache_decoding_matches_transformers():
     hf = llama()

@@ -116,7 +116,10 @@ class _Source:
         if head not in self.state:
             return True
         w = self.state[head]
-        same = w is embedding or (w.shape == embedding.shape and bool(torch.equal(w, embedding)))
+        if w.is_meta or embedding.is_meta:  # a model without values (device="meta"): trust the config
+            same = self.config.get("tie_word_embeddings", True) is not False
+        else:
+            same = w is embedding or (w.shape == embedding.shape and bool(torch.equal(w, embedding)))
         if same:
             self.ignore(head)
         return same
@@ -235,7 +238,8 @@ def _llama(src: _Source, attention: str):
     bias, mlp_bias = bool(c("attention_bias", False)), bool(c("mlp_bias", False))
     spec = dict(name="llama", arch="decoder", vocab_size=c("vocab_size"),
                 max_len=c("max_position_embeddings", 2048), d_model=D, num_layers=L, num_heads=H,
-                num_kv_heads=c("num_key_value_heads") or H, head_dim=hd, d_ff=c("intermediate_size"),
+                num_kv_heads=c("num_key_value_heads") or H, head_dim=hd if hd * H != D else None,
+                d_ff=c("intermediate_size"),
                 dropout=float(c("attention_dropout", 0.0)), qkv_bias=bias, out_bias=bias,
                 tie_embeddings=True, scale_embeddings=False, attention=attention, mask="causal",
                 positions={"kind": "rope", "base": _rope_theta(src)},
