@@ -1,0 +1,231 @@
+"""What a forward pass costs: parameters per component, FLOPs and memory versus sequence length.
+
+The lecture's compute-cost table (seed ``000``) counts, per layer and sequence of length ``T``::
+
+    attention core  2 · T² · d_model      (q·kᵀ: T·T·d multiply-adds, weights·v: the same again)
+    feed-forward    2 · T · d_model · d_ff (d -> d_ff -> d)
+
+so the quadratic attention term overtakes the linear feed-forward term at ``T = d_ff``, whatever
+``d_model`` and the number of layers.  Here the table is generalised and made exact:
+
+- the core uses the real head geometry ``h · hd`` (which need not equal ``d_model``);
+- the projections are counted too: ``q`` and the output ``D · h · hd`` each, ``k`` and ``v``
+  ``D · h_kv · hd`` each, so grouped-query attention (``h_kv < h``) is cheaper;
+- the feed-forward cost is read off the FFN module's own weight shapes (built on the meta device), so
+  a GLU block (SwiGLU: three ``D x d_ff`` matrices) costs 3/2 of an MLP, and a plugin's FFN is
+  counted right without zoo knowing its formula;
+- cross-attention (encoder-decoder) uses the source length ``S``; the LM / MLM / classifier head
+  is included.
+
+Counts are multiply-accumulates (MACs); FLOPs = 2 · MACs (the convention of PyTorch's
+``FlopCounterMode``, which the test suite checks these numbers against).  The crossover
+``T* = ffn_per_token / (2 · h · hd)`` reduces to the seed's ``T* = d_ff`` for GPT-2 shapes.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from .summary import parameter_table as _groups
+
+
+def _spec(obj):
+    from .spec import ModelSpec, parse_spec
+
+    if isinstance(obj, ModelSpec):
+        return obj
+    if hasattr(obj, "spec"):
+        return obj.spec
+    return parse_spec(obj)
+
+
+def parameter_table(model) -> list[dict[str, Any]]:
+    """Rows ``{"component", "parameters", "share"}`` per component (shared tensors counted once),
+    plus a ``total`` row; see :func:`zoo.summary.parameter_table`."""
+    groups = _groups(model)
+    total = sum(groups.values())
+    rows = [{"component": k, "parameters": v, "share": v / max(total, 1)} for k, v in groups.items()]
+    rows.append({"component": "total", "parameters": total, "share": 1.0})
+    return rows
+
+
+def ffn_macs_per_token(spec, role: str) -> int:
+    """Multiply-adds per token of one FFN block, from the shapes of its weight matrices."""
+    from .layers import make_parts
+    from .registry import get_registry
+
+    with torch.device("meta"):
+        ffn = make_parts(spec, role, get_registry()).ffn()
+    return sum(p.numel() for p in ffn.parameters() if p.dim() >= 2)
+
+
+def stack_macs(spec, role: str, T: int, S: int | None = None, batch: int = 1) -> dict[str, int]:
+    """MACs of one stack's forward over ``T`` tokens (``S`` source tokens for cross-attention)."""
+    st = spec.stack(role)
+    D, h, kv, hd, L = spec.d_model, st.num_heads, st.num_kv_heads, st.head_dim, st.num_layers
+    proj = T * (D * h * hd + 2 * D * kv * hd + h * hd * D)  # q, k, v, out
+    core = 2 * h * hd * T * T  # q·kᵀ and weights·v
+    out = {"attention_proj": L * batch * proj, "attention_core": L * batch * core,
+           "ffn": L * batch * T * ffn_macs_per_token(spec, role)}
+    if st.cross_attention:
+        S = T if S is None else S
+        cross_proj = T * (D * h * hd + h * hd * D) + S * 2 * D * kv * hd
+        out["cross_proj"] = L * batch * cross_proj
+        out["cross_core"] = L * batch * 2 * h * hd * T * S
+    return out
+
+
+def forward_cost(model_or_spec, seq_len: int, *, batch: int = 1, src_len: int | None = None,
+                 bytes_per_elem: int = 4) -> "OrderedDict[str, Any]":
+    """MACs, FLOPs and memory of one forward pass over ``batch`` sequences of ``seq_len`` tokens.
+
+    Keys: ``attention`` (projections + core, self and cross), ``attention_core`` (the quadratic
+    part), ``ffn``, ``head``, ``total`` (MACs) and ``*_flops`` (= 2 MACs); memory in bytes:
+    ``params``, ``scores`` (every layer's ``B·h·T·T`` score matrix, what an eager kernel
+    materialises and training keeps), ``kv_cache`` (keys and values of all layers at length T) and
+    ``hidden`` (one ``B·T·D`` residual stream per sub-layer)."""
+    spec = _spec(model_or_spec)
+    T, B = seq_len, batch
+    S = src_len if src_len is not None else T
+    parts: dict[str, int] = {}
+    for role in spec.roles:
+        t = S if (role == "encoder" and spec.arch == "encoder_decoder") else T
+        for k, v in stack_macs(spec, role, t, S if role == "decoder" else None, B).items():
+            parts[k] = parts.get(k, 0) + v
+    D, V = spec.d_model, spec.vocab_size
+    if spec.arch == "encoder":
+        head = spec.head
+        if head.kind == "mlm":
+            parts["head"] = B * T * ((D * D if head.transform else 0) + D * V)
+        elif head.kind == "classifier":
+            parts["head"] = B * D * head.num_labels
+        else:
+            parts["head"] = 0
+    else:
+        parts["head"] = B * T * D * V
+    out: "OrderedDict[str, Any]" = OrderedDict(seq_len=T, batch=B)
+    out["attention_core"] = parts["attention_core"] + parts.get("cross_core", 0)
+    out["attention"] = (parts["attention_proj"] + parts["attention_core"]
+                        + parts.get("cross_proj", 0) + parts.get("cross_core", 0))
+    out["ffn"] = parts["ffn"]
+    out["head"] = parts["head"]
+    out["total"] = out["attention"] + out["ffn"] + out["head"]
+    for k in ("attention_core", "attention", "ffn", "head", "total"):
+        out[f"{k}_flops"] = 2 * out[k]
+    n_params = _count_params(model_or_spec, spec)
+    scores = kv = hidden = 0
+    for role in spec.roles:
+        st = spec.stack(role)
+        t = S if (role == "encoder" and spec.arch == "encoder_decoder") else T
+        scores += st.num_layers * B * st.num_heads * t * t
+        if st.cross_attention:
+            scores += st.num_layers * B * st.num_heads * t * S
+        kv += 2 * st.num_layers * B * st.num_kv_heads * st.head_dim * t
+        hidden += (3 if st.cross_attention else 2) * st.num_layers * B * t * D
+    out["params_bytes"] = n_params * bytes_per_elem
+    out["scores_bytes"] = scores * bytes_per_elem
+    out["kv_cache_bytes"] = kv * bytes_per_elem
+    out["hidden_bytes"] = hidden * bytes_per_elem
+    return out
+
+
+def _count_params(model_or_spec, spec) -> int:
+    if isinstance(model_or_spec, torch.nn.Module):
+        return sum(v for v in _groups(model_or_spec).values())
+    return _spec_params(spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_params(spec) -> int:
+    """Parameters of the model a spec describes, built on the meta device (no memory, no init)."""
+    from .models import ARCH_CLASSES
+    from .registry import get_registry
+
+    with torch.device("meta"):
+        model = ARCH_CLASSES[spec.arch](spec, get_registry())
+    return sum(_groups(model).values())
+
+
+def cost_table(model_or_spec, seq_lens=(128, 512, 1024, 2048, 4096, 8192), **kw) -> list[dict]:
+    """:func:`forward_cost` for several lengths (the seed's table, one row per ``seq_len``)."""
+    return [dict(forward_cost(model_or_spec, T, **kw)) for T in seq_lens]
+
+
+def crossover(model_or_spec, role: str | None = None) -> dict[str, float]:
+    """Sequence lengths where attention catches up with the feed-forward block in one layer.
+
+    ``core``: the quadratic core alone equals the FFN (the seed's ``T* = d_ff`` for GPT-2 shapes);
+    ``attention``: core + projections equal the FFN (0 when the projections alone already cost
+    more, as with a narrow FFN)."""
+    spec = _spec(model_or_spec)
+    role = role or spec.roles[-1]
+    st = spec.stack(role)
+    D, h, kv, hd = spec.d_model, st.num_heads, st.num_kv_heads, st.head_dim
+    ffn = ffn_macs_per_token(spec, role)
+    proj = D * h * hd + 2 * D * kv * hd + h * hd * D
+    return {"core": ffn / (2 * h * hd), "attention": max(ffn - proj, 0) / (2 * h * hd)}
+
+
+def machine_flops(n: int = 512, repeats: int = 3, device=None, dtype=torch.float32) -> float:
+    """Achieved FLOP/s of an ``n x n`` matmul here (the yardstick for the time estimate)."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        _sync(a)
+        t = time.perf_counter()
+        a @ b
+        _sync(a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def _sync(t):
+    if t.is_cuda:
+        torch.cuda.synchronize(t.device)
+
+
+@torch.no_grad()
+def measure(model, seq_lens=(32, 64, 128), *, batch: int = 1, repeats: int = 3) -> list[dict]:
+    """Measured forward time beside the estimate ``FLOPs / machine_flops()`` for each length.
+
+    The estimate is a lower bound (perfect matmul efficiency, no memory traffic or Python
+    overhead); the ratio shows how far a small model is from compute-bound."""
+    p = next(model.parameters())
+    rate = machine_flops(device=p.device, dtype=p.dtype)
+    rows = []
+    was = model.training
+    model.eval()
+    try:
+        for T in seq_lens:
+            T = min(T, model.spec.max_len)
+            ids = torch.randint(0, model.spec.vocab_size, (batch, T), device=p.device)
+            args = (ids, ids) if model.spec.arch == "encoder_decoder" else (ids,)
+            model(*args)
+            best = float("inf")
+            for _ in range(repeats):
+                _sync(p)
+                t = time.perf_counter()
+                model(*args)
+                _sync(p)
+                best = min(best, time.perf_counter() - t)
+            cost = forward_cost(model, T, batch=batch)
+            rows.append({"seq_len": T, "flops": cost["total_flops"], "measured_s": best,
+                         "estimated_s": cost["total_flops"] / rate})
+    finally:
+        model.train(was)
+    return rows
+
+
+def human(n: float, unit: str = "") -> str:
+    """``1234567 -> '1.23M'`` (the seed's helper)."""
+    for prefix in ("", "K", "M", "G", "T"):
+        if abs(n) < 1000:
+            return f"{n:.2f}{prefix}{unit}"
+        n /= 1000.0
+    return f"{n:.2f}P{unit}"
