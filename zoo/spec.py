@@ -571,10 +571,8 @@ def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, An
 def _check_stack(spec: ModelSpec, role: str, registry) -> None:
     """Cross-field checks and component compatibility, once, at parse time."""
     from .registry import get_registry
-    from .errors import IncompatibleComponentsError
 
     reg = registry or get_registry()
-    prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
     over = dict(spec.encoder if role == "encoder" else spec.decoder)
     src = lambda k: f"{role}.{k}" if k in over else k  # noqa: E731 - where a value came from
     heads = over.get("num_heads", spec.num_heads)
@@ -593,4 +591,3 @@ def _check_stack(spec: ModelSpec, role: str, registry) -> None:
     if st.num_layers > 4096 or st.head_dim > 65536:
         raise SpecError("unreasonably large stack", where=src("num_layers"))
     reg.check_compatible(spec, role, src)  # capabilities: zoo.registry, once per stack
-    del prefix
