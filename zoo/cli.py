@@ -15,6 +15,8 @@ COMMANDS = {
     "components": ("components", "List registered components (by family) and their plugins."),
     "build": ("build", "Build a model from a spec and print its summary."),
     "convert": ("convert", "Convert a Hugging Face save_pretrained folder (GPT-2, BERT, Llama, T5) to a zoo checkpoint."),
+    "plugins": ("plugins", "List plugins (built-in and installed), their components and errors."),
+    "verify": ("verify", "Run the conformance kit on components; print a pass/fail table."),
     "ui": ("ui", "Start the Gradio UI on http://127.0.0.1:7860 (English / 中文)."),
     "bench": ("bench", "Time forward, generation and a training step (tokens/s, % of peak)."),
     "train": ("train", "Train a spec or checkpoint on a data file (clm, mlm, prefix_lm, seq2seq)."),
