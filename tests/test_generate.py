@@ -231,3 +231,24 @@ def test_left_pad_and_errors():
     with pytest.raises(zoo.TokenizerError, match="tokenizer"):
         model.generate("hello", 3)
     assert model.generate([1, 2], 0).tolist() == [[1, 2]]
+
+
+def test_cli_run_streams_and_fills_masks(tmp_path):
+    from click.testing import CliRunner
+
+    from zoo.cli import cli
+
+    tok = tokenizer("byte")
+    model = small(positions="rope", vocab_size=tok.vocab_size)
+    zoo.save(model, tmp_path / "gpt", tokenizer=tok)
+    res = CliRunner().invoke(cli, ["run", str(tmp_path / "gpt"), "--prompt", "你好", "-n", "9"])
+    assert res.exit_code == 0, res.output
+    expected = zoo.load(tmp_path / "gpt").generate("你好", 9)
+    assert res.output == "你好" + expected + "\n"
+    ctok = tokenizer("char", text="北京是中国的首都")
+    bert = zoo.build("bert_tiny", num_layers=1, vocab_size=ctok.vocab_size, seed=0)
+    zoo.save(bert, tmp_path / "bert", tokenizer=ctok)
+    res = CliRunner().invoke(cli, ["run", str(tmp_path / "bert"), "--prompt", "北京是<mask>国",
+                                   "--candidates", "3"])
+    assert res.exit_code == 0, res.output
+    assert "position 3:" in res.output and res.output.count("p=") == 3

@@ -150,3 +150,29 @@ def test_encoder_decoder_cross_attention_and_text():
     s = tt.summary()
     assert len(s["attention"]) == 4 and len(s["next_token"]) == 5
     assert len(s["residual_norms"]["decoder.blocks.0.resid_attn"]) == 9
+
+
+def test_cli_inspect_writes_figures_and_json(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from zoo.cli import cli
+
+    tok = zoo.tokenizer("char", text="注意力就是一切")
+    model = zoo.build("gpt_tiny", num_layers=2, positions="rope", vocab_size=tok.vocab_size, seed=0)
+    zoo.save(model, tmp_path / "ck", tokenizer=tok)
+    res = CliRunner().invoke(cli, ["inspect", str(tmp_path / "ck"), "--text", "注意力就是一切",
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    names = {p.name for p in (tmp_path / "out").iterdir()}
+    assert {"attention_grid.png", "attention_L0.png", "attention_L1.png", "mask.png",
+            "positions.png", "cost.png", "inspect.json"} <= names
+    assert all((tmp_path / "out" / n).stat().st_size > 5000 for n in names if n.endswith(".png"))
+    data = json.loads((tmp_path / "out" / "inspect.json").read_text(encoding="utf-8"))
+    assert data["tokens"] == list("注意力就是一切")
+    w = torch.tensor(data["attention"]["decoder.blocks.1.attn.weights"])
+    torch.testing.assert_close(w, zoo.trace(zoo.load(tmp_path / "ck"), text="注意力就是一切")
+                               .attention(1)[0], atol=1e-4, rtol=0)
+    assert data["parameters"][-1]["parameters"] == model.num_parameters()
+    assert data["crossover"]["core"] == 512

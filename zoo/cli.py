@@ -14,6 +14,8 @@ import click
 COMMANDS = {
     "components": ("components", "List registered components (by family) and their plugins."),
     "build": ("build", "Build a model from a spec and print its summary."),
+    "run": ("run", "Generate from a checkpoint, streaming (fill-mask / classify for encoders)."),
+    "inspect": ("inspect", "Write attention figures (PNG) and captured numbers (JSON) for a text."),
     "convert": ("convert", "Convert a Hugging Face save_pretrained folder (GPT-2, BERT, Llama, T5) to a zoo checkpoint."),
     "plugins": ("plugins", "List plugins (built-in and installed), their components and errors."),
     "verify": ("verify", "Run the conformance kit on components; print a pass/fail table."),

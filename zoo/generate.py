@@ -140,7 +140,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
            top_p: float | None = None, stop_tokens: int | Sequence[int] | None = None,
            seed: int | None = None, use_cache: bool = True, prefix_length: int | None = None,
            decoder_start_id: int | None = None, pad_id: int | None = None,
-           tokenizer=None) -> Iterator[torch.Tensor]:
+           tokenizer=None, vocab_limit: int | None = None) -> Iterator[torch.Tensor]:
     """Yield the next token of every row, ``(B,)`` per step, as soon as it is chosen.
 
     ``ids``: the prompt (decoder-only) or the source (encoder-decoder), as a ``(B, T)`` tensor (with
@@ -149,7 +149,8 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     every row has stopped or after ``max_new_tokens`` steps.  ``prefix_length`` (prefix LMs): how
     many leading tokens attend bidirectionally; default the whole (padded) prompt.
     ``decoder_start_id`` (encoder-decoder): the first decoder token; default the tokenizer's bos,
-    else ``pad_id`` (as in T5).
+    else ``pad_id`` (as in T5).  ``vocab_limit``: only ids below it may be chosen (the text helpers
+    set it to the tokenizer's size when the model's vocabulary is larger).
     """
     arch = model.spec.arch
     if arch == "encoder":
@@ -165,8 +166,13 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     if do_sample and seed is not None:
         gen = torch.Generator(device=ids.device)
         gen.manual_seed(seed)
-    choose = lambda logits: pick_next(logits, do_sample=do_sample, temperature=temperature,  # noqa: E731
-                                      top_k=top_k, top_p=top_p, generator=gen)
+    def choose(logits):
+        if vocab_limit is not None and vocab_limit < logits.size(-1):
+            logits = logits.clone()
+            logits[..., vocab_limit:] = float("-inf")
+        return pick_next(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                         top_p=top_p, generator=gen)
+
     if arch == "decoder":
         if T0 + max(max_new_tokens - 1, 0) > model.spec.max_len:
             raise ZooError(f"prompt ({T0}) + max_new_tokens ({max_new_tokens}) exceeds max_len "
@@ -323,6 +329,7 @@ def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32,
     single = isinstance(prompts, str)
     rows = [_encode_prompt(model, tok, p) for p in ([prompts] if single else prompts)]
     options = _stops(tok, options)
+    options.setdefault("vocab_limit", tok.vocab_size)
     new = list(stream(model, rows, max_new_tokens, tokenizer=tok, **options))
     stops = set(options.get("stop_tokens") or [])
     texts = []
@@ -349,6 +356,7 @@ def stream_text(model, prompt: str, max_new_tokens: int = 32, *, tokenizer=None,
     tok = get_tokenizer(model, tokenizer)
     check_fits(tok, model.spec.vocab_size)
     options = _stops(tok, options)
+    options.setdefault("vocab_limit", tok.vocab_size)
     stops = set(options.get("stop_tokens") or [])
     out: list[int] = []
     shown = ""

@@ -67,8 +67,9 @@ def fill_mask(model, inputs: Any, *, top_k: int = 5, mask_id: int | None = None,
     finally:
         model.train(was)
     out = []
+    limit = tok.vocab_size if tok is not None else logits.size(-1)  # ids the tokenizer can spell
     for pos in positions:
-        probs = logits[0, pos].float().softmax(-1)
+        probs = logits[0, pos, :limit].float().softmax(-1)
         p, i = probs.topk(min(top_k, probs.numel()))
         cands = []
         for idx, prob in zip(i.tolist(), p.tolist()):

@@ -1,0 +1,72 @@
+"""``zoo inspect CHECKPOINT --text TEXT --out DIR``: figures (PNG) and captured numbers (JSON).
+
+Writes ``attention_grid.png`` (every layer x head), ``attention_L{i}.png`` (per layer, heads
+averaged, or ``--head``), ``mask.png``, a positional-encoding view (``positions.png``: sinusoid
+waves, RoPE rotation or the score bias, by the spec), ``cost.png`` (FLOPs vs length) and
+``inspect.json`` (tokens, attention weights, residual norms, norm statistics, next-token
+predictions, parameter table, compute-cost table and crossover).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+import zoo
+
+
+@click.command("inspect")
+@click.argument("checkpoint")
+@click.option("--text", "-t", required=True, help="The text to run through the model.")
+@click.option("--out", "-o", "out", type=click.Path(file_okay=False), required=True,
+              help="Folder for the PNG files and inspect.json.")
+@click.option("--head", type=int, default=None, help="Per-layer heatmaps of this head (default: mean).")
+@click.option("--tokenizer", default=None, metavar="KIND[:ARG]", help="Override the tokenizer.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default=None)
+def command(checkpoint, text, out, head, tokenizer, seed, device):
+    """Run CHECKPOINT once on TEXT and write attention figures and numbers to OUT."""
+    from zoo import accounting, plots
+    from zoo.commands.run import load_model
+
+    model = load_model(checkpoint, seed=seed, device=device, tokenizer=tokenizer)
+    tr = zoo.trace(model, text=text)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    spec, stack = model.spec, model.spec.roles[-1]
+    written = []
+
+    def save(fig, name):
+        written.append(plots.save_figure(fig, out / name))
+
+    save(plots.attention_grid(tr), "attention_grid.png")
+    for i in range(spec.stack(stack).num_layers):
+        w = tr.attention(i, stack)[0]  # (h, T, T)
+        label = f"head {head}" if head is not None else "mean over heads 各头平均"
+        w = w[head] if head is not None else w.mean(0)
+        save(plots.attention_heatmap(w, tr.tokens, title=f"layer {i} 第{i}层, {label}"),
+             f"attention_L{i}.png")
+    save(plots.mask_pattern(spec, min(len(tr.tokens), 24)), "mask.png")
+    scheme = zoo.get_registry().get("position", spec.stack(stack).positions.kind).cls
+    st = spec.stack(stack)
+    if scheme.acts_on_scores:
+        save(plots.position_bias(spec), "positions.png")
+    elif scheme.acts_on_qk:
+        save(plots.rope_rotation(head_dim=st.head_dim), "positions.png")
+    elif st.positions.kind == "sinusoidal":
+        save(plots.sinusoid_waves(d_model=spec.d_model), "positions.png")
+    save(plots.compute_cost_curve(model), "cost.png")
+    data = tr.summary()
+    data["spec"] = spec.to_dict()
+    data["parameters"] = accounting.parameter_table(model)
+    lens = [2 ** k for k in range(4, 14)]
+    data["cost"] = accounting.cost_table(model, lens)
+    data["crossover"] = accounting.crossover(model)
+    (out / "inspect.json").write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+    written.append(out / "inspect.json")
+    nxt = data.get("next_token", [])
+    if nxt:
+        click.echo("next token: " + ", ".join(f"{r.get('text', r['id'])!r} {r['p']:.3f}" for r in nxt))
+    for p in written:
+        click.echo(f"wrote {p}")

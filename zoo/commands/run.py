@@ -1,0 +1,79 @@
+"""``zoo run CHECKPOINT --prompt TEXT``: stream a generation, or fill masks / classify with an encoder.
+
+CHECKPOINT is a checkpoint file or folder, a shipped checkpoint name, or (for a quick look at an
+untrained model) a spec / preset name, built with random weights.  Text is encoded with the
+checkpoint's own tokenizer; ``--tokenizer byte`` (or ``char:TEXT``, ``hf:PATH``) overrides it.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+import zoo
+
+
+def load_model(source: str, *, seed: int = 0, device: str | None = None, tokenizer: str | None = None):
+    """A checkpoint, else a spec/preset built with random weights (said on stderr)."""
+    from zoo.tokenizers import tokenizer as make_tokenizer
+
+    try:
+        model = zoo.load(source, device=device)
+    except zoo.CheckpointError as exc:
+        try:
+            model = zoo.build(source, seed=seed, device=device).eval()
+        except zoo.SpecError:
+            raise exc from None
+        click.secho(f"note: '{source}' is a spec, not a checkpoint: random weights (seed {seed})",
+                    fg="yellow", err=True)
+    if tokenizer:
+        kind, _, arg = tokenizer.partition(":")
+        params = {"char": {"text": arg}, "hf": {"path": arg}}.get(kind, {})
+        model.tokenizer = make_tokenizer(kind, **params)
+    elif getattr(model, "tokenizer", None) is None and model.spec.vocab_size >= 261:
+        model.tokenizer = make_tokenizer("byte")
+        click.secho("note: the checkpoint has no tokenizer; using bytes (--tokenizer to choose)",
+                    fg="yellow", err=True)
+    return model
+
+
+@click.command("run")
+@click.argument("checkpoint")
+@click.option("--prompt", "-p", required=True, help="Text to continue (or, for an encoder, text "
+              "with <mask> tokens to fill / a sentence to classify).")
+@click.option("--max-new-tokens", "-n", type=int, default=64, show_default=True)
+@click.option("--sample/--greedy", default=False, show_default=True, help="Sample or take the argmax.")
+@click.option("--temperature", type=float, default=1.0, show_default=True)
+@click.option("--top-k", type=int, default=None)
+@click.option("--top-p", type=float, default=None)
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling (and random-init) seed.")
+@click.option("--tokenizer", default=None, metavar="KIND[:ARG]",
+              help="byte, char:CORPUS_TEXT or hf:PATH/tokenizer.json (default: the checkpoint's).")
+@click.option("--device", default=None, help="cpu or cuda (default cpu).")
+@click.option("--no-cache", is_flag=True, help="Recompute everything each step (slow; for comparison).")
+@click.option("--candidates", type=int, default=5, show_default=True, help="Fill-mask: top-k shown.")
+def command(checkpoint, prompt, max_new_tokens, sample, temperature, top_k, top_p, seed, tokenizer,
+            device, no_cache, candidates):
+    """Generate from CHECKPOINT, streaming tokens as they come (fill-mask for encoder models)."""
+    model = load_model(checkpoint, seed=seed, device=device, tokenizer=tokenizer)
+    spec = model.spec
+    if spec.arch == "encoder":
+        if spec.head.kind == "classifier":
+            row = zoo.classify(model, prompt)
+            for i, p in enumerate(row["probs"]):
+                click.echo(f"label {i}: {p:.4f}" + ("  <-" if i == row["label"] else ""))
+            return
+        for cands in zoo.fill_mask(model, prompt, top_k=candidates):
+            click.secho(f"position {cands[0]['position']}:", bold=True)
+            for c in cands:
+                click.echo(f"  {c.get('text', c['id'])!r:>12}  p={c['p']:.4f}  (id {c['id']})")
+        return
+    pieces = model.generate(prompt, max_new_tokens, stream_tokens=True, do_sample=sample,
+                            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+                            use_cache=not no_cache)
+    if spec.arch == "decoder":
+        click.secho(prompt, bold=True, nl=False)
+    for piece in pieces:
+        click.echo(piece, nl=False)
+        sys.stdout.flush()
+    click.echo()
