@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-import torch
-
 import zoo
 from zoo.errors import ZooError
 
@@ -65,55 +63,13 @@ def model_card(name: str, lang: str = "en") -> str:
 
 
 def fill_mask(model, text: str, top_k: int = 5, lang: str = "en") -> list[list[str]]:
-    """Top-``top_k`` candidates for each mask token of ``text`` (rows: position, candidates)."""
-    tasks = None
-    try:
-        from zoo import tasks
-    except ImportError:
-        pass
+    """Top-``top_k`` candidates for each mask token of ``text``: rows ``[position, "tok (p), ..."]``."""
     tok = _tokenizer(model, lang)
-    if tok.mask_id is None:
-        raise zoo.TokenizerError("the tokenizer has no mask token", where="tokenizer",
-                                 fix="fill-mask needs an encoder checkpoint trained with <mask>")
-    ids = tok.encode(text)
-    check_value("input_tokens", len(ids), lang=lang)
-    if tok.mask_id not in ids:
-        raise ZooError(t("run.no_mask_token", lang, mask="<mask>"), where="text",
-                       fix=t("run.mask_hint", lang, mask="<mask>"))
-    if tasks is not None and hasattr(tasks, "fill_mask"):
-        result = tasks.fill_mask(model, text, top_k=top_k)
-        return _fill_rows(result)
-    with torch.no_grad():
-        logits = model(torch.tensor([ids]))  # (1, T, V)
+    check_value("input_tokens", len(tok.encode(text)), lang=lang)
     rows = []
-    for pos, i in enumerate(ids):
-        if i != tok.mask_id:
-            continue
-        probs = torch.softmax(logits[0, pos].float(), -1)
-        p, idx = probs.topk(min(top_k, probs.numel()))
-        cands = ", ".join(f"{tok.decode([int(j)])!r} ({float(q):.3f})" for q, j in zip(p, idx))
-        rows.append([str(pos), cands])
-    return rows
-
-
-def _fill_rows(result: Any) -> list[list[str]]:
-    """``zoo.tasks.fill_mask``'s result (list per mask of (token, prob) pairs or dicts) -> rows."""
-    rows = []
-    for n, item in enumerate(result if isinstance(result, list) else [result]):
-        pos = n
-        cands = item
-        if isinstance(item, dict):
-            pos = item.get("position", n)
-            cands = item.get("candidates", item.get("tokens", []))
-        text = []
-        for c in cands:
-            if isinstance(c, dict):
-                text.append(f"{c.get('token', c.get('text'))!r} ({float(c.get('prob', c.get('score', 0))):.3f})")
-            elif isinstance(c, (tuple, list)) and len(c) == 2:
-                text.append(f"{c[0]!r} ({float(c[1]):.3f})")
-            else:
-                text.append(str(c))
-        rows.append([str(pos), ", ".join(text)])
+    for cands in zoo.fill_mask(model, text, top_k=top_k):
+        shown = ", ".join(f"{c.get('text', c['id'])!r} ({c['p']:.3f})" for c in cands)
+        rows.append([str(cands[0]["position"]) if cands else "?", shown])
     return rows
 
 

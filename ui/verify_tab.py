@@ -9,12 +9,14 @@ masked query rows must give zeros (SDPA itself gives NaN there, so those rows ar
 instead).  Then the mask rules are compared with their closed forms, and every position scheme with a
 KV cache against the same model without one (the cache offset must not shift positions).
 
-When the plugin conformance kit (``zoo.testing``) is installed its results are appended as well.
+The full plugin conformance kit (``zoo.testing``: build, forward/backward, bf16, causality, padding,
+KV cache, save/load per architecture) runs on demand for the selected components, its table
+streaming in as each check finishes (it takes minutes for the whole registry on a CPU).
 """
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -210,28 +212,30 @@ def position_checks() -> list[dict]:
     return rows
 
 
-def kit_checks() -> list[dict]:
-    """Results of the plugin conformance kit (``zoo.testing``), when it is installed."""
+def _kit_row(r: Any) -> dict:
+    d = r.to_dict() if hasattr(r, "to_dict") else (r if isinstance(r, dict) else vars(r))
+    return {"check": d.get("check", "conformance"), "subject": d.get("subject", ""),
+            "case": d.get("case", ""), "reference": d.get("reference") or "zoo.testing",
+            "error": d.get("error"), "tol": d.get("tol"), "status": str(d.get("status", "fail")),
+            "note": d.get("note", "")}
+
+
+def kit_available() -> bool:
     try:
-        from zoo import testing
+        from zoo.testing import Kit  # noqa: F401
     except ImportError:
-        return []
-    run = getattr(testing, "run_checks", None) or getattr(testing, "verify", None)
-    if run is None:
-        return []
-    rows = []
-    for r in run():
-        d = r if isinstance(r, dict) else getattr(r, "__dict__", {})
-        status = d.get("status") or ("pass" if d.get("passed", d.get("ok")) else "fail")
-        rows.append({"check": d.get("check", "conformance"), "subject": d.get("subject", d.get("name", "")),
-                     "case": d.get("case", ""), "reference": d.get("reference", "zoo.testing"),
-                     "error": d.get("error"), "tol": d.get("tol", d.get("tolerance")),
-                     "status": str(status), "note": d.get("note", d.get("message", ""))})
-    return rows
+        return False
+    return True
+
+
+def kit_choices() -> list[str]:
+    """``family:name`` of every registered component, for the conformance-kit selection."""
+    return [f"{c.family}:{c.name}" for c in zoo.list_components()]
 
 
 def run_all() -> list[dict]:
-    return attention_checks() + mask_checks() + position_checks() + kit_checks()
+    """The fast reference checks (a few seconds)."""
+    return attention_checks() + mask_checks() + position_checks()
 
 
 def _fmt(x: Any) -> str:
@@ -242,10 +246,7 @@ def _fmt(x: Any) -> str:
     return f"{x:.2e}" if x else "0"
 
 
-@handler
-def verify(lang: str = "en") -> tuple[list[list], str]:
-    """Run every check; returns (table rows, summary markdown)."""
-    rows = run_all()
+def table_rows(rows: list[dict], lang: str = "en") -> tuple[list[list], str]:
     label = {"pass": f"✓ {t('verify.pass', lang)}", "fail": f"✗ {t('verify.fail', lang)}",
              "skip": f"– {t('verify.skip', lang)}"}
     table = [[r["check"], r["subject"], r["case"], r["reference"], _fmt(r["error"]), _fmt(r["tol"]),
@@ -256,25 +257,63 @@ def verify(lang: str = "en") -> tuple[list[list], str]:
     return table, t("verify.summary", lang, passed=passed, total=len(counted))
 
 
+@handler
+def verify(lang: str = "en") -> tuple[list[list], str]:
+    """Run the reference checks; returns (table rows, summary markdown)."""
+    return table_rows(run_all(), lang)
+
+
+@handler
+def verify_kit(names: list[str] | None = None, lang: str = "en") -> Iterator[tuple[list[list], str]]:
+    """Run the conformance kit (``zoo.testing``) on the selected components, streaming the table as
+    each check finishes."""
+    from zoo.testing import Kit
+
+    kit = Kit()
+    cases = kit.cases(list(names) if names else None)
+    rows: list[dict] = []
+    for i, case in enumerate(cases):
+        rows.append(_kit_row(kit.run(case)))
+        if i % 4 == 3 or i == len(cases) - 1:
+            table, summary = table_rows(rows, lang)
+            yield table, f"{summary} ({i + 1} / {len(cases)})"
+    if not cases:
+        yield table_rows([], lang)
+
+
 HEADERS = ("col.check", "col.subject", "col.case", "col.reference", "col.error", "col.tolerance",
            "col.result")
 
 
 def build(tr, lang_state) -> dict:
     import gradio as gr
+    import pandas as pd
 
     tr.add(gr.Markdown(tr("verify.intro")), value="verify.intro")
     go = tr.add(gr.Button(tr("verify.go"), variant="primary", elem_id="verify-go"), value="verify.go")
+    with gr.Row(visible=kit_available()):
+        names = tr.add(gr.Dropdown(kit_choices(), value=["attention:eager", "attention:sdpa"],
+                                   multiselect=True, label=tr("verify.kit_names"), elem_id="verify-kit-names",
+                                   scale=3), label="verify.kit_names")
+        kit_go = tr.add(gr.Button(tr("verify.kit_go"), elem_id="verify-kit-go", scale=1), value="verify.kit_go")
     summary = gr.Markdown(elem_id="verify-summary")
     table = gr.Dataframe(headers=[tr(h) for h in HEADERS], label=tr("verify.table"), interactive=False,
                          wrap=True, elem_id="verify-table")
     tr.add(table, label="verify.table")
 
+    def frame(rows, lang):
+        return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS])
+
     def run(lang):
         rows, msg = verify(lang=lang)
-        import pandas as pd
+        return frame(rows, lang), msg
 
-        return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS]), msg
+    def run_kit(selected, lang):
+        for rows, msg in verify_kit(selected, lang=lang):
+            yield frame(rows, lang), msg
 
-    go.click(run, inputs=[lang_state], outputs=[table, summary], concurrency_limit=1)
-    return {"go": go, "table": table, "summary": summary}
+    go.click(run, inputs=[lang_state], outputs=[table, summary], concurrency_limit=1,
+             concurrency_id="verify")
+    kit_go.click(run_kit, inputs=[names, lang_state], outputs=[table, summary], concurrency_limit=1,
+                 concurrency_id="verify")
+    return {"go": go, "table": table, "summary": summary, "kit_go": kit_go}

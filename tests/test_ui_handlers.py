@@ -1,0 +1,374 @@
+"""UI handlers, called directly (no server, no browser): each is a thin call into zoo, every ZooError
+becomes a visible gr.Error, paths never reach the file system, sizes are bounded."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+gr = pytest.importorskip("gradio")
+
+import zoo  # noqa: E402
+from zoo.ui import build_tab, common, compare_tab, i18n, inspect_tab, plugins_tab, run_tab, verify_tab  # noqa: E402
+
+from ui_support import make_checkpoints  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ckpt_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ckpts")
+    make_checkpoints(d)
+    return d
+
+
+@pytest.fixture(autouse=True)
+def _dirs(ckpt_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_CHECKPOINTS", str(ckpt_dir))
+    monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
+    yield
+
+
+# ---------------------------------------------------------------------- i18n
+def test_every_string_has_english_and_chinese():
+    for key, (en, zh) in i18n.STRINGS.items():
+        assert en.strip() and zh.strip(), key
+        # the Chinese column is really Chinese (or deliberately identical, e.g. "Dropout", "YAML")
+        assert zh != en or len(en) < 12, key
+    assert i18n.t("tab.build", "中文") == "搭建" and i18n.t("tab.build", "English") == "Build"
+
+
+def test_error_headings_are_localised():
+    exc = zoo.SpecError("no attention named 'sdpx'", where="attention.kind", options=["eager", "sdpa"],
+                        fix="did you mean 'sdpa'?")
+    zh = i18n.format_error(exc, "zh")
+    assert "位置: attention.kind" in zh and "修改建议: did you mean 'sdpa'?" in zh and "可选值" in zh
+    assert i18n.format_error(exc, "en").startswith("Where: attention.kind")
+
+
+def test_every_translated_label_exists_in_both_languages():
+    from zoo.ui.app import build_app
+
+    demo = build_app("zh")
+    tr = demo.zoo_translator
+    assert len(tr.items) > 60
+    for comp, attrs in tr.items:
+        for attr, key in attrs.items():
+            assert key in i18n.STRINGS, key
+    zh = tr.updates("zh")
+    en = tr.updates("en")
+    assert len(zh) == len(en) == len(tr.items)
+    assert any(u.get("label") == "语言" for u in zh) and any(u.get("label") == "Language" for u in en)
+
+
+# ---------------------------------------------------------------------- build tab
+def test_form_and_yaml_stay_in_sync():
+    text = build_tab.preset_yaml("gpt_tiny")
+    assert build_tab.form_values(text)["num_layers"] == 4
+    text = build_tab.set_field(text, "num_layers", 2)
+    assert yaml.safe_load(text)["num_layers"] == 2
+    assert build_tab.form_values(text)["num_layers"] == 2
+    text = build_tab.set_field(text, "placement", "post")
+    assert zoo.spec(text).placement.kind == "post"
+    text = build_tab.set_field(text, "attention", "eager")
+    assert zoo.spec(text).attention.kind == "eager"
+    # a component's own parameter, set through the generated field
+    text = build_tab.set_param(text, ["positions"], "base", 500.0)
+    assert zoo.spec(text).positions.config.base == 500.0
+    # YAML edited by hand refills the form
+    edited = text.replace("d_model: 128", "d_model: 64")
+    assert build_tab.form_values(edited)["d_model"] == 64
+    assert build_tab.form_values("arch: [") is None  # broken YAML leaves the form alone
+
+
+def test_switching_architecture_fixes_what_only_some_architectures_take():
+    text = build_tab.set_field(build_tab.preset_yaml("gpt_tiny"), "arch", "encoder")
+    spec = zoo.spec(text)
+    assert spec.arch == "encoder" and spec.mask[0].kind == "bidirectional"
+    text = build_tab.set_field(text, "arch", "encoder_decoder")
+    spec = zoo.spec(text)
+    assert [spec.stack(r).mask[0].kind for r in spec.roles] == ["bidirectional", "causal"]
+    text = build_tab.set_field(text, "arch", "decoder")
+    assert zoo.spec(text).mask[0].kind == "causal" and "encoder" not in yaml.safe_load(text)
+
+
+def test_analyse_shows_table_diagram_and_inline_errors():
+    status, rows, diagram, ok = build_tab.analyse(build_tab.preset_yaml("t5_tiny"))
+    assert ok and rows[-1][0] == "total"
+    model = zoo.build("t5_tiny")
+    assert rows[-1][1] == f"{sum(p.numel() for p in model.parameters()):,}"
+    assert "cross-attention" in diagram and "encoder" in diagram and "× 3" in diagram
+    # an unknown component: inline message with the field, the options and the fix
+    bad = build_tab.preset_yaml("gpt_tiny").replace("attention: sdpa", "attention: sdpx")
+    status, rows, diagram, ok = build_tab.analyse(bad, "zh")
+    assert not ok and rows == [] and "attention.kind" in status and "sdpa" in status and "修改建议" in status
+    # a size beyond the UI's limits is refused before anything is built
+    huge = build_tab.set_field(build_tab.preset_yaml("gpt_tiny"), "num_layers", 1000)
+    status, _, _, ok = build_tab.analyse(huge)
+    assert not ok and "num_layers" in status and "limit" in status
+    status, _, _, ok = build_tab.analyse("arch: decoder\nvocab_size: 100\nd_model: 5000\nnum_layers: 1\n"
+                                         "num_heads: 4\n")
+    assert not ok and "d_model" in status
+
+
+def test_pre_and_post_norm_diagrams_differ():
+    pre = build_tab.block_diagram(zoo.spec("gpt_tiny"))
+    post = build_tab.block_diagram(zoo.spec("bert_tiny"))
+    # pre-norm: the norm comes before attention; post-norm: after the residual add
+    assert pre.index("layernorm") < pre.index("self-attention")
+    assert post.index("self-attention") < post.index("+ residual") < post.index("layernorm(eps")
+    assert "final norm" in pre and "final norm" not in post
+
+
+def test_component_params_come_from_the_registry_including_third_party_plugins():
+    from zoo.registry import Registry, set_registry
+
+    @dataclasses.dataclass(frozen=True)
+    class TalkingConfig:
+        mix: float = 0.5
+        heads_talk: bool = True
+
+    from zoo.components import AttentionKernel
+
+    class Talking(AttentionKernel):
+        def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+            return q, None
+
+    class Plugin:
+        @zoo.hookimpl
+        def register_attention(self, register):
+            register("talking", Talking, config=TalkingConfig)
+
+    reg = Registry(entry_points=False)
+    reg.add_plugin(Plugin(), name="zoo-talking", source="distribution zoo-talking")
+    old = set_registry(reg)
+    try:
+        assert "talking" in build_tab.registry_choices()["attention"]
+        text = build_tab.set_field(build_tab.preset_yaml("gpt_tiny"), "attention", "talking")
+        entry = next(e for e in build_tab.component_entries(text) if e["family"] == "attention")
+        assert entry["kind"] == "talking"
+        assert {p["name"]: p["type"] for p in entry["params"]} == {"mix": "float", "heads_talk": "bool"}
+        text = build_tab.set_param(text, ["attention"], "mix", 0.25)
+        assert zoo.spec(text).attention.config.mix == 0.25
+        assert any(r[0] == "zoo-talking" for r in plugins_tab.plugin_rows())
+    finally:
+        set_registry(old)
+
+
+def test_save_writes_a_checkpoint_the_run_tab_can_open(tmp_path):
+    msg = build_tab.save(build_tab.preset_yaml("gpt_tiny").replace("num_layers: 4", "num_layers: 1"),
+                         "my_model", 3)
+    assert "my_model" in msg
+    assert "my_model" in common.checkpoint_names()
+    model = common.load_checkpoint("my_model")
+    assert model.spec.num_layers == 1
+    again = zoo.build(model.spec, seed=3)
+    assert torch.equal(again.tok_emb.weight, model.tok_emb.weight)
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "a/b", "..", "", "ui_gpt/../ui_bert",
+                                  "~root", "x" * 200])
+def test_paths_never_reach_the_file_system(name):
+    with pytest.raises(zoo.CheckpointError):
+        common.checkpoint_path(name)
+    with pytest.raises(gr.Error) as info:
+        build_tab.save(build_tab.preset_yaml("gpt_tiny"), name, 0)
+    with pytest.raises(gr.Error) as info:
+        list(run_tab.run(name, "hello"))
+    assert "Traceback" not in info.value.message and "root:" not in info.value.message
+    if name:  # an empty choice just shows no card
+        with pytest.raises(gr.Error):
+            run_tab.model_card(name)
+    else:
+        assert run_tab.model_card(name) == ""
+
+
+def test_symlinks_out_of_the_checkpoint_folders_are_ignored(tmp_path, ckpt_dir):
+    runs = Path(os.environ["ZOO_RUNS"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "model.safetensors").write_bytes((ckpt_dir / "ui_gpt" / "model.safetensors").read_bytes())
+    runs.mkdir(parents=True)
+    (runs / "sneaky").symlink_to(outside, target_is_directory=True)
+    assert "sneaky" not in common.checkpoint_names()
+    with pytest.raises(zoo.CheckpointError):
+        common.checkpoint_path("sneaky")
+
+
+def test_shipped_names_cannot_be_overwritten():
+    with pytest.raises(gr.Error) as info:
+        build_tab.save(build_tab.preset_yaml("gpt_tiny"), "ui_gpt", 0)
+    assert "shipped" in info.value.message
+
+
+def test_oversized_checkpoints_are_refused_before_loading(tmp_path):
+    runs = Path(os.environ["ZOO_RUNS"])
+    big = zoo.build({"arch": "decoder", "vocab_size": 16, "d_model": 8, "num_layers": 30, "num_heads": 2,
+                     "max_len": 16}, seed=0)
+    zoo.save(big, runs / "deep")
+    with pytest.raises(zoo.SpecError, match="num_layers"):
+        common.load_checkpoint("deep")
+
+
+# ---------------------------------------------------------------------- run tab
+def test_run_streams_the_same_text_as_zoo_generate():
+    steps = list(run_tab.run("ui_gpt", "床前明月光", 0.0, 0, 1.0, 12, 0))
+    assert len(steps) >= 2 and steps[0][0] == ""
+    model = zoo.load(common.checkpoint_path("ui_gpt"))
+    assert steps[-1][0] == model.generate("床前明月光", 12)
+    # sampling with a seed is reproducible, and different from greedy for some seed
+    a = list(run_tab.run("ui_gpt", "abc", 1.5, 50, 0.95, 12, 7))[-1][0]
+    b = list(run_tab.run("ui_gpt", "abc", 1.5, 50, 0.95, 12, 7))[-1][0]
+    assert a == b
+
+
+def test_run_encoder_decoder_and_fill_mask():
+    out = list(run_tab.run("ui_t5", "hello", 0.0, 0, 1.0, 6, 0))[-1][0]
+    model = zoo.load(common.checkpoint_path("ui_t5"))
+    assert out == model.generate("hello", 6)
+    _, rows = list(run_tab.run("ui_bert", "The <mask> sat on the <mask>.", 0.0, 0, 1.0, 6, 0))[-1]
+    assert [r[0] for r in rows] == ["4", "17"] and rows[0][1].count("(") == 5
+    with pytest.raises(gr.Error, match="mask"):
+        list(run_tab.run("ui_bert", "no mask here", 0.0, 0, 1.0, 6, 0))
+
+
+def test_run_limits_and_errors_are_messages():
+    with pytest.raises(gr.Error, match="max_new_tokens"):
+        list(run_tab.run("ui_gpt", "hi", 0.0, 0, 1.0, common.LIMITS["max_new_tokens"] + 1, 0))
+    with pytest.raises(gr.Error, match="tokenizer"):
+        list(run_tab.run("ui_bare", "hi", 0.0, 0, 1.0, 4, 0))
+    with pytest.raises(gr.Error, match="text"):
+        list(run_tab.run("ui_gpt", "   ", 0.0, 0, 1.0, 4, 0))
+    with pytest.raises(gr.Error) as info:
+        list(run_tab.run("ui_gpt", "x" * (common.LIMITS["text_chars"] + 1), 0.0, 0, 1.0, 4, 0))
+    assert "limit" in info.value.message
+    with pytest.raises(gr.Error) as info:
+        list(run_tab.run("no_such_model", "hi", lang="zh"))
+    assert "没有名为" in info.value.message and "ui_gpt" in info.value.message
+
+
+def test_unexpected_exceptions_become_a_short_message(monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(common, "checkpoint_table", boom)
+    with pytest.raises(gr.Error) as info:
+        run_tab.model_card("ui_gpt")
+    assert "RuntimeError" in info.value.message and "secret" not in info.value.message
+
+
+# ---------------------------------------------------------------------- inspect: the calculator
+def test_calculator_reproduces_the_lecture_numbers():
+    r = inspect_tab.calculate(inspect_tab.SEED_Q, inspect_tab.SEED_K, inspect_tab.SEED_V,
+                              inspect_tab.mask_table("none", 3))
+    assert r["scores"][0] == [1.0, 0.0, 1.0]
+    assert r["scaled"][0] == [0.7071, 0.0, 0.7071]
+    assert r["weights"][0] == [0.4011, 0.1978, 0.4011]
+    assert r["hand_output_row0"] == [6.0165, 3.9835]  # the seed's hand computation, 4-digit weights
+    assert r["output"][0] == [6.0167, 3.9833]  # exact
+    assert all(abs(sum(row) - 10) < 1e-3 for row in r["output"])  # rows of V sum to 10
+    assert r["kernel_error"] < 1e-12 and r["kernel_weights"] == r["weights"]
+    assert "2.0281" in r["explain"] and "5.0562" in r["explain"]
+
+
+def test_calculator_every_number_is_editable_and_masks_apply():
+    q = [row[:] for row in inspect_tab.SEED_Q]
+    q[0] = [2.0, 0.0]
+    r = inspect_tab.calculate(q, inspect_tab.SEED_K, inspect_tab.SEED_V, inspect_tab.mask_table("none", 3))
+    assert r["scores"][0] == [2.0, 0.0, 2.0] and r["weights"][0] != [0.4011, 0.1978, 0.4011]
+    r = inspect_tab.calculate(inspect_tab.SEED_Q, inspect_tab.SEED_K, inspect_tab.SEED_V,
+                              inspect_tab.mask_table("causal", 3), lang="zh")
+    assert r["weights"][0] == [1.0, 0.0, 0.0] and r["masked"][0][1] == "-inf"
+    assert r["output"][0] == [10.0, 0.0] and "被掩盖" in r["explain"]
+    # four tokens, three dimensions
+    q4 = [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.5, -1.0, 2.0]]
+    r = inspect_tab.calculate(q4, q4, q4, inspect_tab.mask_table("causal", 4))
+    assert len(r["weights"]) == 4 and r["kernel_error"] < 1e-12
+
+
+@pytest.mark.parametrize("q,k,v,mask,match", [
+    ([[1, "x"]], [[1, 0]], [[1, 0]], [[1]], "Q"),
+    ([[1, 0]], [[1, 0, 0]], [[1, 0]], [[1]], "K"),
+    ([[1, 0]], [[1, 0]], [[1, 0], [0, 1]], [[1]], "V"),
+    ([[1, 0]], [[1, 0]], [[1, 0]], [[1, 1]], "mask"),
+    ([[1.0] * 2] * 50, [[1.0] * 2] * 50, [[1.0] * 2] * 50, [[1] * 50] * 50, "limit"),
+])
+def test_calculator_bad_tables_are_messages(q, k, v, mask, match):
+    with pytest.raises(gr.Error, match=match):
+        inspect_tab.calculate(q, k, v, mask)
+
+
+# ---------------------------------------------------------------------- compare and verify
+def test_compare_eager_vs_sdpa_agree_and_post_norm_differs():
+    rows, diff = compare_tab.compare("preset: gpt_tiny", "", "preset: gpt_tiny", "attention: eager", 16)
+    table = {r[0]: r[1:] for r in rows}
+    assert float(table["max |A − B| of outputs"][0]) < 1e-4
+    assert table["parameters"][0] == table["parameters"][1]
+    assert "+attention: eager" in diff
+    rows, _ = compare_tab.compare("preset: gpt_tiny", "", "preset: gpt_tiny",
+                                  "norm: {kind: layernorm, placement: post}", 16)
+    assert float({r[0]: r[1:] for r in rows}["max |A − B| of outputs"][0]) > 1e-2
+    rows, _ = compare_tab.compare("checkpoint: ui_gpt", "", "checkpoint: ui_gpt", "attention: naive", 8)
+    assert float({r[0]: r[1:] for r in rows}["max |A − B| of outputs"][0]) < 1e-4
+    with pytest.raises(gr.Error, match="overrides"):
+        compare_tab.compare("preset: gpt_tiny", "[1, 2]", "preset: gpt_tiny", "", 8)
+    with pytest.raises(gr.Error, match="limit"):
+        compare_tab.compare("preset: gpt_tiny", "", "preset: gpt_tiny", "", 10 ** 6)
+    with pytest.raises(gr.Error):
+        compare_tab.compare("checkpoint: ../../etc/passwd", "", "preset: gpt_tiny", "", 8)
+
+
+def test_verify_passes_for_the_built_ins_and_catches_a_broken_kernel():
+    rows = verify_tab.attention_checks() + verify_tab.mask_checks()
+    counted = [r for r in rows if r["status"] != "skip"]
+    assert len(counted) > 40 and all(r["status"] == "pass" for r in counted), \
+        [r for r in counted if r["status"] != "pass"][:3]
+    assert {r["subject"] for r in counted} >= {"eager", "sdpa", "naive", "causal", "prefix(2)"}
+
+    from zoo.components import AttentionKernel, Capabilities
+    from zoo.registry import Registry, set_registry
+
+    class Leaky(AttentionKernel):  # forgets the mask: must fail every masked case
+        capabilities = Capabilities(returns_weights=False)
+
+        def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+            import torch.nn.functional as F
+
+            k, v = k.repeat_interleave(q.size(1) // k.size(1), 1), v.repeat_interleave(q.size(1) // v.size(1), 1)
+            return F.scaled_dot_product_attention(q, k, v, scale=self.scale), None
+
+    class Plugin:
+        @zoo.hookimpl
+        def register_attention(self, register):
+            register("leaky", Leaky)
+
+    reg = Registry(entry_points=False)
+    reg.add_plugin(Plugin(), name="leaky")
+    old = set_registry(reg)
+    try:
+        rows = [r for r in verify_tab.attention_checks() if r["subject"] == "leaky"]
+    finally:
+        set_registry(old)
+    by_case = {(r["case"], r["reference"]): r["status"] for r in rows}
+    assert by_case[("no mask", "naive loop (output)")] == "pass"
+    assert by_case[("causal (boolean)", "naive loop (output)")] == "fail"
+    assert by_case[("padding", "F.scaled_dot_product_attention (output)")] == "fail"
+
+
+def test_verify_handler_table_is_localised():
+    table, summary = verify_tab.verify(lang="zh")
+    assert "项校验中通过" in summary and any("通过" in row[-1] for row in table)
+
+
+def test_verify_streams_the_conformance_kit():
+    if not verify_tab.kit_available():
+        pytest.skip("zoo.testing not installed")
+    steps = list(verify_tab.verify_kit(["tokenizer:byte", "tokenizer:char"]))
+    table, summary = steps[-1]
+    assert [row[1] for row in table] == ["tokenizer:byte", "tokenizer:char"]
+    assert all("pass" in row[-1] for row in table) and "2 of 2" in summary
+    with pytest.raises(gr.Error, match="no_such"):
+        list(verify_tab.verify_kit(["no_such_component"]))
