@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers
+from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -254,3 +254,34 @@ def test_unknown_family_and_unknown_tensor():
         convert_state(cfg2, state2)
     with pytest.raises(ConvertError, match="transformers model"):
         from_transformers(object())
+
+
+# ---------------------------------------------------------------------- and back
+@pytest.mark.parametrize("case", ["gpt2_relu_untied", "bert_mlm", "llama_bias_headdim_tied", "t5_v1_1_gated_untied"])
+@torch.no_grad()
+def test_to_transformers_round_trip(case):
+    make, family = CASES[case]
+    hf = make()
+    z = from_transformers(hf)
+    hf2 = to_transformers(z)
+    assert type(hf2) is type(hf)
+    ref, _, mask = run(family, hf, z)
+    again, _, _ = run(family, hf2, z)
+    assert maxdiff(ref, again, mask) <= TOL
+
+
+@torch.no_grad()
+def test_zoo_model_to_transformers_and_back():
+    z = zoo.build("llama_tiny", num_layers=2, d_model=48, vocab_size=V, seed=3)
+    for p in z.parameters():
+        p.add_(torch.randn_like(p) * 0.1)
+    hf = to_transformers(z)
+    ids, am, pos = batch(left=True)
+    assert maxdiff(hf(ids, attention_mask=am, position_ids=pos).logits, z(ids, attention_mask=am), am) <= TOL
+
+
+def test_to_transformers_names_what_has_no_equivalent():
+    with pytest.raises(ConvertError, match="norm"):
+        to_transformers(zoo.build("llama_tiny", num_layers=1, norm={"kind": "rmsnorm", "placement": "sandwich"}))
+    with pytest.raises(ConvertError, match="sinusoidal"):
+        to_transformers(zoo.build("gpt_tiny", num_layers=1))

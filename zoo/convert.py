@@ -4,6 +4,7 @@
     model = zoo.convert.from_transformers(hf_model)           # a GPT2LMHeadModel, BertForMaskedLM, ...
     model = zoo.convert.from_pretrained("path/to/hf_dir")     # config.json + *.safetensors, offline
     zoo.save(model, "runs/gpt2")                              # or: zoo convert HF_DIR OUT_DIR
+    hf_again = zoo.convert.to_transformers(model)             # and back (needs transformers)
 
 Supported families (``config.model_type``): ``gpt2`` (GPT2LMHeadModel, GPT2Model), ``bert``
 (BertModel, BertForMaskedLM, BertForPreTraining), ``llama`` (LlamaForCausalLM, LlamaModel) and ``t5``
@@ -25,8 +26,9 @@ Differences worth knowing:
   Llama and T5 do not (T5's decoder *starts* with the pad token).
 - pickle checkpoints (``pytorch_model.bin``) are never loaded; re-save with ``safe_serialization``.
 
-``transformers`` is not needed to convert a directory; only :func:`from_transformers` touches a
-transformers model (and never imports the library itself).
+``transformers`` is not needed to convert a directory; :func:`from_transformers` touches a
+transformers model without importing the library; only :func:`to_transformers` imports it.  The
+reverse mapping is not a second table: it replays the forward mapping on names and shapes.
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ import torch
 
 from .errors import ZooError
 
-__all__ = ["ConvertError", "from_transformers", "from_pretrained", "convert_state", "FAMILIES"]
+__all__ = ["ConvertError", "from_transformers", "from_pretrained", "to_transformers", "convert_state",
+           "FAMILIES"]
 
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
          "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -73,6 +76,9 @@ class _Source:
                                fix="check that the weights belong to this config.json")
         self.used.add(name)
         return self.state[name]
+
+    def take_t(self, name: str) -> torch.Tensor:
+        return self.take(name).t()
 
     def cat(self, *names: str) -> torch.Tensor:
         return torch.cat([self.take(n) for n in names], dim=0)  # stacked output rows: fused q|k|v
@@ -142,7 +148,6 @@ def _gpt2(src: _Source, attention: str):
                 attention=attention, mask="causal", positions="learned",
                 norm={"kind": "layernorm", "eps": c("layer_norm_epsilon", 1e-5), "placement": "pre"},
                 ffn={"kind": "mlp", "activation": act, "bias": True})
-    T = lambda n: src.take(n).t()  # noqa: E731 - GPT-2's Conv1D stores weights as (in, out)
     wte = src.take(f"{p}wte.weight")
     st = {"tok_emb.weight": wte, "decoder.positions.table.weight": src.take(f"{p}wpe.weight")}
     for i in range(L):
@@ -151,7 +156,8 @@ def _gpt2(src: _Source, attention: str):
             st[f"{z}{zn}.weight"], st[f"{z}{zn}.bias"] = src.take(f"{h}{hf}.weight"), src.take(f"{h}{hf}.bias")
         for hf, zn in (("attn.c_attn", "attn.qkv"), ("attn.c_proj", "attn.out"), ("mlp.c_fc", "ffn.up"),
                        ("mlp.c_proj", "ffn.down")):
-            st[f"{z}{zn}.weight"], st[f"{z}{zn}.bias"] = T(f"{h}{hf}.weight"), src.take(f"{h}{hf}.bias")
+            # GPT-2's Conv1D stores its weights as (in, out): transposed
+            st[f"{z}{zn}.weight"], st[f"{z}{zn}.bias"] = src.take_t(f"{h}{hf}.weight"), src.take(f"{h}{hf}.bias")
         src.ignore(f"{h}attn.bias"), src.ignore(f"{h}attn.masked_bias")  # old causal-mask buffers
     st["decoder.final_norm.weight"], st["decoder.final_norm.bias"] = src.take(f"{p}ln_f.weight"), src.take(f"{p}ln_f.bias")
     if not src.tied("lm_head.weight", wte):
@@ -451,3 +457,160 @@ def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: 
 
         model.tokenizer = make_tokenizer("hf", path=str(tj))
     return model
+
+
+# ---------------------------------------------------------------------- the reverse direction
+class _Ref:
+    """Where one zoo tensor lives in a Hugging Face checkpoint: one or more (row-stacked) tensors,
+    possibly transposed."""
+
+    def __init__(self, names: list[str], transpose: bool = False):
+        self.names, self.transpose = names, transpose
+
+
+class _Recorder(_Source):
+    """Runs a family's forward mapping on names and shapes only, recording where each zoo tensor
+    comes from, so the reverse mapping is derived from the same code (never a second table)."""
+
+    def __init__(self, config, state, family, tie: bool):
+        super().__init__(config, state, family)
+        self.tie = tie
+
+    def take(self, name):
+        super().take(name)
+        return _Ref([name])
+
+    def take_t(self, name):
+        super().take(name)
+        return _Ref([name], transpose=True)
+
+    def cat(self, *names):
+        for n in names:
+            super().take(n)
+        return _Ref(list(names))
+
+    def tied(self, head, embedding):
+        if head not in self.state:
+            return True
+        if self.tie:
+            self.ignore(head)
+        return self.tie
+
+
+_INV_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+
+
+def _hf_config(spec, family: str) -> tuple[str, str, dict]:
+    """``(config class, model class, config kwargs)`` of the transformers model that ``spec`` is."""
+    st = spec.stack(spec.roles[-1])
+    drop, eps = spec.dropout, st.norm.config.eps
+    act = _INV_ACTS.get(getattr(st.ffn.config, "activation", None), "?")
+    if family == "gpt2":
+        return "GPT2Config", "GPT2LMHeadModel", dict(
+            vocab_size=spec.vocab_size, n_positions=spec.max_len, n_embd=spec.d_model,
+            n_layer=st.num_layers, n_head=st.num_heads, n_inner=st.d_ff, activation_function=act,
+            layer_norm_epsilon=eps, resid_pdrop=drop, embd_pdrop=drop, attn_pdrop=drop,
+            scale_attn_weights=spec.attn_scale is None, tie_word_embeddings=spec.tie_embeddings)
+    if family == "bert":
+        model = "BertForMaskedLM" if spec.head.kind == "mlm" else "BertModel"
+        return "BertConfig", model, dict(
+            vocab_size=spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=st.num_layers,
+            num_attention_heads=st.num_heads, intermediate_size=st.d_ff, hidden_act=act,
+            max_position_embeddings=spec.max_len, type_vocab_size=spec.type_vocab_size,
+            layer_norm_eps=eps, hidden_dropout_prob=drop, attention_probs_dropout_prob=drop,
+            pad_token_id=spec.pad_id if spec.pad_id is not None else 0,
+            tie_word_embeddings=spec.tie_embeddings)
+    if family == "llama":
+        return "LlamaConfig", "LlamaForCausalLM", dict(
+            vocab_size=spec.vocab_size, hidden_size=spec.d_model, intermediate_size=st.d_ff,
+            num_hidden_layers=st.num_layers, num_attention_heads=st.num_heads,
+            num_key_value_heads=st.num_kv_heads, head_dim=st.head_dim, hidden_act=act,
+            max_position_embeddings=spec.max_len, rms_norm_eps=eps, attention_bias=st.qkv_bias,
+            mlp_bias=st.ffn.config.bias, attention_dropout=drop, tie_word_embeddings=spec.tie_embeddings,
+            rope_parameters={"rope_type": "default", "rope_theta": st.positions.config.base})
+    enc = spec.stack("encoder")
+    gated = {"mlp": "", "geglu": "gated-", "reglu": "gated-", "swiglu": "gated-"}.get(st.ffn.kind, "?-")
+    ff = f"{gated}{'gelu' if act == 'gelu_new' and gated else act}"
+    return "T5Config", "T5ForConditionalGeneration", dict(
+        vocab_size=spec.vocab_size, d_model=spec.d_model, d_kv=st.head_dim, d_ff=st.d_ff,
+        num_layers=enc.num_layers, num_decoder_layers=st.num_layers, num_heads=st.num_heads,
+        relative_attention_num_buckets=st.positions.config.num_buckets,
+        relative_attention_max_distance=st.positions.config.max_distance, dropout_rate=drop,
+        layer_norm_epsilon=eps, feed_forward_proj=ff, tie_word_embeddings=spec.head_scale is not None)
+
+
+def _guess_family(spec) -> str:
+    kind = spec.stack(spec.roles[-1]).positions.kind
+    fam = {("decoder", "learned"): "gpt2", ("encoder", "learned"): "bert", ("decoder", "rope"): "llama",
+           ("encoder_decoder", "t5_relative"): "t5"}.get((spec.arch, kind))
+    if fam is None:
+        raise ConvertError(f"a {spec.arch} model with '{kind}' positions is none of the families "
+                           f"transformers can run", where="spec", options=list(FAMILIES),
+                           fix="convert a GPT-2, BERT, Llama or T5 shaped model, or pass family=")
+    return fam
+
+
+def _comparable(spec) -> dict:
+    d = spec.to_dict()
+    for k in ("name", "attention", "pad_id", "dropout", "encoder", "decoder"):
+        d.pop(k, None)
+    for role in spec.roles:  # resolved per-stack values, not how they were written
+        st = spec.stack(role)
+        d[role] = (st.num_layers, st.num_heads, st.num_kv_heads, st.head_dim, st.d_ff, st.attn_scale,
+                   str(st.positions), str(st.norm), str(st.placement), str(st.ffn), tuple(map(str, st.mask)))
+    return d
+
+
+def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any:
+    """The equivalent ``transformers`` model of a zoo model shaped like GPT-2, BERT, Llama or T5
+    (needs the ``transformers`` library).  ``family`` is guessed from the spec when omitted.
+
+    The reverse mapping is derived from the forward converter, and the result is checked by
+    converting its config back: any spec field transformers cannot express is a
+    :class:`ConvertError` naming it."""
+    import transformers
+
+    spec = model.spec
+    family = family or _guess_family(spec)
+    if family not in FAMILIES:
+        raise ConvertError(f"unknown family {family!r}", where="family", options=list(FAMILIES))
+    cfg_name, model_name, kwargs = _hf_config(spec, family)
+    from .spec import parse_spec
+
+    try:
+        hf = getattr(transformers, model_name)(getattr(transformers, cfg_name)(**kwargs))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConvertError(f"transformers cannot build {model_name} from this spec: {exc}",
+                           where="spec", fix=f"convert a spec shaped like {family}") from exc
+    rec = _Recorder(hf.config.to_dict(), hf.state_dict(), family, tie=spec.tie_embeddings)
+    try:
+        spec2, refs = FAMILIES[family](rec, "sdpa")
+        spec2 = parse_spec(spec2)
+    except ZooError as exc:
+        raise ConvertError(f"the zoo model cannot be expressed as {model_name}: {exc.what}",
+                           where=exc.where, fix="only models shaped like the family convert") from exc
+    a, b = _comparable(spec), _comparable(spec2)
+    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if diff:
+        raise ConvertError(f"spec field(s) {diff} have no equivalent in {model_name} "
+                           f"(zoo: {[a.get(k) for k in diff]}, {family}: {[b.get(k) for k in diff]})",
+                           where="spec", fix=f"convert a spec shaped like {family}")
+    zs = model.state_dict()
+    shapes = {n: t.shape for n, t in rec.state.items()}
+    out = {}
+    for zname, ref in refs.items():
+        t = zs[zname].detach().cpu()
+        if len(ref.names) == 1:
+            out[ref.names[0]] = t.t().contiguous() if ref.transpose else t.clone()
+        else:
+            for n, part in zip(ref.names, t.split([shapes[n][0] for n in ref.names], dim=0)):
+                out[n] = part.clone()
+    if family == "t5" and not spec.tie_embeddings and hf.lm_head.weight is hf.shared.weight:
+        hf.lm_head.weight = torch.nn.Parameter(out["lm_head.weight"])  # transformers 5 ties it always
+    with torch.no_grad():
+        hf.load_state_dict(out, strict=False)
+    not_set = sorted(set(hf.state_dict()) - set(out) - rec.used)
+    if not_set:
+        raise ConvertError(f"transformers tensors left unset: {not_set[:6]}", where="weights",
+                           fix="report this: the reverse mapping is incomplete")
+    return hf.to(zs["tok_emb.weight"].dtype).eval()
