@@ -372,3 +372,45 @@ def test_verify_streams_the_conformance_kit():
     assert all("pass" in row[-1] for row in table) and "2 of 2" in summary
     with pytest.raises(gr.Error, match="no_such"):
         list(verify_tab.verify_kit(["no_such_component"]))
+
+
+# ---------------------------------------------------------------------- inspect: checkpoints
+def test_inspect_heatmaps_for_every_architecture():
+    r = inspect_tab.inspect("ui_bert", "床前明月光", "encoder", 1, 3)
+    assert r["tokens"] == list("床前明月光") and r["layers"] == 2 and r["heads"] == 4
+    model = zoo.load(common.checkpoint_path("ui_bert"))
+    want = zoo.trace(model, text="床前明月光")["encoder.blocks.1.attn.weights"][0, 3]
+    assert torch.allclose(torch.tensor(r["weights"]), want, atol=1e-4)
+    assert all(abs(sum(row) - 1) < 1e-3 for row in r["weights"])
+    for fig in (r["heatmap"], r["grid"], r["mask"]):
+        assert fig is not None and fig.get_axes()
+    r = inspect_tab.inspect("ui_gpt", "abc", "decoder", 0, 0)
+    assert r["weights"][0][1:] == [0.0, 0.0]  # causal: token 0 sees only itself
+    assert r["positions"] is not None  # sinusoid waves
+    r = inspect_tab.inspect("ui_t5", "abcd", "cross", 0, 1)
+    assert r["stack"] == "cross" and len(r["weights"][0]) == 4  # keys: the 4 source bytes
+    assert inspect_tab.choices_for("ui_t5")["stacks"] == ["encoder", "decoder", "cross"]
+
+
+def test_inspect_errors_and_limits_are_messages():
+    with pytest.raises(gr.Error, match="layer 7"):
+        inspect_tab.inspect("ui_gpt", "abc", "decoder", 7, 0)
+    with pytest.raises(gr.Error, match="head"):
+        inspect_tab.inspect("ui_gpt", "abc", "decoder", 0, 9)
+    with pytest.raises(gr.Error, match="limit"):
+        inspect_tab.inspect("ui_gpt", "a" * (common.LIMITS["inspect_tokens"] + 1), "decoder", 0, 0)
+    with pytest.raises(gr.Error, match="tokenizer"):
+        inspect_tab.inspect("ui_bare", "abc", "decoder", 0, 0)
+    with pytest.raises(gr.Error, match="not a checkpoint name"):
+        inspect_tab.inspect("/etc/passwd", "abc", "decoder", 0, 0)
+
+
+def test_build_cost_curve_and_memory_table():
+    if not build_tab.cost_available():
+        pytest.skip("zoo.accounting / zoo.plots not installed")
+    fig, rows = build_tab.cost(build_tab.preset_yaml("gpt_tiny"))
+    assert fig is not None and [r[0] for r in rows] == list(build_tab.COST_LENGTHS)
+    # the attention core's share grows with the length (quadratic vs linear)
+    shares = [float(r[2].rstrip("%")) for r in rows]
+    assert shares == sorted(shares) and shares[-1] > shares[0]
+    assert build_tab.cost("arch: [") == (None, [])

@@ -287,29 +287,43 @@ def block_diagram(spec) -> str:
 
 
 def cost_available() -> bool:
-    """Whether zoo's FLOPs / memory plot is installed (it lands with the accounting module)."""
+    """Whether zoo's accounting and plots are installed (matplotlib is in the ``ui`` extra)."""
     try:
-        from zoo import plots
+        from zoo import accounting, plots  # noqa: F401
     except ImportError:
         return False
-    return hasattr(plots, "cost_curve") or hasattr(plots, "compute_cost")
+    return hasattr(plots, "compute_cost_curve") and hasattr(accounting, "forward_cost")
 
 
-def cost_figure(text: str, lang: str = "en"):
-    """The FLOPs / memory curve against sequence length, when zoo's accounting and plots exist."""
-    try:
-        from zoo import plots  # noqa: F401  (issue: accounting + plots)
-    except ImportError:
-        return None
-    fn = getattr(plots, "cost_curve", None) or getattr(plots, "compute_cost", None)
-    if fn is None:
-        return None
+COST_LENGTHS = (64, 256, 1024, 4096)
+
+
+def cost(text: str, lang: str = "en"):
+    """``(figure, rows)``: FLOPs per forward against sequence length (attention core vs projections
+    vs feed-forward, with the crossover) and a memory table; ``(None, [])`` when the spec is invalid
+    or the accounting module is absent."""
+    if not cost_available():
+        return None, []
+    from zoo import accounting, plots
+
     try:
         spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
         check_spec_limits(spec, lang)
-        return fn(spec)
     except ZooError:
-        return None
+        return None, []
+    fig = plots.compute_cost_curve(spec)
+    human = accounting.human
+    rows = []
+    for T in COST_LENGTHS:
+        c = accounting.forward_cost(spec, T)
+        rows.append([T, human(c["total_flops"]), f"{100 * c['attention_core'] / max(c['total'], 1):.1f}%",
+                     human(c["params_bytes"], "B"), human(c["scores_bytes"], "B"),
+                     human(c["kv_cache_bytes"], "B")])
+    return fig, rows
+
+
+COST_HEADERS = ("col.seq_len", "col.flops", "col.core_share", "col.mem_params", "col.mem_scores",
+                "col.mem_kv")
 
 
 @handler
@@ -439,8 +453,13 @@ def build(tr, lang_state) -> dict:
         with gr.Column():
             tr.add(gr.Markdown(f"**{tr('build.diagram')}**"), value="build.diagram")
             diagram = gr.HTML(diagram0, elem_id="build-diagram")
-    cost = tr.add(gr.Plot(cost_figure(start), label=tr("build.cost"), elem_id="build-cost",
-                          visible=cost_available()), label="build.cost")
+    fig0, cost_rows0 = cost(start)
+    with gr.Row(visible=cost_available()):
+        cost_plot = tr.add(gr.Plot(fig0, label=tr("build.cost"), elem_id="build-cost", scale=3),
+                           label="build.cost")
+        cost_table = tr.add(gr.Dataframe(cost_rows0, headers=[tr(h) for h in COST_HEADERS],
+                                         label=tr("build.memory"), interactive=False, elem_id="build-memory",
+                                         scale=2), label="build.memory")
     with gr.Row():
         save_name = tr.add(gr.Textbox("my_model", label=tr("build.save_name"), info=tr("build.save_info"),
                                       elem_id="build-save-name"), label="build.save_name",
@@ -478,9 +497,11 @@ def build(tr, lang_state) -> dict:
     def on_change(text, lang):
         st, rows, diag, ok = analyse(text, lang)
         entries = component_entries(text) if ok else gr.skip()
-        return st, rows, (diag if ok else gr.skip()), entries, cost_figure(text, lang) if ok else gr.skip()
+        fig, crow = cost(text, lang) if ok else (gr.skip(), gr.skip())
+        return st, rows, (diag if ok else gr.skip()), entries, fig, crow
 
-    code.change(on_change, inputs=[code, lang_state], outputs=[status, table, diagram, entries_state, cost],
+    code.change(on_change, inputs=[code, lang_state],
+                outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
                 show_progress="hidden", trigger_mode="always_last")
     save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved], concurrency_limit=2)
     return {"code": code, "status": status, "fields": fields, "table": table, "diagram": diagram,

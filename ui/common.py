@@ -41,7 +41,8 @@ LIMITS: dict[str, int] = {
     "vocab_size": 65536,
     "max_len": 4096,
     "parameters": 150_000_000,  # a GPT-2 small fits; building happens on the meta device first
-    "input_tokens": 512,  # text given to run / inspect / compare
+    "input_tokens": 512,  # text given to run / compare
+    "inspect_tokens": 64,  # a heatmap of more tokens is unreadable anyway
     "max_new_tokens": 256,
     "calc_tokens": 12,  # rows of the attention calculator
     "calc_dim": 8,
@@ -210,22 +211,6 @@ def load_checkpoint(name: Any, lang: str = "en"):
         while len(_CACHE) > _CACHE_SIZE:
             _CACHE.popitem(last=False)
     return model
-
-
-def tokenizer_of(model) -> Any:
-    """The checkpoint's tokenizer, through whichever public API zoo offers for it (None if absent)."""
-    for attr in ("tokenizer",):
-        tok = getattr(model, attr, None)
-        if tok is not None:
-            return tok
-    loader = getattr(zoo, "load_tokenizer", None)
-    meta = getattr(model, "checkpoint_metadata", None)
-    if loader is not None and meta is not None:
-        try:
-            return loader(model)
-        except ZooError:
-            return None
-    return None
 
 
 def check_text(text: Any, lang: str = "en") -> str:

@@ -19,7 +19,7 @@ import torch
 import zoo
 from zoo.errors import ZooError
 
-from .common import LIMITS, checkpoint_names, check_text, handler, load_checkpoint, tokenizer_of
+from .common import LIMITS, check_text, checkpoint_names, handler, load_checkpoint
 from .i18n import t
 
 #: the lecture's example (seed 000): three tokens, d_k = 2
@@ -128,29 +128,179 @@ def calculate(q: Any, k: Any, v: Any, mask: Any, lang: str = "en") -> dict[str, 
 
 
 # ---------------------------------------------------------------------- checkpoint inspection
-def _inspect_api():
-    """zoo's inspection entry point, whichever name it landed under (None until it exists)."""
-    for mod_name in ("zoo.inspect", "zoo.inspection"):
-        try:
-            mod = __import__(mod_name, fromlist=["_"])
-        except ImportError:
-            continue
-        return mod
+def _label(tok, i: int) -> str:
+    """A token's label: its text, or ``<id>`` for a byte that is only part of a character."""
+    text = tok.decode([i])
+    return f"<{i}>" if (not text or "\ufffd" in text) else text
+
+
+def stacks_of(spec) -> list[str]:
+    """Which attention maps a model has: ``encoder``, ``decoder``, and ``cross`` for an
+    encoder-decoder's cross-attention."""
+    out = list(spec.roles)
+    if spec.arch == "encoder_decoder":
+        out.append("cross")
+    return out
+
+
+def _weights_name(stack: str, layer: int) -> str:
+    if stack == "cross":
+        return f"decoder.blocks.{layer}.cross.weights"
+    return f"{stack}.blocks.{layer}.attn.weights"
+
+
+def positions_figure(spec, seq_len: int, role: str):
+    """The view that fits the stack's position scheme: sinusoid waves, RoPE rotation, the score bias
+    of ALiBi / T5, or None (learned / none)."""
+    from zoo import plots
+
+    st = spec.stack(role)
+    kind = st.positions.kind
+    reg = zoo.get_registry()
+    cls = reg.get("position", kind).cls
+    if cls.acts_on_scores:
+        return plots.position_bias(spec, seq_len=max(seq_len, 2), role=role,
+                                   heads=tuple(range(min(4, st.num_heads))))
+    if kind == "sinusoidal":
+        base = getattr(st.positions.config, "base", 10000.0)
+        return plots.sinusoid_waves(d_model=spec.d_model, max_len=min(spec.max_len, 128), base=base)
+    if cls.acts_on_qk and hasattr(plots, "rope_rotation"):
+        base = getattr(st.positions.config, "base", 10000.0)
+        return plots.rope_rotation(head_dim=st.head_dim, positions=max(seq_len, 8), base=base)
     return None
 
 
-def _plots():
-    try:
-        from zoo import plots
-    except ImportError:
-        return None
-    return plots
+@handler
+def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head: int = 0,
+            lang: str = "en") -> dict[str, Any]:
+    """Trace checkpoint ``name`` on ``text`` once.  Returns the figures (heatmap of one layer/head,
+    all layers x heads of the stack, the mask, the positional view), the tokens, the weights shown
+    and the model's top next-token predictions."""
+    import copy
+
+    from zoo import plots
+
+    # tracing swaps kernels for one run: work on a private copy, the cached model is shared
+    model = copy.deepcopy(load_checkpoint(name, lang))
+    text = check_text(text, lang)
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        raise zoo.TokenizerError(t("run.no_tokenizer", lang), where="checkpoint",
+                                 fix=t("run.no_tokenizer_fix", lang))
+    ids = tok.encode(text)
+    if len(ids) > LIMITS["inspect_tokens"]:
+        raise ZooError(t("err.limit", lang, field="tokens", value=len(ids), limit=LIMITS["inspect_tokens"]),
+                       where="text", fix=t("err.limit_fix", lang))
+    stacks = stacks_of(model.spec)
+    stack = stack if stack in stacks else stacks[-1]
+    role = "decoder" if stack == "cross" else stack
+    st = model.spec.stack(role)
+    layer, head = int(layer or 0), int(head or 0)
+    if not 0 <= layer < st.num_layers:
+        raise ZooError(f"layer {layer} does not exist", where="layer",
+                       options=[str(i) for i in range(st.num_layers)])
+    if not 0 <= head < st.num_heads:
+        raise ZooError(f"head {head} does not exist", where="head",
+                       options=[str(i) for i in range(st.num_heads)])
+    with torch.no_grad():
+        trace = zoo.trace(model, text=text)
+    tokens = [_label(tok, i) for i in ids]
+    w = trace[_weights_name(stack, layer)][0]  # (h, Tq, Tk)
+    heat = plots.attention_heatmap(w[head], tokens, title=f"{stack} · layer {layer} · head {head}")
+    kind = "cross" if stack == "cross" else "attn"
+    names = [_weights_name(stack, i) for i in range(st.num_layers)]
+    grid = plots.attention_grid(torch.stack([trace[n] for n in names]), tokens,
+                                title=f"{stack}: {st.num_layers} layers × {st.num_heads} heads")
+    mask = plots.mask_pattern(model.spec, seq_len=min(len(ids), 32), role=role) if kind == "attn" else None
+    pos = positions_figure(model.spec, min(len(ids), 32), role)
+    summary = trace.summary(top_k=5)
+    nxt = summary.get("next_token") or []
+    pred = ", ".join(f"{r.get('text', r['id'])!r} ({r['p']:.3f})" for r in nxt)
+    return {"heatmap": heat, "grid": grid, "mask": mask, "positions": pos, "tokens": tokens,
+            "weights": [[round(float(x), 4) for x in row] for row in w[head]], "stack": stack,
+            "layers": st.num_layers, "heads": st.num_heads, "next": pred}
+
+
+def choices_for(name: str, lang: str = "en") -> dict[str, Any]:
+    """Stacks, layer and head counts of checkpoint ``name`` (for the selectors)."""
+    from .common import checkpoint_path
+
+    spec = zoo.load_spec(checkpoint_path(name, lang))
+    stacks = stacks_of(spec)
+    return {"stacks": stacks, "layers": {s: spec.stack("decoder" if s == "cross" else s).num_layers
+                                         for s in stacks},
+            "heads": {s: spec.stack("decoder" if s == "cross" else s).num_heads for s in stacks}}
 
 
 def build(tr, lang_state) -> dict:
     import gradio as gr
 
     out: dict[str, Any] = {}
+    names = checkpoint_names()
+    tr.add(gr.Markdown(tr("inspect.intro")), value="inspect.intro")
+    with gr.Row():
+        ckpt = tr.add(gr.Dropdown(names, value=names[0] if names else None, label=tr("run.checkpoint"),
+                                  elem_id="inspect-checkpoint"), label="run.checkpoint")
+        refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="inspect-refresh"),
+                         value="run.refresh")
+    text = tr.add(gr.Textbox("床前明月光，疑是地上霜。", label=tr("inspect.text"), elem_id="inspect-text",
+                             max_length=LIMITS["text_chars"]), label="inspect.text")
+    with gr.Row():
+        stack = tr.add(gr.Dropdown(["decoder"], value="decoder", label=tr("inspect.stack"),
+                                   elem_id="inspect-stack"), label="inspect.stack")
+        layer = tr.add(gr.Slider(0, 3, value=0, step=1, label=tr("inspect.layer"), elem_id="inspect-layer"),
+                       label="inspect.layer")
+        head = tr.add(gr.Slider(0, 3, value=0, step=1, label=tr("inspect.head"), elem_id="inspect-head"),
+                      label="inspect.head")
+        go_inspect = tr.add(gr.Button(tr("inspect.go"), variant="primary", elem_id="inspect-go"),
+                            value="inspect.go")
+    nxt = gr.Markdown(elem_id="inspect-next")
+    with gr.Row():
+        heat = tr.add(gr.Plot(label=tr("inspect.heatmap"), elem_id="inspect-heatmap"), label="inspect.heatmap")
+        grid = tr.add(gr.Plot(label=tr("inspect.grid"), elem_id="inspect-grid"), label="inspect.grid")
+    with gr.Row():
+        maskfig = tr.add(gr.Plot(label=tr("inspect.mask"), elem_id="inspect-mask"), label="inspect.mask")
+        posfig = tr.add(gr.Plot(label=tr("inspect.positions"), elem_id="inspect-positions"),
+                        label="inspect.positions")
+
+    def on_checkpoint(name, stack_now, lang):
+        if not name:
+            return gr.skip(), gr.skip(), gr.skip()
+        c = choices_for(name, lang)
+        s = stack_now if stack_now in c["stacks"] else c["stacks"][-1]
+        return (gr.update(choices=c["stacks"], value=s),
+                gr.update(maximum=max(c["layers"][s] - 1, 0), value=0),
+                gr.update(maximum=max(c["heads"][s] - 1, 0), value=0))
+
+    def on_inspect(name, txt, s, l, h, lang):
+        r = inspect(name, txt, s, l, h, lang=lang)
+        return r["heatmap"], r["grid"], r["mask"], r["positions"], \
+            f"**{t('inspect.next', lang)}:** {r['next']}" if r["next"] else ""
+
+    def on_refresh(current):
+        names = checkpoint_names()
+        return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
+
+    sel = handler(on_checkpoint)
+    ckpt.change(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head])
+    refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt])
+    figs = [heat, grid, maskfig, posfig, nxt]
+    go_inspect.click(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
+                     concurrency_limit=2, concurrency_id="inspect")
+    for w in (layer, head):
+        w.release(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
+                  concurrency_limit=2, concurrency_id="inspect", trigger_mode="always_last")
+    if names:  # selectors sized for the first checkpoint
+        try:
+            c = choices_for(names[0])
+            s0 = c["stacks"][-1]
+            stack.choices = [(x, x) for x in c["stacks"]]
+            stack.value = s0
+            layer.maximum, head.maximum = max(c["layers"][s0] - 1, 0), max(c["heads"][s0] - 1, 0)
+        except ZooError:
+            pass
+    out.update(checkpoint=ckpt, text=text, stack=stack, layer=layer, head=head, go_inspect=go_inspect,
+               heatmap=heat, grid=grid)
     tr.add(gr.Markdown(f"### {tr('inspect.calc_heading')}"), value="inspect.calc_heading")
     tr.add(gr.Markdown(tr("inspect.calc_intro")), value="inspect.calc_intro")
     with gr.Row():
