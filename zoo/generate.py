@@ -191,17 +191,24 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     was_training = model.training
     model.eval()
     try:
-        finished = torch.zeros(B, dtype=torch.bool, device=ids.device)
-        logits = next(steps) if max_new_tokens else None
+        # inference_mode (cheaper per op than no_grad) only around the model's work, never across
+        # a yield; what is yielded is cloned into an ordinary tensor the caller may use anywhere
+        with torch.inference_mode():
+            finished = torch.zeros(B, dtype=torch.bool, device=ids.device)
+            logits = next(steps) if max_new_tokens else None
         for step in range(max_new_tokens):
-            nxt = choose(logits)  # (B,)
-            if stops.numel():
-                nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
-                finished |= torch.isin(nxt, stops)
+            with torch.inference_mode():
+                if step:
+                    logits = steps.send(nxt)
+                nxt = choose(logits)  # (B,)
+                if stops.numel():
+                    nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
+                    finished |= torch.isin(nxt, stops)
+                done = step == max_new_tokens - 1 or (stops.numel() and bool(finished.all()))
+            nxt = nxt.clone()
             yield nxt
-            if step == max_new_tokens - 1 or (stops.numel() and bool(finished.all())):
+            if done:
                 break
-            logits = steps.send(nxt)
     finally:
         steps.close()
         model.train(was_training)

@@ -97,10 +97,8 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         h, h_kv, hd = self.h, self.h_kv, self.hd
         if memory is None:
-            q, k, v = self.qkv(x).split([h * hd, h_kv * hd, h_kv * hd], dim=-1)
-            q = q.view(B, T, h, hd).transpose(1, 2)  # (B, h, T, hd)
-            k = k.view(B, T, h_kv, hd).transpose(1, 2)  # (B, h_kv, T, hd)
-            v = v.view(B, T, h_kv, hd).transpose(1, 2)  # (B, h_kv, T, hd)
+            qkv = self.qkv(x).view(B, T, h + 2 * h_kv, hd).transpose(1, 2)  # (B, h + 2 h_kv, T, hd)
+            q, k, v = qkv.split([h, h_kv, h_kv], dim=1)  # (B, h, T, hd), (B, h_kv, T, hd) x 2
             if rotary is not None:
                 q, k = rotary.rotate(q, k, rot_state)
             if cache is not None:
