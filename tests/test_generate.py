@@ -252,3 +252,14 @@ def test_cli_run_streams_and_fills_masks(tmp_path):
                                    "--candidates", "3"])
     assert res.exit_code == 0, res.output
     assert "position 3:" in res.output and res.output.count("p=") == 3
+
+
+@pytest.mark.parametrize("over", [
+    {"num_kv_heads": 1, "ffn": "swiglu", "norm": {"kind": "rmsnorm"}, "positions": "rope"},
+    {"num_kv_heads": 2, "norm": {"kind": "layernorm", "placement": "post"}, "positions": "alibi"},
+])
+def test_cache_equals_no_cache_gqa_and_modern_parts(over):
+    model = small(**over)
+    rows = [[5, 9, 14, 3], [7, 3]]
+    a = model.generate(rows, 10)
+    assert torch.equal(a, model.generate(rows, 10, use_cache=False))
