@@ -8,8 +8,10 @@
 
 Public API: :func:`build`, :func:`spec`, :func:`save`, :func:`load`, :func:`load_spec`,
 :func:`list_components`, :func:`list_plugins`, :func:`list_presets`, :func:`list_checkpoints`,
-:data:`hookimpl`, and the :class:`ZooError` family.  Components are plugins (see
-``zoo.hookspecs``); importing zoo registers nothing until first use.
+:data:`hookimpl`, and the :class:`ZooError` family; running and looking inside: ``model.generate``
+(:mod:`zoo.generate`), :func:`tokenizer`, :func:`trace` (:mod:`zoo.inspection`), :func:`fill_mask`,
+:func:`classify`, and the modules :mod:`zoo.accounting` and :mod:`zoo.plots` (matplotlib, lazy).
+Components are plugins (see ``zoo.hookspecs``); importing zoo registers nothing until first use.
 """
 from __future__ import annotations
 
