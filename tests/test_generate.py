@@ -263,3 +263,16 @@ def test_cache_equals_no_cache_gqa_and_modern_parts(over):
     rows = [[5, 9, 14, 3], [7, 3]]
     a = model.generate(rows, 10)
     assert torch.equal(a, model.generate(rows, 10, use_cache=False))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_cache_equals_no_cache_on_gpu(positions):
+    model = small(positions=positions, mask=MASKS[1]).to("cuda")
+    rows = [[5, 9, 14], [7, 3, 22, 41, 8, 19]]
+    a = model.generate(rows, 12)
+    assert a.device.type == "cuda"
+    assert torch.equal(a, model.generate(rows, 12, use_cache=False))
+    assert torch.equal(a.cpu(), small(positions=positions, mask=MASKS[1]).generate(rows, 12))
+    bf = model.to(torch.bfloat16)
+    assert bf.generate(rows, 12).shape == a.shape  # runs in bf16 (tokens may differ from fp32)
