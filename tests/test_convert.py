@@ -285,3 +285,25 @@ def test_to_transformers_names_what_has_no_equivalent():
         to_transformers(zoo.build("llama_tiny", num_layers=1, norm={"kind": "rmsnorm", "placement": "sandwich"}))
     with pytest.raises(ConvertError, match="sinusoidal"):
         to_transformers(zoo.build("gpt_tiny", num_layers=1))
+
+
+@torch.no_grad()
+def test_converted_gpt2_runs_on_text_like_transformers(tmp_path):
+    """A converted folder with its tokenizer.json: text in, the same greedy continuation as
+    transformers' generate."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    hf = gpt2()
+    hf.save_pretrained(tmp_path / "hf")
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(V)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "hf" / "tokenizer.json"))
+    z = from_pretrained(tmp_path / "hf")
+    zoo.save(z, tmp_path / "zoo")
+    z = zoo.load(tmp_path / "zoo")
+    ids = torch.tensor([[5, 17, 42, 8]])
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                      pad_token_id=0, eos_token_id=None)
+    assert torch.equal(z.generate(ids, max_new_tokens=6), ref)
+    text = z.generate("w5 w17 w42 w8", max_new_tokens=6)
+    assert text.split() == [f"w{int(t)}" for t in ref[0, 4:]]

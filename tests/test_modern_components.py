@@ -222,27 +222,41 @@ def test_new_components_build_forward_backward(family, name):
         assert torch.isfinite(out).all() and all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
+def _reference(q, k, v, mask, bias, scale):
+    kk = k.repeat_interleave(q.size(1) // k.size(1), 1)  # explicit head repetition: (B, h, T, hd)
+    vv = v.repeat_interleave(q.size(1) // v.size(1), 1)
+    scores = (q @ kk.transpose(-1, -2)) * scale + (0 if bias is None else bias)
+    w = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
+    return (w @ vv).masked_fill(~mask.any(-1, keepdim=True), 0.0)
+
+
 @pytest.mark.parametrize("kv", [2, 1])
 def test_every_attention_kernel_with_grouped_query_attention(kv):
-    """GQA (kv=2) and MQA (kv=1) through each registered kernel equal explicit head repetition."""
+    """GQA (kv=2) and MQA (kv=1) through each registered exact kernel equal explicit head
+    repetition, with a padding mask and a score bias where the kernel supports them."""
     B, h, T, hd = 2, 4, 6, 8
-    q = torch.randn(B, h, T, hd, dtype=torch.float64)
-    k, v = torch.randn(B, kv, T, hd, dtype=torch.float64), torch.randn(B, kv, T, hd, dtype=torch.float64)
-    bias = torch.randn(1, h, T, T, dtype=torch.float64)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None].expand(B, 1, T, T).clone()
-    mask[1, ..., :2] = False  # padding in row 1
-    kk, vv = k.repeat_interleave(h // kv, 1), v.repeat_interleave(h // kv, 1)
-    scores = (q @ kk.transpose(-1, -2)) * hd ** -0.5 + bias
-    ref = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0) @ vv
-    ref = ref.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     tested = []
     for comp in get_registry().list("attention"):
         caps = comp.capabilities
-        if not caps.exact or not caps.supports_mask or not caps.supports_bias or "float64" not in caps.dtypes:
+        if not caps.exact:
             continue
+        dt = torch.float64 if "float64" in caps.dtypes else torch.float32
+        tol = 1e-7 if dt == torch.float64 else 1e-4
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(B, h, T, hd, generator=g, dtype=dt)
+        k, v = torch.randn(B, kv, T, hd, generator=g, dtype=dt), torch.randn(B, kv, T, hd, generator=g, dtype=dt)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()[None, None].expand(B, 1, T, T)
+        if caps.supports_mask and not caps.causal_only:
+            mask = causal.clone()
+            mask[1, ..., :2] = False  # row 1 left-padded by two
+            kwargs = {"mask": mask}
+        else:
+            mask, kwargs = causal, {"is_causal": True}
+        bias = torch.randn(1, h, T, T, generator=g, dtype=dt) if caps.supports_bias else None
         kern = comp.cls(comp.config() if comp.config else None, ctx(heads=h, kv=kv, hd=hd)).eval()
-        out, _ = kern(q, k, v, mask=mask, bias=bias)
-        torch.testing.assert_close(out, ref, rtol=1e-7, atol=1e-7, msg=f"kernel {comp.name}")
+        out, _ = kern(q, k, v, bias=bias, **kwargs)
+        torch.testing.assert_close(out, _reference(q, k, v, mask, bias, hd ** -0.5), rtol=tol, atol=tol,
+                                   msg=f"kernel {comp.name}")
         tested.append(comp.name)
     assert {"eager", "sdpa", "naive"} <= set(tested)
 
