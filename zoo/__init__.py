@@ -10,7 +10,8 @@ Public API: :func:`build`, :func:`spec`, :func:`save`, :func:`load`, :func:`load
 :func:`list_components`, :func:`list_plugins`, :func:`list_presets`, :func:`list_checkpoints`,
 :data:`hookimpl`, and the :class:`ZooError` family; running and looking inside: ``model.generate``
 (:mod:`zoo.generate`), :func:`tokenizer`, :func:`trace` (:mod:`zoo.inspection`), :func:`fill_mask`,
-:func:`classify`, and the modules :mod:`zoo.accounting` and :mod:`zoo.plots` (matplotlib, lazy).
+:func:`classify`, and the modules :mod:`zoo.accounting` and :mod:`zoo.plots` (matplotlib, lazy);
+converting Hugging Face models: :mod:`zoo.convert`.
 Components are plugins (see ``zoo.hookspecs``); importing zoo registers nothing until first use.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .spec import ModelSpec, list_presets, parse_spec
 from .tokenizers import tokenizer
 from .inspection import Trace, trace
 from .tasks import classify, fill_mask
+from . import convert  # noqa: E402 - zoo.convert.from_transformers / to_transformers (no transformers import)
 
 __all__ = [
     "__version__", "build", "spec", "save", "load", "load_spec", "read_metadata", "list_components",
