@@ -438,7 +438,7 @@ def build(tr, lang_state) -> dict:
                                 return set_param(text, _p, _n, value)
 
                             gr.on(events, handler(on_param), inputs=[w, code], outputs=[code],
-                                  show_progress="hidden")
+                                  show_progress="hidden", api_visibility="private")
 
         with gr.Column(scale=1):
             code = tr.add(gr.Code(start, language="yaml", label=tr("build.yaml"), interactive=True,
@@ -474,7 +474,8 @@ def build(tr, lang_state) -> dict:
     for f, w in fields.items():
         def on_field(value, text, _f=f):
             return set_field(text, _f, value)
-        w.input(handler(on_field), inputs=[w, code], outputs=[code], show_progress="hidden")
+        w.input(handler(on_field), inputs=[w, code], outputs=[code], show_progress="hidden",
+                api_visibility="private")
 
     form_order = list(fields)
 
@@ -485,13 +486,15 @@ def build(tr, lang_state) -> dict:
         return [vals[f] for f in form_order]
 
     # YAML -> form (user typing in the editor, or a preset loaded)
-    code.input(refill, inputs=[code], outputs=[fields[f] for f in form_order], show_progress="hidden")
+    code.input(refill, inputs=[code], outputs=[fields[f] for f in form_order], show_progress="hidden",
+               api_visibility="private")
 
     def on_load(name):
         text = preset_yaml(name)
         return [text] + refill(text)
 
-    load.click(handler(on_load), inputs=[preset], outputs=[code] + [fields[f] for f in form_order])
+    load.click(handler(on_load), inputs=[preset], outputs=[code] + [fields[f] for f in form_order],
+               api_name="load_preset")
 
     # any YAML change -> validation, table, diagram, parameter fields
     def on_change(text, lang):
@@ -502,8 +505,9 @@ def build(tr, lang_state) -> dict:
 
     code.change(on_change, inputs=[code, lang_state],
                 outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
-                show_progress="hidden", trigger_mode="always_last")
-    save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved], concurrency_limit=2)
+                show_progress="hidden", trigger_mode="always_last", api_name="validate")
+    save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved], concurrency_limit=2,
+                   api_name="save")
     return {"code": code, "status": status, "fields": fields, "table": table, "diagram": diagram,
             "save_name": save_name, "saved": saved, "preset": preset, "load": load, "refresh_inputs": code}
 

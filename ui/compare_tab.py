@@ -150,13 +150,15 @@ def build(tr, lang_state) -> dict:
     with gr.Row():
         with gr.Column():
             tr.add(gr.Markdown(f"**{tr('compare.a')}**"), value="compare.a")
-            src_a = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-a"),
+            src_a = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-a",
+                                       allow_custom_value=True),
                            label="compare.pick")
             over_a = tr.add(gr.Textbox("", label=tr("compare.override"), elem_id="cmp-a-over"),
                             label="compare.override")
         with gr.Column():
             tr.add(gr.Markdown(f"**{tr('compare.b')}**"), value="compare.b")
-            src_b = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-b"),
+            src_b = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-b",
+                                       allow_custom_value=True),
                            label="compare.pick")
             over_b = tr.add(gr.Textbox("attention: eager", label=tr("compare.override"), elem_id="cmp-b-over"),
                             label="compare.override")
@@ -168,6 +170,6 @@ def build(tr, lang_state) -> dict:
                                 interactive=False, wrap=True, elem_id="cmp-table"), label="compare.table")
     spec_diff = gr.Markdown(elem_id="cmp-diff")
     go.click(compare, inputs=[src_a, over_a, src_b, over_b, seq, lang_state], outputs=[table, spec_diff],
-             concurrency_limit=2)
+             concurrency_limit=2, api_name="compare")
     return {"a": src_a, "b": src_b, "go": go, "table": table, "diff": spec_diff}
 

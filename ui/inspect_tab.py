@@ -240,17 +240,20 @@ def build(tr, lang_state) -> dict:
     tr.add(gr.Markdown(tr("inspect.intro")), value="inspect.intro")
     with gr.Row():
         ckpt = tr.add(gr.Dropdown(names, value=names[0] if names else None, label=tr("run.checkpoint"),
-                                  elem_id="inspect-checkpoint"), label="run.checkpoint")
+                                  elem_id="inspect-checkpoint", allow_custom_value=True),
+                      label="run.checkpoint")
         refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="inspect-refresh"),
                          value="run.refresh")
     text = tr.add(gr.Textbox("床前明月光，疑是地上霜。", label=tr("inspect.text"), elem_id="inspect-text",
                              max_length=LIMITS["text_chars"]), label="inspect.text")
     with gr.Row():
-        stack = tr.add(gr.Dropdown(["decoder"], value="decoder", label=tr("inspect.stack"),
+        stack = tr.add(gr.Dropdown(["encoder", "decoder", "cross"], value="decoder", label=tr("inspect.stack"),
                                    elem_id="inspect-stack"), label="inspect.stack")
-        layer = tr.add(gr.Slider(0, 3, value=0, step=1, label=tr("inspect.layer"), elem_id="inspect-layer"),
+        layer = tr.add(gr.Slider(0, LIMITS["num_layers"] - 1, value=0, step=1, label=tr("inspect.layer"),
+                                 elem_id="inspect-layer"),
                        label="inspect.layer")
-        head = tr.add(gr.Slider(0, 3, value=0, step=1, label=tr("inspect.head"), elem_id="inspect-head"),
+        head = tr.add(gr.Slider(0, LIMITS["num_heads"] - 1, value=0, step=1, label=tr("inspect.head"),
+                                elem_id="inspect-head"),
                       label="inspect.head")
         go_inspect = tr.add(gr.Button(tr("inspect.go"), variant="primary", elem_id="inspect-go"),
                             value="inspect.go")
@@ -282,23 +285,19 @@ def build(tr, lang_state) -> dict:
         return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
 
     sel = handler(on_checkpoint)
-    ckpt.change(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head])
-    refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt])
+    ckpt.change(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head], api_visibility="private")
+    refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
     figs = [heat, grid, maskfig, posfig, nxt]
     go_inspect.click(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
-                     concurrency_limit=2, concurrency_id="inspect")
+                     concurrency_limit=2, concurrency_id="inspect", api_name="inspect")
     for w in (layer, head):
         w.release(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
-                  concurrency_limit=2, concurrency_id="inspect", trigger_mode="always_last")
-    if names:  # selectors sized for the first checkpoint
-        try:
-            c = choices_for(names[0])
-            s0 = c["stacks"][-1]
-            stack.choices = [(x, x) for x in c["stacks"]]
-            stack.value = s0
-            layer.maximum, head.maximum = max(c["layers"][s0] - 1, 0), max(c["heads"][s0] - 1, 0)
-        except ZooError:
-            pass
+                  concurrency_limit=2, concurrency_id="inspect", trigger_mode="always_last",
+                  api_visibility="private")
+    # size the selectors for the chosen checkpoint when the page opens
+    root = getattr(gr.context.Context, "root_block", None)
+    if root is not None:
+        root.load(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head], api_visibility="private")
     out.update(checkpoint=ckpt, text=text, stack=stack, layer=layer, head=head, go_inspect=go_inspect,
                heatmap=heat, grid=grid)
     tr.add(gr.Markdown(f"### {tr('inspect.calc_heading')}"), value="inspect.calc_heading")
@@ -337,10 +336,10 @@ def build(tr, lang_state) -> dict:
         return [r[k] for k in steps] + [r["explain"]]
 
     calc_outputs = [steps[k] for k in steps] + [explain]
-    go.click(on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs)
+    go.click(on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs, api_name="calculate")
     for table in (q, k, v, mask):
         table.input(on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs,
-                    show_progress="hidden", trigger_mode="always_last")
+                    show_progress="hidden", trigger_mode="always_last", api_visibility="private")
 
     def on_mask_kind(kind, qv, kv):
         try:
@@ -349,13 +348,14 @@ def build(tr, lang_state) -> dict:
             n = m = 3
         return mask_table(kind, n, m)
 
-    mask_kind.input(on_mask_kind, inputs=[mask_kind, q, k], outputs=[mask]).then(
-        on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs)
+    mask_kind.input(on_mask_kind, inputs=[mask_kind, q, k], outputs=[mask], api_visibility="private").then(
+        on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs, api_visibility="private")
 
     def on_reset(lang):
         r = calculate(SEED_Q, SEED_K, SEED_V, mask_table("none", 3), lang=lang)
         return [SEED_Q, SEED_K, SEED_V, mask_table("none", 3), "none"] + [r[k] for k in steps] + [r["explain"]]
 
-    reset.click(on_reset, inputs=[lang_state], outputs=[q, k, v, mask, mask_kind] + calc_outputs)
+    reset.click(on_reset, inputs=[lang_state], outputs=[q, k, v, mask, mask_kind] + calc_outputs,
+                api_visibility="private")
     out.update(q=q, k=k, v=v, mask=mask, steps=steps, explain=explain, go=go)
     return out

@@ -108,7 +108,7 @@ def build(tr, lang_state) -> dict:
     tr.add(gr.Markdown(tr("run.intro")), value="run.intro")
     with gr.Row():
         ckpt = tr.add(gr.Dropdown(names, value=names[0] if names else None, label=tr("run.checkpoint"),
-                                  elem_id="run-checkpoint", allow_custom_value=False), label="run.checkpoint")
+                                  elem_id="run-checkpoint", allow_custom_value=True), label="run.checkpoint")
         refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="run-refresh"), value="run.refresh")
     card = gr.Markdown(model_card(names[0]) if names else "", elem_id="run-card")
     prompt = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
@@ -134,8 +134,8 @@ def build(tr, lang_state) -> dict:
         names = checkpoint_names()
         return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
 
-    refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt])
-    ckpt.change(model_card, inputs=[ckpt, lang_state], outputs=[card])
+    refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
+    ckpt.change(model_card, inputs=[ckpt, lang_state], outputs=[card], api_name="model_card")
     go.click(run, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
              outputs=[output, fills], concurrency_limit=4, concurrency_id="generate", api_name="run")
     prompt.submit(run, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],

@@ -313,7 +313,7 @@ def build(tr, lang_state) -> dict:
             yield frame(rows, lang), msg
 
     go.click(run, inputs=[lang_state], outputs=[table, summary], concurrency_limit=1,
-             concurrency_id="verify")
+             concurrency_id="verify", api_name="verify")
     kit_go.click(run_kit, inputs=[names, lang_state], outputs=[table, summary], concurrency_limit=1,
-                 concurrency_id="verify")
+                 concurrency_id="verify", api_name="verify_kit")
     return {"go": go, "table": table, "summary": summary, "kit_go": kit_go}
