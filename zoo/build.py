@@ -38,6 +38,29 @@ def resolve_device(device: Any) -> torch.device | None:
     return dev
 
 
+class _SkipRandomInit(torch.overrides.TorchFunctionMode):
+    """Makes random initialisers no-ops while building a model whose weights will be loaded.
+
+    (Building directly under ``torch.device("meta")`` would skip them too, but the first factory
+    call on meta imports PyTorch's Python reference kernels: 0.5-3 s once per process.)"""
+
+    SKIP = frozenset({torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_,
+                      torch.Tensor.bernoulli_, torch.Tensor.exponential_, torch.Tensor.log_normal_,
+                      torch.Tensor.cauchy_, torch.Tensor.geometric_, torch.Tensor.erfinv_,
+                      *(getattr(torch.nn.init, n) for n in (
+                          "normal_", "uniform_", "trunc_normal_", "kaiming_uniform_",
+                          "kaiming_normal_", "xavier_uniform_", "xavier_normal_", "orthogonal_",
+                          "sparse_") if hasattr(torch.nn.init, n))})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.SKIP:
+            t = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+            if isinstance(t, torch.Tensor):
+                return t
+        return func(*args, **kwargs)
+
+
 def spec(source: Any, **overrides: Any) -> ModelSpec:
     """Parse and validate a spec (path, preset name, YAML text, dict or ModelSpec) without building."""
     return parse_spec(source, **overrides)
@@ -62,10 +85,17 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
     with rng:
         if seed is not None:
             torch.manual_seed(seed)
-        with torch.device(dev) if dev is not None and dev.type != "meta" else contextlib.nullcontext():
-            model = cls(model_spec, registry)
-            if init:
-                init_weights(model)
+        if dev is not None and dev.type == "meta":
+            # Built on the CPU with every random initialiser skipped (parameters stay
+            # uninitialised ``torch.empty``, which costs no time), then moved to meta: zoo.load of
+            # GPT-2 small spends milliseconds here instead of a second of random numbers.
+            with _SkipRandomInit():
+                model = cls(model_spec, registry)
+        else:
+            with torch.device(dev) if dev is not None else contextlib.nullcontext():
+                model = cls(model_spec, registry)
+                if init:
+                    init_weights(model)
     if dev is not None and dev.type == "meta":
         model = model.to("meta")
     if dt is not None:

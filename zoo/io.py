@@ -178,6 +178,21 @@ def load_spec(source: str | os.PathLike) -> ModelSpec:
         raise CheckpointError(f"the stored spec is invalid: {exc}", where=str(source)) from exc
 
 
+def _materialize(model: torch.nn.Module, device: torch.device) -> None:
+    """Give every tensor still on the meta device (uninitialised) storage on ``device``.
+
+    Cheaper than ``Module.to_empty`` before loading: that would allocate every weight only for
+    ``load_state_dict(assign=True)`` to replace it."""
+    for m in model.modules():
+        for name, b in m._buffers.items():
+            if b is not None and b.is_meta:
+                m._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device=device)
+        for name, p in m._parameters.items():
+            if p is not None and p.is_meta:
+                m._parameters[name] = torch.nn.Parameter(
+                    torch.empty(p.shape, dtype=p.dtype, device=device), requires_grad=p.requires_grad)
+
+
 def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
          strict: bool = True) -> torch.nn.Module:
     """Rebuild the exact model saved at ``source`` (file, folder or shipped checkpoint name).
@@ -221,9 +236,9 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
     except (SafetensorError, OSError) as exc:
         raise CheckpointError(f"corrupt or truncated checkpoint: {exc}", where=str(file),
                               fix="re-save it; zoo only reads valid safetensors files") from exc
-    model = model.to_empty(device=dev)
-    model.load_state_dict(state, strict=False, assign=True)
+    model.load_state_dict(state, strict=False, assign=True)  # the read tensors become the weights
     model.tie_weights()
+    _materialize(model, dev)  # what is still on meta: non-persistent buffers (and, non-strict, gaps)
     model.reset_buffers()
     if dt is not None:
         model = model.to(dt)
