@@ -62,7 +62,8 @@ class Alibi(PositionScheme):
 
     def score_bias(self, pos_q, pos_k):
         dist = (pos_q[:, :, None] - pos_k[:, None, :]).abs()  # (B|1, Tq, Tk)
-        return -self.slopes[None, :, None, None] * dist[:, None].to(torch.float32)  # (B|1, h, Tq, Tk)
+        bias = -self.slopes.float()[None, :, None, None] * dist[:, None].float()  # (B|1, h, Tq, Tk)
+        return bias.to(self.slopes.dtype)  # the model's dtype (the buffer follows model.to(...))
 
 
 @zoo.hookimpl

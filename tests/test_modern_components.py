@@ -271,3 +271,19 @@ def test_kv_cache_matches_full_forward_with_gqa(positions):
     steps = [model(ids[:, :5], cache=cache)] + [model(ids[:, t:t + 1], cache=cache) for t in range(5, 8)]
     torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-4, atol=1e-5)
     assert math.isfinite(float(full.sum()))
+
+
+@pytest.mark.parametrize("positions", ["rope", "alibi", "t5_relative"])
+@torch.no_grad()
+def test_bfloat16_with_every_kernel(positions):
+    """Score biases and rotations follow the model's dtype, whichever kernel adds them."""
+    ids = torch.randint(0, 50, (2, 6))
+    am = torch.tensor([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]])
+    ref = zoo.build(spec(positions=positions, num_kv_heads=2), seed=0).eval()(ids, attention_mask=am)
+    for comp in get_registry().list("attention"):
+        if "bfloat16" not in comp.capabilities.dtypes or not comp.capabilities.supports_bias:
+            continue
+        m = zoo.build(spec(positions=positions, num_kv_heads=2, attention=comp.name), seed=0, dtype="bfloat16")
+        out = m.eval()(ids, attention_mask=am)
+        assert out.dtype == torch.bfloat16, comp.name
+        assert (out.float() - ref).abs().max() < 0.1 * ref.abs().max(), comp.name
