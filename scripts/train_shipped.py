@@ -34,27 +34,27 @@ COMMON = dict(attention="sdpa", ffn={"kind": "mlp", "activation": "gelu"})
 
 PRESETS = {
     "poet_gpt": dict(
-        spec=dict(name="poet_gpt", arch="decoder", vocab_size=8, max_len=128, d_model=192,
-                  num_layers=4, num_heads=6, d_ff=512, dropout=0.2, tie_embeddings=True,
+        spec=dict(name="poet_gpt", arch="decoder", vocab_size=8, max_len=128, d_model=160,
+                  num_layers=4, num_heads=5, d_ff=480, dropout=0.2, tie_embeddings=True,
                   mask="causal", positions="learned", norm={"kind": "layernorm", "placement": "pre"},
                   **COMMON),
         objective="clm", data=POEMS,
-        train=dict(steps=1200, batch_size=16, block_size=128, lr=1e-3, warmup=100,
-                   weight_decay=0.1, eval_every=100, eval_batches=16, save_every=100),
+        train=dict(steps=1000, batch_size=16, block_size=96, lr=1e-3, warmup=100,
+                   weight_decay=0.1, holdout=0.1, eval_every=100, eval_batches=16, save_every=100),
         blurb="A small GPT (decoder-only, causal, pre-norm, learned positions) trained character "
               "by character on 300 Tang and 100 Song poems. Give it the start of a line and it "
               "continues in the style of the corpus: five- or seven-character lines, a comma "
               "after the first half of a couplet and a full stop after the second.",
     ),
     "poet_bert": dict(
-        spec=dict(name="poet_bert", arch="encoder", vocab_size=8, max_len=128, d_model=192,
-                  num_layers=4, num_heads=6, d_ff=512, dropout=0.1, pad_id=0, scale_embeddings=False,
+        spec=dict(name="poet_bert", arch="encoder", vocab_size=8, max_len=128, d_model=160,
+                  num_layers=4, num_heads=5, d_ff=480, dropout=0.1, pad_id=0, scale_embeddings=False,
                   embed_norm=True, mask="bidirectional", positions="learned",
                   norm={"kind": "layernorm", "placement": "post"},
                   head={"kind": "mlm", "transform": True}, **COMMON),
         objective="mlm", data=POEMS,
-        train=dict(steps=1500, batch_size=32, block_size=64, lr=1e-3, warmup=150,
-                   weight_decay=0.01, eval_every=100, eval_batches=16, save_every=100),
+        train=dict(steps=1000, batch_size=24, block_size=64, lr=1e-3, warmup=100,
+                   weight_decay=0.01, holdout=0.1, eval_every=100, eval_batches=16, save_every=100),
         blurb="A small BERT (encoder-only, bidirectional, post-norm as in the paper, learned "
               "positions, MLM head with BERT's transform) trained with masked-language modelling on "
               "the same poems. Hide a character with <mask> and it proposes what fits, using the "
@@ -67,7 +67,7 @@ PRESETS = {
                   encoder={"num_layers": 3, "mask": "bidirectional"},
                   decoder={"num_layers": 2, "mask": "causal"}, **COMMON),
         objective="seq2seq", data=None,
-        train=dict(steps=4000, batch_size=64, lr=1e-3, warmup=200, weight_decay=0.01,
+        train=dict(steps=3000, batch_size=64, lr=1.5e-3, warmup=200, weight_decay=0.01,
                    holdout=0.01, eval_every=250, eval_batches=8, exact_match_samples=256,
                    save_every=250),
         blurb="A small encoder-decoder (T5-style: bidirectional encoder, causal decoder with "
@@ -113,7 +113,7 @@ def samples(name: str, model, seed: int = 0) -> list[tuple[str, str]]:
         from zoo.tasks import fill_mask
 
         docs = read_documents(POEMS)
-        _, held = split_holdout(docs, 0.05, 0)
+        _, held = split_holdout(docs, PRESETS[name]["train"]["holdout"], 0)
         out = []
         for doc in held[:6]:
             line = doc.split("\n")[1]
@@ -221,7 +221,8 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, help="override the preset's step count (quick tries)")
     ap.add_argument("--runs", default=str(ROOT / "runs"), help="where runs are written [runs/]")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads [2]")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads [2]; use 1 on a "
+                    "busy machine (OpenMP threads spin-wait when the cores are oversubscribed)")
     ap.add_argument("--resume", action="store_true", help="continue a killed run")
     ap.add_argument("--no-export", action="store_true", help="do not copy into checkpoints/")
     ap.add_argument("--no-progress", action="store_true")

@@ -29,6 +29,7 @@ _D = TrainConfig()
 @click.option("--holdout", type=float, help=f"Held-out fraction [{_D.holdout}].")
 @click.option("--eval-every", type=int, help=f"Evaluate every N steps [{_D.eval_every}].")
 @click.option("--save-every", type=int, help=f"Save every N steps [{_D.save_every}].")
+@click.option("--log-every", type=int, help=f"Log train loss every N steps [{_D.log_every}].")
 @click.option("--seed", type=int, help=f"Seed for init, batches and dropout [{_D.seed}].")
 @click.option("--tokenizer", type=str, help="For a fresh model: char (vocabulary read off the "
               "data) or byte [char].")
@@ -41,7 +42,7 @@ _D = TrainConfig()
 @click.option("--overwrite", is_flag=True, help="Start over even if --out holds a run.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs still go to metrics.jsonl).")
 def command(source, data, objective, steps, out, batch_size, grad_accum, block_size, lr, warmup,
-            weight_decay, grad_clip, holdout, eval_every, save_every, seed, tokenizer, fit_vocab,
+            weight_decay, grad_clip, holdout, eval_every, save_every, log_every, seed, tokenizer, fit_vocab,
             sets, device, no_bf16, resume, overwrite, no_progress):
     """Train SPEC_OR_CHECKPOINT (a spec/preset, or a checkpoint to fine-tune) on --data."""
     import os
@@ -53,7 +54,7 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
 
     knobs = {k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, block_size=block_size,
                                    lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
-                                   holdout=holdout, eval_every=eval_every, save_every=save_every,
+                                   holdout=holdout, eval_every=eval_every, save_every=save_every, log_every=log_every,
                                    seed=seed, tokenizer=tokenizer).items() if v is not None}
     if no_bf16:
         knobs["bf16"] = False

@@ -1,0 +1,371 @@
+"""The trainer, the data readers and the Chinese-numerals task."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.data import (is_heldout_number, numeral_pairs, read_documents, read_pairs, sample_numbers,
+                      split_holdout, to_chinese_numeral, write_pairs)
+from zoo.train import TrainConfig, lr_at, read_metrics, train
+
+ROOT = Path(__file__).resolve().parents[1]
+POEMS = ROOT / "data" / "poems.txt"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models train fastest on one thread; on a busy machine two OpenMP threads spin-wait for
+    each other and a step can take 10x longer."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------------- Chinese numerals, by hand
+@pytest.mark.parametrize("n, text", [
+    # digits and 零
+    (0, "零"), (1, "一"), (2, "二"), (9, "九"),
+    # units; 二 never 两
+    (20, "二十"), (200, "二百"), (2000, "二千"), (22222, "二万二千二百二十二"), (2345, "二千三百四十五"),
+    # a leading 一十 is written 十 ...
+    (10, "十"), (15, "十五"), (19, "十九"), (100000, "十万"), (150000, "十五万"), (110000, "十一万"),
+    # ... but stays 一十 inside a number
+    (110, "一百一十"), (1010, "一千零一十"), (100010, "十万零一十"), (10100000, "一千零一十万"),
+    (2110, "二千一百一十"),
+    # one 零 per run of zeros between non-zero digits
+    (101, "一百零一"), (1001, "一千零一"), (10086, "一万零八十六"), (100100, "十万零一百"),
+    (30005, "三万零五"), (1020304, "一百零二万零三百零四"),
+    # ... across the 万 boundary too
+    (1000001, "一百万零一"), (10010000, "一千零一万"), (10000001, "一千万零一"), (20003000, "二千万零三千"),
+    (500600, "五十万零六百"),
+    # trailing zeros are dropped (of the number and of the 万 group)
+    (10000, "一万"), (1200, "一千二百"), (120000, "十二万"), (20000000, "二千万"),
+    (12340000, "一千二百三十四万"),
+    # the whole range
+    (12345678, "一千二百三十四万五千六百七十八"), (99999999, "九千九百九十九万九千九百九十九"),
+])
+def test_chinese_numerals_hand_checked(n, text):
+    assert to_chinese_numeral(n) == text
+
+
+@pytest.mark.parametrize("bad", [-1, 100_000_000, 3.0, "12", True, None])
+def test_chinese_numerals_reject_bad_input(bad):
+    with pytest.raises(zoo.DataError, match="to_chinese_numeral"):
+        to_chinese_numeral(bad)
+
+
+def test_numeral_only_uses_the_allowed_characters():
+    allowed = set("零一二三四五六七八九十百千万")
+    for n in sample_numbers(3000, seed=3):
+        text = to_chinese_numeral(n)
+        assert set(text) <= allowed and "两" not in text and "零零" not in text
+        assert not text.endswith("零") or n == 0
+
+
+def test_heldout_numbers_never_reach_training_and_cover_all_magnitudes():
+    train_nums = sample_numbers(20000, seed=0)
+    held = sample_numbers(1000, seed=7, heldout=True)
+    assert len(set(held)) == 1000
+    assert not any(is_heldout_number(n) for n in train_nums)
+    assert all(is_heldout_number(n) for n in held if n >= 10)
+    assert {len(str(n)) for n in held} == set(range(1, 9))
+    assert not (set(held) - set(range(10))) & set(train_nums)
+    assert numeral_pairs(3, seed=1) == numeral_pairs(3, seed=1)  # deterministic
+
+
+# ---------------------------------------------------------------------- data files and their errors
+def test_poems_corpus_is_clean():
+    docs = read_documents(POEMS)
+    assert len(docs) > 380
+    text = POEMS.read_text(encoding="utf-8")
+    assert "\x1b" not in text and "\n%\n" not in text and "作者" not in text
+    assert any(d.startswith("《夜思》李白\n床前明月光，疑是地上霜。") for d in docs)
+
+
+def test_split_holdout_is_deterministic_and_disjoint():
+    a, b = split_holdout(list(range(100)), 0.1, seed=3)
+    assert (a, b) == split_holdout(list(range(100)), 0.1, seed=3)
+    assert len(b) == 10 and not set(a) & set(b) and sorted(a + b) == list(range(100))
+
+
+def _spec(arch="decoder", **over):
+    s = dict(name=f"tiny_{arch}", arch=arch, vocab_size=64, max_len=32, d_model=32, num_layers=2,
+             num_heads=2, d_ff=64, dropout=0.0)
+    if arch == "encoder":
+        s.update(mask="bidirectional", pad_id=0, head={"kind": "mlm"})
+    if arch == "encoder_decoder":
+        s.update(pad_id=0, encoder={"mask": "bidirectional"}, decoder={"mask": "causal"})
+    s.update(over)
+    return s
+
+
+def _text(tmp_path, content, name="d.txt", raw=False):
+    p = tmp_path / name
+    p.write_bytes(content if raw else content.encode("utf-8"))
+    return p
+
+
+Q = dict(progress=False, eval_every=5, log_every=1, save_every=100, holdout=0.2)
+
+
+@pytest.mark.parametrize("content, match", [
+    ("", "empty"),
+    ("  \n\n \n", "empty"),
+])
+def test_empty_data_is_a_clear_error(tmp_path, content, match):
+    with pytest.raises(zoo.DataError, match=match):
+        train(_spec(), _text(tmp_path, content), out=tmp_path / "o", steps=2, **Q)
+
+
+def test_undecodable_bytes_are_a_clear_error(tmp_path):
+    data = _text(tmp_path, "春眠不觉晓\n".encode("utf-8") + "处处闻啼鸟".encode("gbk"), raw=True)
+    with pytest.raises(zoo.DataError, match=r"not UTF-8 .*line 2.*fix: convert the file to UTF-8"):
+        train(_spec(), data, out=tmp_path / "o", steps=2, **Q)
+
+
+def test_missing_data_file(tmp_path):
+    with pytest.raises(zoo.DataError, match="no such data file"):
+        train(_spec(), tmp_path / "nope.txt", out=tmp_path / "o", steps=2, **Q)
+
+
+def test_sequence_longer_than_max_len_is_a_clear_error(tmp_path):
+    pairs = _text(tmp_path, "1\t一\n" + "9" * 40 + "\t九\n", "p.tsv")
+    with pytest.raises(zoo.DataError, match=r"example 2 is too long.*max_len"):
+        train(_spec("encoder_decoder"), pairs, out=tmp_path / "o", objective="seq2seq", steps=2,
+              **{**Q, "holdout": 0.0})
+    docs = _text(tmp_path, "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n")
+    with pytest.raises(zoo.DataError, match=r"block_size 64 is above the spec's max_len 32"):
+        train(_spec(), docs, out=tmp_path / "o2", steps=2, block_size=64, **Q)
+
+
+def test_pairs_file_needs_tabs(tmp_path):
+    with pytest.raises(zoo.DataError, match="line 2 has no tab"):
+        read_pairs(_text(tmp_path, "1\t一\n2 二\n"))
+
+
+def test_vocabulary_mismatch_is_a_clear_error(tmp_path):
+    docs = _text(tmp_path, "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n" * 3)
+    # a fresh spec whose embedding table is too small for the data's characters
+    with pytest.raises(zoo.DataError, match=r"vocabulary mismatch.*--set vocab_size=2\d"):
+        train(_spec(vocab_size=8), docs, out=tmp_path / "o", steps=2, **Q)
+    # a trained checkpoint meeting characters its tokenizer never saw
+    r = train(_spec(), docs, out=tmp_path / "o", steps=2, **Q)
+    other = _text(tmp_path, "床前明月光，疑是地上霜。\n\n举头望明月，低头思故乡。\n", "other.txt")
+    with pytest.raises(zoo.DataError, match="not in the tokenizer's vocabulary"):
+        train(r.out, other, out=tmp_path / "o3", steps=2, **Q)
+
+
+def test_objective_must_fit_the_architecture(tmp_path):
+    docs = _text(tmp_path, "春眠不觉晓\n\n处处闻啼鸟\n")
+    with pytest.raises(zoo.ZooError, match=r"objective 'mlm' needs an encoder model.*valid options: clm, prefix_lm"):
+        train(_spec(), docs, out=tmp_path / "o", objective="mlm", steps=2, **Q)
+    with pytest.raises(zoo.ZooError, match="unknown objective"):
+        TrainConfig(objective="gan").validate()
+
+
+# ---------------------------------------------------------------------- schedule and loop
+def test_lr_schedule_warmup_then_cosine():
+    cfg = TrainConfig(lr=1.0, warmup=10, steps=110, min_lr_ratio=0.1)
+    lrs = [lr_at(s, cfg) for s in range(110)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert lrs[60] == pytest.approx(0.55, abs=0.01) and lrs[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+@pytest.mark.parametrize("arch, objective", [("decoder", "clm"), ("encoder_decoder", "seq2seq")])
+def test_overfits_a_tiny_batch(tmp_path, arch, objective):
+    if objective == "clm":
+        data = _text(tmp_path, "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。")  # 24 chars + eos:
+        kw = dict(block_size=24, batch_size=4)  # one possible window, so a fixed batch
+    else:
+        data = write_pairs(tmp_path / "p.tsv", [("12", "十二"), ("305", "三百零五"), ("7", "七"),
+                                                ("10086", "一万零八十六")])
+        kw = dict(batch_size=4)
+    r = train(_spec(arch), data, out=tmp_path / "o", objective=objective, steps=100, lr=1e-2,
+              warmup=10, weight_decay=0.0, **{**Q, "holdout": 0.0, "eval_every": 1000}, **kw)
+    losses = [h["loss"] for h in r.history if "loss" in h]
+    assert losses[-1] < 0.1 * losses[0], (losses[0], losses[-1])
+    assert (r.out / "loss.png").stat().st_size > 1000
+    assert zoo.load(r.out).tokenizer.vocab_size == r.tokenizer.vocab_size
+
+
+def _losses(out):
+    return {r["step"]: r["loss"] for r in read_metrics(out) if "loss" in r}
+
+
+def test_resume_continues_exactly(tmp_path):
+    """Stop at step 6 (SIGTERM: the loop saves first), resume, and get the uninterrupted losses."""
+    data = POEMS
+    kw = dict(objective="clm", steps=10, batch_size=4, block_size=16, save_every=100, progress=False,
+              log_every=1, eval_every=5, holdout=0.1, lr=2e-3, warmup=2)
+    spec = _spec(dropout=0.1, vocab_size=3000)
+    full = train(spec, data, out=tmp_path / "full", **kw)
+
+    def stop_at_6(rec):
+        if rec.get("step") == 6 and "loss" in rec:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    part = train(spec, data, out=tmp_path / "part", callback=stop_at_6, **kw)
+    assert part.interrupted and part.step == 6
+    state = json.loads((tmp_path / "part" / "trainer_state.json").read_text())
+    assert state["step"] == 6 and state["config"]["steps"] == 10
+    with pytest.raises(zoo.ZooError, match="already holds a training run"):
+        train(spec, data, out=tmp_path / "part", **kw)
+    resumed = train(None, None, out=tmp_path / "part", resume=True, progress=False)
+    assert resumed.step == 10 and not resumed.interrupted
+    a, b = _losses(tmp_path / "full"), _losses(tmp_path / "part")
+    assert sorted(a) == sorted(b) == list(range(1, 11))
+    for s in range(1, 11):
+        assert b[s] == pytest.approx(a[s], abs=1e-6), s
+    for k, v in full.model.state_dict().items():
+        torch.testing.assert_close(resumed.model.state_dict()[k], v, atol=1e-6, rtol=1e-5)
+
+
+def test_grad_accumulation_matches_one_big_batch(tmp_path):
+    kw = dict(objective="seq2seq", steps=4, batch_size=8, progress=False, log_every=1,
+              eval_every=100, holdout=0.0, lr=3e-3, warmup=1)
+    data = write_pairs(tmp_path / "p.tsv", numeral_pairs(64, seed=2))
+    a = train(_spec("encoder_decoder"), data, out=tmp_path / "a", **kw)
+    b = train(_spec("encoder_decoder"), data, out=tmp_path / "b", grad_accum=4, **kw)
+    la, lb = _losses(a.out), _losses(b.out)
+    for s in la:
+        assert lb[s] == pytest.approx(la[s], rel=1e-4)
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_prefix_lm_trains(tmp_path, pairs):
+    if pairs:
+        data = write_pairs(tmp_path / "p.tsv", numeral_pairs(200, seed=1))
+    else:
+        data = POEMS
+    spec = _spec(mask={"kind": "prefix", "length": 0}, vocab_size=3000, max_len=40)
+    r = train(spec, data, out=tmp_path / "o", objective="prefix_lm", steps=30, batch_size=8,
+              block_size=24, lr=3e-3, warmup=3, **{**Q, "eval_every": 30})
+    losses = [h["loss"] for h in r.history if "loss" in h]
+    assert losses[-1] < losses[0] - 0.5 and r.final["eval_loss"] < losses[0]
+
+
+def test_mlm_reports_masked_accuracy(tmp_path):
+    r = train(_spec("encoder", vocab_size=3000, max_len=32), POEMS, out=tmp_path / "o",
+              objective="mlm", steps=3, batch_size=4, block_size=32, **Q)
+    assert 0.0 <= r.final["eval_masked_acc"] <= 1.0 and r.final["eval_loss"] > 0
+
+
+def test_metrics_file_and_trainer_state_are_safe_formats(tmp_path):
+    data = _text(tmp_path, "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n" * 4)
+    r = train(_spec(), data, out=tmp_path / "o", steps=5, batch_size=2, block_size=8, **Q)
+    recs = read_metrics(r.out)
+    assert recs[0]["event"] == "start" and recs[-1]["event"] == "end"
+    assert any("eval_loss" in x for x in recs) and all("step" in x for x in recs)
+    from safetensors import safe_open
+
+    with safe_open(str(r.out / "trainer_state.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert any(k.startswith("optim.") and k.endswith("exp_avg") for k in keys)
+    assert any(k.startswith("model.") for k in keys)
+    assert not list(r.out.glob("*.pt")) and not list(r.out.glob("*.bin"))
+
+
+# ---------------------------------------------------------------------- command line
+def test_cli_train_and_bad_data(tmp_path):
+    from click.testing import CliRunner
+
+    from zoo.cli import cli, main
+
+    data = _text(tmp_path, "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n" * 4)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(zoo.spec(_spec()).to_yaml(), encoding="utf-8")
+    res = CliRunner().invoke(cli, ["train", str(spec), "--data", str(data), "--steps", "3",
+                                   "--out", str(tmp_path / "o"), "--batch-size", "2",
+                                   "--block-size", "8", "--no-progress", "--eval-every", "3"])
+    assert res.exit_code == 0, res.output
+    assert "finished step 3" in res.output and (tmp_path / "o" / "model.safetensors").is_file()
+    empty = _text(tmp_path, "", "empty.txt")
+    with pytest.raises(SystemExit) as exc:
+        main(["train", str(spec), "--data", str(empty), "--out", str(tmp_path / "e")])
+    assert exc.value.code == 2
+
+
+# ---------------------------------------------------------------------- killed run, distributed
+def _zoo(*args, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ZOO_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return subprocess.Popen([sys.executable, "-m", "zoo.cli", *args], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_losing_only_unsaved_steps(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(zoo.spec(_spec(vocab_size=3000)).to_yaml(), encoding="utf-8")
+    out = tmp_path / "run"
+    p = _zoo("train", str(spec), "--data", str(POEMS), "--steps", "400", "--out", str(out),
+             "--batch-size", "4", "--block-size", "16", "--save-every", "5", "--eval-every", "1000",
+             "--log-every", "1", "--no-progress")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        done = [r["step"] for r in read_metrics(out) if "loss" in r] if out.exists() else []
+        if done and max(done) >= 13:
+            break
+        time.sleep(0.2)
+    p.kill()  # SIGKILL: no chance to save
+    p.wait()
+    state = json.loads((out / "trainer_state.json").read_text())
+    saved = state["step"]
+    assert saved % 5 == 0 and saved >= 10
+    r = _zoo("train", "--resume", "--out", str(out), "--steps", str(saved + 3), "--no-progress")
+    log, _ = r.communicate(timeout=120)
+    assert r.returncode == 0, log
+    steps = [x["step"] for x in read_metrics(out) if "loss" in x]
+    assert steps == list(range(1, saved + 4))  # the unsaved steps' records were dropped, not doubled
+    assert json.loads((out / "trainer_state.json").read_text())["step"] == saved + 3
+    zoo.load(out)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_process_gloo_matches_one_process(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(zoo.spec(_spec(vocab_size=3000)).to_yaml(), encoding="utf-8")
+    common = ["--data", str(POEMS), "--steps", "6", "--batch-size", "8", "--block-size", "16",
+              "--eval-every", "3", "--no-progress", "--lr", "3e-3", "--warmup", "2"]
+    one = _zoo("train", str(spec), "--out", str(tmp_path / "one"), *common)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ZOO_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    two = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                            f"--master_port={_free_port()}", "-m", "zoo.cli",
+                            "train", str(spec), "--out", str(tmp_path / "two"), *common],
+                           env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    log1, _ = one.communicate(timeout=180)
+    log2, _ = two.communicate(timeout=180)
+    assert one.returncode == 0, log1
+    assert two.returncode == 0, log2
+    recs = read_metrics(tmp_path / "two")
+    assert recs[0]["world_size"] == 2
+    a, b = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    assert sorted(a) == sorted(b) == list(range(1, 7))
+    for s in a:
+        assert b[s] == pytest.approx(a[s], rel=1e-4, abs=1e-5), s
+    ea = [r["eval_loss"] for r in read_metrics(tmp_path / "one") if "eval_loss" in r]
+    eb = [r["eval_loss"] for r in recs if "eval_loss" in r]
+    assert eb == pytest.approx(ea, rel=1e-4)
+    m1, m2 = zoo.load(tmp_path / "one"), zoo.load(tmp_path / "two")
+    for k, v in m1.state_dict().items():
+        torch.testing.assert_close(m2.state_dict()[k], v, atol=1e-5, rtol=1e-4)
