@@ -101,11 +101,29 @@ def matmul_peak(device: torch.device | str = "cpu", dtype: torch.dtype = torch.f
     return 2 * n ** 3 / t.min / 1e9
 
 
+def _attention_flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
+    """``softmax(q k^T) v``: two ``(Tq x hd) @ (hd x Tk)``-sized products per head."""
+    B, h, Tq, hd = q
+    return 4 * B * h * Tq * k[-2] * hd
+
+
+def _attention_backward_flops(grad, q, k, v, *args, out_shape=None, **kwargs) -> int:
+    return 2 * _attention_flops(q, k, v)
+
+
 def count_flops(fn: Callable[[], Any]) -> int:
-    """FLOPs of one call of ``fn``, counted by ``torch.utils.flop_counter.FlopCounterMode``."""
+    """FLOPs of one call of ``fn``, counted by ``torch.utils.flop_counter.FlopCounterMode``.
+
+    PyTorch's counter knows the CUDA attention kernels but not the CPU flash-attention kernel; we
+    add it (full ``Tq x Tk`` product, the usual convention, also for causal attention)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    extra = {}
+    aten = torch.ops.aten
+    if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        extra[aten._scaled_dot_product_flash_attention_for_cpu] = _attention_flops
+        extra[aten._scaled_dot_product_flash_attention_for_cpu_backward] = _attention_backward_flops
+    with FlopCounterMode(display=False, custom_mapping=extra) as counter:
         fn()
     return int(counter.get_total_flops())
 

@@ -271,11 +271,13 @@ def guard_empty_rows(mask: torch.Tensor | None) -> tuple[torch.Tensor | None, to
 
     Returns ``(safe_mask, empty)``: ``safe_mask`` lets empty rows attend everywhere (so softmax never
     sees a row of -inf and neither forward nor backward produces NaN) and ``empty`` is a
-    ``(…, Tq, 1)`` boolean to zero those rows' outputs afterwards (``None`` when no row is empty).
+    ``(…, Tq, 1)`` boolean to zero those rows' outputs afterwards.  ``empty`` is ``None`` when no
+    row is empty, as far as the CPU can tell for free: on a GPU (and under ``torch.compile``) asking
+    would stall the device queue (or break the graph) once per layer, so a tensor is always returned.
     """
     if mask is None:
         return None, None
     empty = ~mask.any(dim=-1, keepdim=True)  # (…, Tq, 1)
-    if not bool(empty.any()):
+    if mask.device.type == "cpu" and not torch.compiler.is_compiling() and not bool(empty.any()):
         return mask, None
     return mask | empty, empty

@@ -138,17 +138,23 @@ class Block(nn.Module):
         self.ffn_res = parts.placement()
         self.ffn = parts.ffn()
         self.drop = nn.Dropout(st.dropout)
+        self.has_dropout = st.dropout > 0  # static: forward skips three no-op module calls
 
     def forward(self, x, mask=None, bias=None, is_causal=False, rotary=None, rot_state=None,
                 cache: LayerCache | None = None, memory=None, memory_mask=None) -> torch.Tensor:
+        drop = self.drop if self.has_dropout and self.training else _identity
         y = self.attn(self.attn_res.enter(x), mask=mask, bias=bias, is_causal=is_causal,
                       rotary=rotary, rot_state=rot_state, cache=cache)
-        x = self.attn_res.exit(x, self.drop(y))
+        x = self.attn_res.exit(x, drop(y))
         if self.cross is not None:
             y = self.cross(self.cross_res.enter(x), mask=memory_mask, cache=cache, memory=memory)
-            x = self.cross_res.exit(x, self.drop(y))
+            x = self.cross_res.exit(x, drop(y))
         y = self.ffn(self.ffn_res.enter(x))
-        return self.ffn_res.exit(x, self.drop(y))
+        return self.ffn_res.exit(x, drop(y))
+
+
+def _identity(x):
+    return x
 
 
 class _Parts:

@@ -43,6 +43,7 @@ class Embeddings(nn.Module):
         self.scale = math.sqrt(spec.d_model) if spec.scale_embeddings else 1.0
         self.norm = norm_factory() if (spec.embed_norm and norm_factory) else nn.Identity()
         self.drop = nn.Dropout(spec.dropout)
+        self.has_norm, self.has_dropout = spec.embed_norm and norm_factory is not None, spec.dropout > 0
         self.embeds_positions = type(stack.positions).acts_on_embeddings
 
     def forward(self, ids, pos, tokens: nn.Embedding, positions: nn.Module, token_type_ids=None):
@@ -56,7 +57,9 @@ class Embeddings(nn.Module):
             x = x + self.types(tt)
         if self.embeds_positions:
             x = positions.embed(x, pos)
-        return self.drop(self.norm(x))
+        if self.has_norm:
+            x = self.norm(x)
+        return self.drop(x) if self.has_dropout and self.training else x
 
 
 class ZooModel(nn.Module):
