@@ -236,8 +236,7 @@ def _rope_theta(src: _Source) -> float:
 def _llama(src: _Source, attention: str):
     c = src.get
     act = src.act("hidden_act")
-    src.expect("partial_rotary_factor", lambda v: v == 1.0, "Llama rotates whole heads",
-               "remove the field")
+    # partial_rotary_factor is ignored by transformers' Llama (it rotates whole heads), and so here
     p = src.prefix("model.")
     L, D, H = c("num_hidden_layers"), c("hidden_size"), c("num_attention_heads")
     hd = c("head_dim") or D // H
