@@ -24,6 +24,7 @@ Differences worth knowing:
   what Hugging Face computes only when you pass ``position_ids``; with right padding or none they agree.
 - a converted BERT keeps ``pad_id`` (padding is masked even without an ``attention_mask``); GPT-2,
   Llama and T5 do not (T5's decoder *starts* with the pad token).
+- a base model without an LM head (GPT2Model, LlamaModel, T5Model) gets one tied to its embeddings.
 - pickle checkpoints (``pytorch_model.bin``) are never loaded; re-save with ``safe_serialization``.
 
 ``transformers`` is not needed to convert a directory; :func:`from_transformers` touches a
