@@ -88,16 +88,16 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 10,
 
 
 def matmul_peak(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                n: int | None = None, repeats: int = 5) -> float:
+                n: int | None = None, repeats: int = 10) -> float:
     """Measured peak of a large square ``n x n`` matmul in GFLOP/s (the best of ``repeats``).
 
     The yardstick for "fraction of peak": the same device, dtype and thread count as the model."""
     dev = torch.device(device)
     if n is None:
-        n = 2048 if dev.type == "cpu" else 8192
+        n = 1024 if dev.type == "cpu" else 8192
     a = torch.randn(n, n, device=dev, dtype=dtype)
     b = torch.randn(n, n, device=dev, dtype=dtype)
-    t = time_fn(lambda: a @ b, warmup=1, repeats=repeats, device=dev)
+    t = time_fn(lambda: a @ b, warmup=2, repeats=repeats, device=dev)
     return 2 * n ** 3 / t.min / 1e9
 
 

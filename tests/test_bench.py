@@ -1,0 +1,111 @@
+"""`zoo bench` and zoo.bench: the timing protocol, FLOP accounting and every task on every
+architecture.  Functional checks only: nothing here asserts a speed (the machine is shared)."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import zoo
+from zoo.bench import Timing, bench, count_flops, greedy, load_for_bench, time_fn
+
+SMALL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, vocab_size=97, max_len=64)
+
+
+def zoo_cli(*args):
+    return subprocess.run([sys.executable, "-m", "zoo.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_time_fn_warms_up_then_times_each_repeat():
+    calls = []
+    t = time_fn(lambda: calls.append(1), warmup=3, repeats=5)
+    assert len(calls) == 8 and len(t.times) == 5
+    assert all(x >= 0 for x in t.times)
+    timing = Timing([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert timing.median == 3.0 and timing.min == 1.0  # the median ignores the outlier
+    assert timing.spread > 0
+
+
+def test_count_flops_matches_the_hand_count():
+    """2 FLOPs per multiply-add in every projection and the LM head, plus 4 B h T^2 hd per layer for
+    attention (q k^T and weights @ v); the CPU flash kernel is counted too."""
+    m = zoo.build("gpt_tiny", seed=0, **SMALL).eval()
+    B, T, D, V, L, h = 2, 16, 32, 97, 1, 2
+    ids = torch.randint(0, V, (B, T))
+    with torch.inference_mode():
+        got = count_flops(lambda: m(ids))
+    linear = L * (D * 3 * D + D * D + 2 * D * 64) + D * V  # qkv, out, ffn up+down, lm head
+    attention = L * 4 * B * h * T * T * (D // h)
+    assert got == 2 * B * T * linear + attention
+
+
+@pytest.mark.parametrize("preset,tasks", [
+    ("gpt_tiny", {"forward", "generate", "train"}),
+    ("bert_tiny", {"forward", "train"}),  # an encoder does not generate
+    ("t5_tiny", {"forward", "generate", "train"}),
+])
+def test_bench_runs_every_task(preset, tasks):
+    model = zoo.build(preset, seed=0, **SMALL)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rep = bench(model, batch=2, seq_len=16, prompt_len=4, new_tokens=5, train_batch=2, warmup=0,
+                repeats=2, peak=100.0)
+    assert {r.task for r in rep.results} == tasks
+    for r in rep.results:
+        assert r.median_s > 0 and r.tokens > 0 and r.tokens_per_s > 0
+        if r.task != "generate":
+            assert r.flops > 0
+            assert r.fraction_of_peak == pytest.approx(r.flops / r.median_s / 1e9 / 100.0)
+    gen = [r for r in rep.results if r.task == "generate"]
+    if gen:
+        assert gen[0].tokens == 2 * 5 and gen[0].shape == "2x4+5"
+    # the training step really trained: weights moved
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert "tokens/s" in rep.table() and preset in rep.table()
+
+
+def test_greedy_fallback_matches_generate_and_full_recompute():
+    model = zoo.build("gpt_tiny", seed=0, **SMALL).eval()
+    prompt = torch.randint(0, 97, (2, 5))
+    out = greedy(model, prompt, 6)
+    seq = prompt
+    with torch.no_grad():
+        for _ in range(6):  # no cache: recompute everything, take the argmax
+            seq = torch.cat([seq, model(seq)[:, -1].argmax(-1, keepdim=True)], 1)
+    assert torch.equal(out, seq)
+
+
+def test_load_for_bench_takes_specs_and_checkpoints(tmp_path):
+    m = zoo.build("gpt_tiny", seed=0, **SMALL)
+    zoo.save(m, tmp_path / "ck")
+    loaded = load_for_bench(str(tmp_path / "ck"))
+    assert torch.equal(loaded.tok_emb.weight, m.tok_emb.weight)
+    built = load_for_bench("gpt_tiny", overrides={"num_layers": 1})
+    assert built.spec.num_layers == 1
+    with pytest.raises(zoo.ZooError, match="--set"):
+        load_for_bench(str(tmp_path / "ck"), overrides={"num_layers": 2})
+    with pytest.raises(zoo.ZooError, match="unknown task"):
+        bench(m, tasks=("fly",), peak=1.0)
+
+
+def test_cli_json_report(tmp_path):
+    r = zoo_cli("bench", "gpt_tiny", "--set", "num_layers=1", "--set", "d_model=32", "--seq-len", "16",
+                "--new-tokens", "4", "--train-batch", "2", "-r", "2", "--warmup", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["model"] == "gpt_tiny" and rep["peak_gflops"] > 0 and rep["threads"] >= 1
+    tasks = {x["task"]: x for x in rep["results"]}
+    assert set(tasks) == {"forward", "generate", "train"}
+    assert tasks["forward"]["shape"] == "1x16" and tasks["forward"]["tokens"] == 16
+    assert 0 < tasks["forward"]["fraction_of_peak"]
+
+
+def test_cli_table_and_errors():
+    r = zoo_cli("bench", "gpt_tiny", "--set", "num_layers=1", "--task", "forward", "-t", "8", "-r", "2")
+    assert r.returncode == 0, r.stderr
+    assert "forward" in r.stdout and "% peak" in r.stdout and "train" not in r.stdout
+    r = zoo_cli("bench", "gpt_tiny", "--batch", "0")
+    assert r.returncode == 2 and "--batch" in r.stderr and "Traceback" not in r.stderr
+    r = zoo_cli("bench", "gpt_tny")
+    assert r.returncode == 2 and "did you mean" in r.stderr
