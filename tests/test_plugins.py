@@ -433,3 +433,23 @@ def test_zoo_verify_cli_table_and_exit_status():
     finally:
         set_registry(old)
     assert res.exit_code == 1 and "FAIL" in res.output and "tolerance" in res.output
+
+
+def test_the_guide_example_plugin_passes_the_kit(tmp_path, monkeypatch):
+    """docs/PLUGINS.md's complete plugin is real code: it registers and passes the kit."""
+    import re
+
+    guide = (ROOT / "docs" / "PLUGINS.md").read_text(encoding="utf-8")
+    code = re.findall(r"```python\n(.*?)```", guide, re.S)[0]
+    assert len(code.strip().splitlines()) <= 40
+    (tmp_path / "zoo_guide_example.py").write_text(code, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from zoo.testing import kit_registry
+
+    kit = Kit(kit_registry(modules=["zoo_guide_example"]))
+    results = kit.run_all(kit.cases(["zoo_guide_example"], archs=["decoder"],
+                                    checks=["loads", "forward_backward", "causal", "kv_cache",
+                                            "weights", "masked_rows"]))
+    assert len(results) == 6 and all(r.status == "pass" for r in results), \
+        [(r.check, r.note) for r in results if r.status != "pass"]
+    sys.modules.pop("zoo_guide_example", None)
