@@ -358,15 +358,36 @@ def peak_memory(fn, device) -> int:
 
 
 def fmt_ms(s):
-    return f"{s * 1e3:,.1f}" if s < 10 else f"{s * 1e3:,.0f}"
+    if s != s:
+        return "n/a"
+    return f"{s * 1e3:,.2f}" if s < 0.01 else f"{s * 1e3:,.1f}" if s < 10 else f"{s * 1e3:,.0f}"
+
+
+def fmt_t(s, sp):
+    """Milliseconds ± half the inter-quartile range."""
+    return "n/a" if s != s else f"{fmt_ms(s)} ±{50 * sp:.0f}%"
 
 
 def fmt_mb(b):
-    return f"{b / 2 ** 20:,.0f}"
+    return "n/a" if b != b else f"{b / 2 ** 20:,.0f}"
 
 
 # ============================================================== the sections
 PEERS = ("zoo", "hand", "hf", "xt")
+ACTIVE = list(PEERS)  # x-transformers is dropped when it is not installed (e.g. on the GPU image)
+NAN = float("nan")
+
+
+def fr(x, spec=".3f"):
+    """A number for the table, or n/a."""
+    return "n/a" if x is None or x != x else format(x, spec)
+
+
+class NA(dict):
+    """A dict that answers nan for peers that did not run."""
+
+    def __missing__(self, key):
+        return NAN
 PEER_NAME = {"zoo": "zoo", "hand": "hand GPT", "hf": "HF GPT-2", "xt": "x-transformers"}
 
 
@@ -390,8 +411,9 @@ class Compare:
         hf = build_hf(cfg, "cpu", torch.float32)
         z, how = build_zoo(hf, cfg, f"{shape}_cmp", "cpu", torch.float32)
         hand = HandGPT.from_hf(hf, cfg).eval()
-        xt = build_xt(hf, cfg, "cpu", torch.float32)
-        ms = {"zoo": z, "hand": hand, "hf": hf, "xt": xt}
+        ms = {"zoo": z, "hand": hand, "hf": hf}
+        if "xt" in ACTIVE:
+            ms["xt"] = build_xt(hf, cfg, "cpu", torch.float32)
         ms = {k: m.to(device=self.device, dtype=self.dtype).eval() for k, m in ms.items()}
         for p in (m for mm in ms.values() for m in mm.parameters()):
             p.requires_grad_(False)
@@ -424,16 +446,16 @@ class Compare:
             for B in a.batches:
                 for T in a.lengths:
                     ids = torch.randint(0, SHAPES[shape]["vocab_size"], (B, T), device=self.device)
-                    fns = {k: (lambda k=k: fwd[k](ms[k], ids)) for k in PEERS}
+                    fns = {k: (lambda k=k: fwd[k](ms[k], ids)) for k in ACTIVE}
                     reps = a.repeats if shape == "tiny" else max(3, a.repeats // 2)
                     with torch.inference_mode():
                         flops = count_flops(fns["zoo"])
                         times = Timer(self.device).run(fns, reps, warmup=1)
                     zt = times["zoo"]
-                    r = dict(shape=shape, B=B, T=T, med={k: med(v) for k, v in times.items()},
-                             spread={k: spread(v) for k, v in times.items()},
-                             ratio={k: paired(zt, times[k]) for k in PEERS if k != "zoo"},
-                             gflops={k: flops / med(v) / 1e9 for k, v in times.items()})
+                    r = dict(shape=shape, B=B, T=T, med=NA({k: med(v) for k, v in times.items()}),
+                             spread=NA({k: spread(v) for k, v in times.items()}),
+                             ratio=NA({k: paired(zt, times[k]) for k in ACTIVE if k != "zoo"}),
+                             gflops=NA({k: flops / med(v) / 1e9 for k, v in times.items()}))
                     rows.append(r)
                     self.log(f"  forward {shape} {B}x{T}: " + ", ".join(
                         f"{k} {fmt_ms(r['med'][k])} ms" for k in PEERS) + " | zoo/hand "
@@ -445,8 +467,8 @@ class Compare:
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rows:
             L.append(f"| {SHAPE_LABEL[r['shape']]} | {r['B']} x {r['T']} | " + " | ".join(
-                f"{fmt_ms(r['med'][k])} ±{50 * r['spread'][k]:.0f}%" for k in PEERS) + " | " +
-                " | ".join(f"{r['ratio'][k]:.3f}" for k in ("hand", "hf", "xt")) +
+                fmt_t(r['med'][k], r['spread'][k]) for k in PEERS) + " | " +
+                " | ".join(fr(r['ratio'][k]) for k in ("hand", "hf", "xt")) +
                 f" | {r['gflops']['zoo']:,.0f} | {100 * r['gflops']['zoo'] / self.peak:.0f}% |")
         self.lines += L + [""]
         worst_hand = max(rows, key=lambda r: r["ratio"]["hand"])
@@ -473,7 +495,7 @@ class Compare:
         B, T = a.train_batch, a.train_len
         ids = torch.randint(0, cfg["vocab_size"], (B, T), device=self.device)
         fns, opts, models = {}, {}, {}
-        for k in PEERS:
+        for k in ACTIVE:
             m = _clone_module(ms[k]).train()
             for p in m.parameters():
                 p.requires_grad_(True)
@@ -489,20 +511,22 @@ class Compare:
                 return loss
             fns[k] = step
         times = Timer(self.device).run(fns, a.repeats, warmup=2)
-        mem = {k: peak_memory(fns[k], self.device) for k in PEERS}
-        tok = {k: B * T / med(v) for k, v in times.items()}
-        ratio = {k: paired(times[k], times["zoo"]) for k in PEERS if k != "zoo"}  # tokens/s ratio
+        mem = NA({k: peak_memory(fns[k], self.device) for k in ACTIVE})
+        tok = NA({k: B * T / med(v) for k, v in times.items()})
+        ratio = NA({k: paired(times[k], times["zoo"]) for k in ACTIVE if k != "zoo"})  # tokens/s
+        times = NA(times)
         self.lines += ["### Training step (AdamW, cross-entropy, forward + backward + step)", "",
                        f"Tiny shape, batch {B} x {T} tokens.", "",
                        "| | zoo | hand GPT | HF | x-transformers |", "|---|---:|---:|---:|---:|",
-                       "| ms / step | " + " | ".join(f"{fmt_ms(med(times[k]))} ±{50 * spread(times[k]):.0f}%"
-                                                    for k in PEERS) + " |",
-                       "| tokens / s | " + " | ".join(f"{tok[k]:,.0f}" for k in PEERS) + " |",
+                       "| ms / step | " + " | ".join(
+                           fmt_t(med(times[k]), spread(times[k])) if k in ACTIVE else "n/a"
+                           for k in PEERS) + " |",
+                       "| tokens / s | " + " | ".join(fr(tok[k], ",.0f") for k in PEERS) + " |",
                        "| zoo tokens/s ÷ peer's (paired) | 1 | " + " | ".join(
-                           f"{ratio[k]:.3f}" for k in ("hand", "hf", "xt")) + " |",
+                           fr(ratio[k]) for k in ("hand", "hf", "xt")) + " |",
                        "| peak memory of a step, MiB | " + " | ".join(fmt_mb(mem[k]) for k in PEERS)
                        + " |", ""]
-        self.log(f"  train: " + ", ".join(f"{k} {tok[k]:,.0f} tok/s" for k in PEERS))
+        self.log("  train: " + ", ".join(f"{k} {tok[k]:,.0f} tok/s" for k in ACTIVE))
         self.targets.append(("training step: zoo tokens/s / HF's (tiny)", f"{ratio['hf']:.3f}",
                              ">= 1.05", ratio["hf"] >= 1.05))
         del models, fns, opts
@@ -513,26 +537,28 @@ class Compare:
         rows = []
         for shape in a.gen_shapes:
             ms = self.models_for(shape)
-            from x_transformers import AutoregressiveWrapper
-
-            xtw = AutoregressiveWrapper(ms["xt"]).eval()
             P, N = a.prompt_len, a.new_tokens
             prompt = torch.randint(0, SHAPES[shape]["vocab_size"], (1, P), device=self.device)
             fns = {"zoo": lambda: zoo_generate(ms["zoo"], prompt, N),
                    "hand": lambda: ms["hand"].generate(prompt, N),
                    "hf": lambda: hf_generate(ms["hf"], prompt, N),
-                   "xt": lambda: xt_generate(xtw, prompt, N)}
+                   }
+            if "xt" in ACTIVE:
+                from x_transformers import AutoregressiveWrapper
+
+                xtw = AutoregressiveWrapper(ms["xt"]).eval()
+                fns["xt"] = lambda: xt_generate(xtw, prompt, N)
             with torch.inference_mode():
                 outs = {k: as_tensor(fn()) for k, fn in fns.items()}
                 same = {k: bool(torch.equal(outs[k].cpu(), outs["hf"].cpu())) for k in ("zoo", "hand")}
                 reps = a.gen_repeats if shape == "tiny" else max(2, a.gen_repeats // 2)
                 times = Timer(self.device).run(fns, reps, warmup=0)
-            r = dict(shape=shape, med={k: med(v) for k, v in times.items()},
-                     spread={k: spread(v) for k, v in times.items()},
-                     speed={k: paired(times[k], times["zoo"]) for k in PEERS if k != "zoo"},
+            r = dict(shape=shape, med=NA({k: med(v) for k, v in times.items()}),
+                     spread=NA({k: spread(v) for k, v in times.items()}),
+                     speed=NA({k: paired(times[k], times["zoo"]) for k in ACTIVE if k != "zoo"}),
                      same=same, N=N, P=P)
             rows.append(r)
-            self.log(f"  generate {shape}: " + ", ".join(f"{k} {N / r['med'][k]:,.0f} tok/s" for k in PEERS)
+            self.log(f"  generate {shape}: " + ", ".join(f"{k} {N / r['med'][k]:,.0f} tok/s" for k in ACTIVE)
                      + f" | same tokens as HF: {same}")
         L = ["### Greedy generation with a KV cache", "",
              f"Batch 1, {a.prompt_len}-token prompt, {a.new_tokens} new tokens (forced: no early "
@@ -542,8 +568,8 @@ class Compare:
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in rows:
             L.append(f"| {SHAPE_LABEL[r['shape']]} | " + " | ".join(
-                f"{r['N'] / r['med'][k]:,.0f}" for k in PEERS) + " | " +
-                " | ".join(f"{r['speed'][k]:.2f}" for k in ("hand", "hf", "xt")) +
+                fr(r['N'] / r['med'][k], ",.0f") for k in PEERS) + " | " +
+                " | ".join(fr(r['speed'][k], ".2f") for k in ("hand", "hf", "xt")) +
                 f" | {r['same']['zoo']}, {r['same']['hand']} |")
         self.lines += L + [""]
         goal = {"tiny": 2.0, "gpt2": 1.1}
@@ -591,7 +617,8 @@ class Compare:
             ids = torch.randint(0, SHAPES[shape]["vocab_size"], (B, T), device=self.device)
             with torch.inference_mode():
                 mem = {k: peak_memory((lambda k=k: ms[k](ids, use_cache=False).logits if k == "hf"
-                                       else ms[k](ids)), self.device) for k in PEERS}
+                                       else ms[k](ids)), self.device) for k in ACTIVE}
+            mem = NA(mem)
             rows.append((shape, B, T, mem))
         how = ("torch.cuda.max_memory_allocated" if self.device.type == "cuda" else
                "live tensor storage tracked by a dispatch mode; kernel scratch space not seen")
@@ -640,7 +667,7 @@ class Compare:
     # ---------------------------------------------------------- torch.compile
     def compile(self):
         rows = []
-        for name in zoo.list_presets():
+        for name in self.a.presets or zoo.list_presets():
             torch._dynamo.reset()
             try:
                 m = zoo.build(name, seed=0).to(device=self.device, dtype=self.dtype).eval()
@@ -721,13 +748,25 @@ def main(argv=None):
     p.add_argument("--sections", default="startup,forward,train,generate,load,memory,compile",
                    help="comma-separated subset")
     p.add_argument("--shapes", default="tiny,gpt2", help="model shapes for forward/memory/generate")
+    p.add_argument("--presets", default="", help="presets for the compile section (default: all)")
     p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--gen-repeats", type=int, default=4)
     p.add_argument("--out", default=None, help="write the markdown table here")
     args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        import x_transformers  # noqa: F401
+    except ImportError:
+        ACTIVE.remove("xt")
+        print("x-transformers is not installed: its columns read n/a")
     if args.threads:
         torch.set_num_threads(args.threads)
     args.shapes = [s for s in args.shapes.split(",") if s]
+    args.presets = [s for s in args.presets.split(",") if s]
     args.batches, args.lengths = [1, 4], [128, 512]
     args.gen_shapes, args.load_shape = args.shapes, args.shapes[-1]
     args.train_batch, args.train_len = 8, 256
