@@ -345,7 +345,7 @@ def test_two_process_gloo_matches_one_process(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(zoo.spec(_spec(vocab_size=3000)).to_yaml(), encoding="utf-8")
     common = ["--data", str(POEMS), "--steps", "6", "--batch-size", "8", "--block-size", "16",
-              "--eval-every", "3", "--no-progress", "--lr", "3e-3", "--warmup", "2"]
+              "--eval-every", "3", "--log-every", "1", "--no-progress", "--lr", "3e-3", "--warmup", "2"]
     one = _zoo("train", str(spec), "--out", str(tmp_path / "one"), *common)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ZOO_DISABLE_PLUGIN_AUTOLOAD": "1"}
     two = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
