@@ -369,3 +369,18 @@ def test_two_process_gloo_matches_one_process(tmp_path):
     m1, m2 = zoo.load(tmp_path / "one"), zoo.load(tmp_path / "two")
     for k, v in m1.state_dict().items():
         torch.testing.assert_close(m2.state_dict()[k], v, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.gpu
+def test_trains_on_cuda_with_bf16_autocast_and_resumes(tmp_path):
+    data = write_pairs(tmp_path / "p.tsv", numeral_pairs(500, seed=1))
+    kw = dict(objective="seq2seq", batch_size=32, lr=3e-3, warmup=5, device="cuda", progress=False,
+              log_every=10, eval_every=30, save_every=30, holdout=0.1)
+    r = train(_spec("encoder_decoder"), data, out=tmp_path / "g", steps=60, **kw)
+    assert next(r.model.parameters()).is_cuda
+    losses = [h["loss"] for h in r.history if "loss" in h]
+    assert losses[-1] < 0.7 * losses[0] and r.final["eval_loss"] < losses[0]
+    cpu = zoo.load(r.out)  # a GPU-trained checkpoint loads anywhere
+    assert not next(cpu.parameters()).is_cuda
+    r2 = train(None, None, out=tmp_path / "g", resume=True, steps=90, device="cuda", progress=False)
+    assert r2.step == 90 and not r2.interrupted
