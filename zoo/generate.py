@@ -214,6 +214,12 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
         model.train(was_training)
 
 
+def _last(model, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits ``(B, V)`` of the last position only: the LM head over every prompt position would
+    cost ``T x D x V`` for nothing (a full GPT-2 decoding step's worth for a 32-token prompt)."""
+    return model.lm_head(model._head_in(hidden[:, -1]))
+
+
 def _decoder_logits(model, ids, mask, use_cache, prefix_length):
     """A coroutine: yields next-token logits ``(B, V)``; is sent the chosen ids ``(B,)``."""
     B, T0 = ids.shape
@@ -227,14 +233,16 @@ def _decoder_logits(model, ids, mask, use_cache, prefix_length):
                       device=dev)
     if use_cache:
         cache = model.new_cache()
-        logits = model(ids, attention_mask=full, cache=cache, prefix_lengths=plen)[:, -1]
+        logits = _last(model, model(ids, attention_mask=full, cache=cache, prefix_lengths=plen,
+                                    return_hidden=True))
         while True:
             nxt = yield logits
-            logits = model(nxt[:, None], attention_mask=ones, cache=cache,
-                           prefix_lengths=plen)[:, -1]  # (B, V)
+            logits = _last(model, model(nxt[:, None], attention_mask=ones, cache=cache,
+                                        prefix_lengths=plen, return_hidden=True))  # (B, V)
     seq = ids
     while True:
-        nxt = yield model(seq, attention_mask=full, prefix_lengths=plen)[:, -1]
+        nxt = yield _last(model, model(seq, attention_mask=full, prefix_lengths=plen,
+                                       return_hidden=True))
         seq = torch.cat([seq, nxt[:, None]], dim=1)  # (B, T + 1): recompute everything
         if full is not None:
             full = torch.cat([full, ones], dim=1)
@@ -250,13 +258,16 @@ def _seq2seq_logits(model, src, src_mask, use_cache, start_id):
     ones = torch.ones(B, 1, dtype=torch.bool, device=dev) if explicit else None
     if use_cache:
         cache = model.new_cache()
-        logits = model.decode(tgt, memory, mem_pad, tgt_mask=ones, cache=cache)[:, -1]
+        logits = _last(model, model.decode(tgt, memory, mem_pad, tgt_mask=ones, cache=cache,
+                                           return_hidden=True))
         while True:
             nxt = yield logits
-            logits = model.decode(nxt[:, None], memory, mem_pad, tgt_mask=ones, cache=cache)[:, -1]
+            logits = _last(model, model.decode(nxt[:, None], memory, mem_pad, tgt_mask=ones,
+                                               cache=cache, return_hidden=True))
     full = ones
     while True:
-        nxt = yield model.decode(tgt, memory, mem_pad, tgt_mask=full)[:, -1]
+        nxt = yield _last(model, model.decode(tgt, memory, mem_pad, tgt_mask=full,
+                                              return_hidden=True))
         tgt = torch.cat([tgt, nxt[:, None]], dim=1)
         if full is not None:
             full = torch.cat([full, ones], dim=1)
