@@ -352,3 +352,20 @@ def test_batched_greedy_generation_matches_transformers(family):
         out = z.generate(src, max_new_tokens=6, attention_mask=am)
     assert len(set(ref[:, -6:].flatten().tolist())) > 3  # not a degenerate repetition
     assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@torch.no_grad()
+def test_base_models_without_head(family):
+    """GPT2Model / LlamaModel (no LM head): the same last hidden states; the head is tied."""
+    if family == "gpt2":
+        hf = randomize(T.GPT2Model(T.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64)))
+    else:
+        hf = randomize(T.LlamaModel(T.LlamaConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2,
+                                                  num_attention_heads=4, num_key_value_heads=2,
+                                                  intermediate_size=48)))
+    z = from_transformers(hf)
+    ids, am, pos = batch(left=True)
+    ref = hf(ids, attention_mask=am, position_ids=pos).last_hidden_state
+    assert maxdiff(ref, z(ids, attention_mask=am, return_hidden=True), am) <= TOL
+    assert z.spec.tie_embeddings
