@@ -141,7 +141,11 @@ def test_plugin_yaml_save_load_and_missing_plugin(on_path, tmp_path):
     with using_registry(Registry(entry_points=False)):  # the plugin is not installed here
         with pytest.raises(zoo.CheckpointError) as err:
             zoo.load(tmp_path / "ckpt")
-    assert "linear_attention" in str(err.value) and "not installed" in str(err.value)
+    msg = str(err.value)
+    assert "needs plugin 'linear_attention' 0.1.0 (distribution zoo-linear-attention)" in msg
+    assert "pip install zoo-linear-attention>=0.1.0" in msg
+    assert "ZOO_PLUGINS=linear_attention" in msg  # autoload is disabled in the test suite
+    assert json.loads(meta["zoo.plugin_sources"])["linear_attention"] == "zoo-linear-attention"
 
 
 def test_zoo_plugins_cli_in_a_fresh_process(site):

@@ -100,6 +100,9 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     tensors, tied = _dedupe(model.state_dict())
     meta = {"format": "pt", "zoo.version": __version__, "zoo.spec": spec.to_yaml(),
             "zoo.plugins": json.dumps(plugins_used(spec)), "zoo.tied": json.dumps(tied)}
+    from .registry import plugin_sources
+
+    meta["zoo.plugin_sources"] = json.dumps(plugin_sources(json.loads(meta["zoo.plugins"])))
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tokenizer is not None:
         from . import tokenizers
@@ -169,11 +172,12 @@ def load_spec(source: str | os.PathLike) -> ModelSpec:
     try:
         return parse_spec(meta["zoo.spec"] if "\n" in meta["zoo.spec"] else meta["zoo.spec"] + "\n")
     except UnknownComponentError as exc:
-        plugins = json.loads(meta.get("zoo.plugins", "{}"))
+        from .registry import missing_plugins_hint
+
+        what, fix = missing_plugins_hint(json.loads(meta.get("zoo.plugins", "{}")),
+                                         json.loads(meta.get("zoo.plugin_sources", "{}")))
         raise CheckpointError(f"the checkpoint needs a component that is not installed ({exc.what}); "
-                              f"it was saved with plugins {plugins}", where=str(source),
-                              fix="install the plugin named above (`zoo plugins` lists what is "
-                                  "loaded)") from exc
+                              f"{what}", where=str(source), fix=fix) from exc
     except SpecError as exc:
         raise CheckpointError(f"the stored spec is invalid: {exc}", where=str(source)) from exc
 

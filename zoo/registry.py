@@ -529,6 +529,40 @@ def reload_plugins() -> Registry:
     return _REGISTRY
 
 
+def plugin_sources(plugin_names) -> dict[str, str]:
+    """``{plugin: distribution name or "builtin"}`` for plugins of the process registry; stored in
+    checkpoints so that loading one without the plugin can say what to ``pip install``."""
+    plugins = get_registry().plugins
+    out = {}
+    for name in plugin_names:
+        info = plugins.get(name)
+        if info is not None:
+            out[name] = "builtin" if info.builtin else (info.distribution or info.source)
+    return out
+
+
+def missing_plugins_hint(saved: dict[str, str], sources: dict[str, str]) -> tuple[str, str]:
+    """``(what, fix)`` for a checkpoint whose plugins are not all loaded: which of the ``saved``
+    plugins (``{name: version}``) are missing, and what to install."""
+    plugins = get_registry().plugins
+    missing = [n for n in saved if n not in plugins or not plugins[n].components]
+    if not missing:
+        return f"it was saved with plugins {saved}", "install the plugin that provides it"
+    parts, installs = [], []
+    for n in missing:
+        dist = sources.get(n)
+        parts.append(f"'{n}' {saved[n]}" + (f" (distribution {dist})" if dist and dist != "builtin"
+                                              else ""))
+        if dist and dist != "builtin" and not dist.startswith(("entry point", "test", "module")):
+            installs.append(f"{dist}>={saved[n]}" if saved[n] not in ("", "?") else dist)
+    what = f"it needs plugin {', '.join(parts)}, which is not loaded"
+    fix = (f"pip install {' '.join(installs)}" if installs else "install the plugin named above")
+    off = os.environ.get("ZOO_DISABLE_PLUGIN_AUTOLOAD", "").strip().lower()
+    if off not in ("", "0", "false", "no"):
+        fix += f" (ZOO_DISABLE_PLUGIN_AUTOLOAD is set: also set ZOO_PLUGINS={','.join(missing)})"
+    return what, fix + "; `zoo plugins` lists what is loaded"
+
+
 def list_components(family: str | None = None) -> list[Component]:
     """Everything registered (optionally one family), each with its owning plugin and version."""
     return get_registry().list(family)
