@@ -369,3 +369,13 @@ def test_base_models_without_head(family):
     ref = hf(ids, attention_mask=am, position_ids=pos).last_hidden_state
     assert maxdiff(ref, z(ids, attention_mask=am, return_hidden=True), am) <= TOL
     assert z.spec.tie_embeddings
+
+
+@torch.no_grad()
+def test_sharded_save_pretrained_folder(tmp_path):
+    hf = llama()
+    hf.save_pretrained(tmp_path, max_shard_size="20KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    z = from_pretrained(tmp_path)
+    ref, out, mask = run("llama", hf, z)
+    assert maxdiff(ref, out, mask) <= TOL
