@@ -112,8 +112,8 @@ class PluginInfo:
     """What ``zoo plugins`` shows for one plugin.
 
     ``source``: ``"builtin"``, ``"distribution NAME"`` (an installed package's entry point),
-    ``"ZOO_PLUGINS"`` (a requested name nobody provides) or whatever a caller of
-    :meth:`Registry.add_plugin` passed (``"test"``).  ``module``: the entry point's target
+    ``"requested"`` (a name asked for through ``ZOO_PLUGINS`` that nobody provides) or whatever a
+    caller of :meth:`Registry.add_plugin` passed (``"test"``).  ``module``: the entry point's target
     (``package.module``), or the module's name.
     """
 
@@ -177,11 +177,11 @@ class Registry:
             found.add(ep.name)
             self.load_entry_point(ep)
         for name in sorted(wanted - found):
-            info = self._new_info(name, "?", "ZOO_PLUGINS")
+            info = self._new_info(name, "?", "requested")
             installed = sorted({e.name for e in md.entry_points(group="zoo")})
             hint = did_you_mean(name, installed)
-            info.errors.append(f"requested by ZOO_PLUGINS but no installed package provides an entry "
-                               f"point '{name}' in the group 'zoo' (installed: "
+            info.errors.append(f"requested (ZOO_PLUGINS or the caller), but no installed package "
+                               f"provides an entry point '{name}' in the group 'zoo' (installed: "
                                f"{', '.join(installed) or 'none'})" + (f"; {hint}" if hint else ""))
 
     def load_entry_point(self, ep: md.EntryPoint) -> PluginInfo:
