@@ -136,7 +136,8 @@ class _Source:
 def _gpt2(src: _Source, attention: str):
     c = src.get
     src.expect("scale_attn_by_inverse_layer_idx", lambda v: not v,
-               "zoo scales every layer's scores alike", "set it to false (Mistral-style GPT-2 runs)")
+               "zoo scales every layer's scores alike",
+               "zoo cannot reproduce this checkpoint exactly; convert one trained without it")
     src.expect("add_cross_attention", lambda v: not v, "decoder-only GPT-2 has no cross-attention",
                "convert a plain GPT-2")
     act = src.act("activation_function")
