@@ -222,15 +222,18 @@ def analyse(text: str, lang: str = "en") -> tuple[str, list[list], str, bool]:
         model = zoo.build(spec, init=False)
     table = parameter_table(model)
     rows = [[k, f"{v:,}", f"{100 * v / max(total, 1):.1f}%"] for k, v in table.items()]
-    rows.append([t("col.total", lang), f"{total:,}", "100.0%"])
-    return f"✓ {t('build.valid', lang, params=f'{total:,}')}", rows, block_diagram(spec), True
+    rows.append([t("col.total", lang), f"{total:,}", "100.0%"])  # columns: TABLE_HEADERS
+    return f"✓ {t('build.valid', lang, params=f'{total:,}')}", rows, block_diagram(spec, lang), True
 
 
-def block_diagram(spec) -> str:
+def block_diagram(spec, lang: str = "en") -> str:
     """An HTML diagram of the assembled model: embeddings, each stack's block (sub-layers in the
     order the placement applies them), final norm, head."""
     reg = zoo.get_registry()
     e = html.escape
+
+    def d(key, **fmt):
+        return t(f"diag.{key}", lang, **fmt)
 
     def box(label, color, note=""):
         note_html = f"<div style='font-size:0.8em;opacity:0.8'>{e(note)}</div>" if note else ""
@@ -241,13 +244,13 @@ def block_diagram(spec) -> str:
         placement = st.placement.kind
         norm = box(f"{st.norm}", "#fde68a")
         core = box(name, "#bfdbfe", note)
-        add = box("+ residual", "#e5e7eb")
+        add = box(d("residual"), "#e5e7eb")
         if placement == "pre":
             parts = [norm, core, add]
         elif placement == "post":
             parts = [core, add, norm]
         else:
-            parts = [box(f"placement: {placement}", "#fde68a"), core, add]
+            parts = [box(f"{d('placement')}: {placement}", "#fde68a"), core, add]
         return "<div style='border-left:3px solid #60a5fa;padding-left:6px;margin:4px 0'>" + \
             "".join(parts) + "</div>"
 
@@ -255,32 +258,31 @@ def block_diagram(spec) -> str:
     for role in spec.roles:
         st = spec.stack(role)
         pos = reg.get("position", st.positions.kind).cls
-        where = ("added to embeddings" if pos.acts_on_embeddings else "rotates q, k" if pos.acts_on_qk
-                 else "bias on scores" if pos.acts_on_scores else "no positions")
+        where = d("pos_embed") if pos.acts_on_embeddings else d("pos_qk") if pos.acts_on_qk \
+            else d("pos_bias") if pos.acts_on_scores else d("pos_none")
         mask = " & ".join(m.kind for m in st.mask)
-        heads = f"{st.num_heads} heads" + (f", {st.num_kv_heads} kv heads"
-                                           if st.num_kv_heads != st.num_heads else "") + \
+        heads = d("heads", h=st.num_heads) + (", " + d("kv_heads", h=st.num_kv_heads)
+                                              if st.num_kv_heads != st.num_heads else "") + \
             f", head_dim {st.head_dim}"
-        inner = sublayer(f"self-attention ({st.attention.kind})", f"{heads}; mask: {mask}", st)
+        inner = sublayer(f"{d('self_attention')} ({st.attention.kind})", f"{heads}; {d('mask')}: {mask}", st)
         if st.cross_attention:
-            inner += sublayer(f"cross-attention ({st.attention.kind})", "queries: decoder, keys/values: "
-                              "encoder output", st)
-        inner += sublayer(f"feed-forward ({st.ffn})", f"{spec.d_model} → {st.d_ff} → {spec.d_model}", st)
+            inner += sublayer(f"{d('cross_attention')} ({st.attention.kind})", d("cross_note"), st)
+        inner += sublayer(f"{d('ffn')} ({st.ffn})", f"{spec.d_model} → {st.d_ff} → {spec.d_model}", st)
         final = reg.get("placement", st.placement.kind).cls.final_norm
-        col = [f"<div style='font-weight:bold;margin-bottom:4px'>{e(role)}</div>",
-               box("token embeddings", "#d1fae5", f"{spec.vocab_size} × {spec.d_model}"),
-               box(f"positions: {st.positions}", "#d1fae5", where),
+        col = [f"<div style='font-weight:bold;margin-bottom:4px'>{e(d(role))}</div>",
+               box(d("token_embeddings"), "#d1fae5", f"{spec.vocab_size} × {spec.d_model}"),
+               box(f"{d('positions')}: {st.positions}", "#d1fae5", where),
                f"<div style='border:2px dashed #888;border-radius:8px;padding:6px;margin:6px 0'>"
                f"<div style='font-weight:bold'>× {st.num_layers}</div>{inner}</div>"]
         if final:
-            col.append(box(f"final norm: {st.norm}", "#fde68a"))
+            col.append(box(f"{d('final_norm')}: {st.norm}", "#fde68a"))
         if role == "decoder":
-            col.append(box("LM head", "#fecaca", f"{spec.d_model} → {spec.vocab_size}"
-                           + (" (tied)" if spec.tie_embeddings else "")))
+            col.append(box(d("lm_head"), "#fecaca", f"{spec.d_model} → {spec.vocab_size}"
+                           + (f" ({d('tied')})" if spec.tie_embeddings else "")))
         elif spec.arch == "encoder" and spec.head is not None and spec.head.kind != "none":
             note = (f"{spec.d_model} → {spec.vocab_size}" if spec.head.kind == "mlm"
-                    else f"{spec.head.pooling} pooling → {spec.head.num_labels} labels")
-            col.append(box(f"head: {spec.head.kind}", "#fecaca", note))
+                    else d("pooling", how=spec.head.pooling, n=spec.head.num_labels))
+            col.append(box(f"{d('head')}: {spec.head.kind}", "#fecaca", note))
         cols.append("<div style='flex:1;min-width:220px'>" + "".join(col) + "</div>")
     return ("<div class='zoo-diagram' style='display:flex;gap:16px;font-family:sans-serif;"
             "font-size:0.9em'>" + "".join(cols) + "</div>")
@@ -296,6 +298,7 @@ def cost_available() -> bool:
 
 
 COST_LENGTHS = (64, 256, 1024, 4096)
+TABLE_HEADERS = ("col.component", "col.params", "col.share")
 
 
 def cost(text: str, lang: str = "en"):
@@ -412,18 +415,19 @@ def build(tr, lang_state) -> dict:
                             label = p["name"]
                             eid = f"param-{'-'.join(map(str, entry['path']))}-{p['name']}"
                             if p["type"] == "bool":
-                                w = gr.Checkbox(bool(p["value"]), label=label, elem_id=eid)
+                                w = gr.Checkbox(bool(p["value"]), label=label, elem_id=eid, interactive=True)
                                 events = [w.input]
                             elif p["type"] in ("int", "float"):
                                 w = gr.Number(p["value"], label=label, precision=0 if p["type"] == "int" else None,
-                                              elem_id=eid)
+                                              elem_id=eid, interactive=True)
                                 events = [w.submit, w.blur]
                             elif p["type"] == "choice":
-                                w = gr.Dropdown(p["choices"], value=str(p["value"]), label=label, elem_id=eid)
+                                w = gr.Dropdown(p["choices"], value=str(p["value"]), label=label, elem_id=eid,
+                                                interactive=True)
                                 events = [w.input]
                             else:
                                 w = gr.Textbox(str(p["value"]) if p["value"] is not None else "", label=label,
-                                               elem_id=eid)
+                                               elem_id=eid, interactive=True)
                                 events = [w.submit, w.blur]
                             ptype, path, name = p["type"], entry["path"], p["name"]
 
@@ -447,7 +451,7 @@ def build(tr, lang_state) -> dict:
     status0, rows0, diagram0, _ = analyse(start)
     status = gr.Markdown(status0, elem_id="build-status")
     with gr.Row():
-        table = tr.add(gr.Dataframe(rows0, headers=["component", "parameters", "share"],
+        table = tr.add(gr.Dataframe(rows0, headers=[tr(h) for h in TABLE_HEADERS],
                                     label=tr("build.table"), interactive=False, elem_id="build-table"),
                        label="build.table")
         with gr.Column():
@@ -486,8 +490,8 @@ def build(tr, lang_state) -> dict:
         return [vals[f] for f in form_order]
 
     # YAML -> form (user typing in the editor, or a preset loaded)
-    code.input(refill, inputs=[code], outputs=[fields[f] for f in form_order], show_progress="hidden",
-               api_visibility="private")
+    gr.on([code.input, code.blur], refill, inputs=[code], outputs=[fields[f] for f in form_order],
+          show_progress="hidden", api_visibility="private", trigger_mode="always_last")
 
     def on_load(name):
         text = preset_yaml(name)
@@ -498,14 +502,21 @@ def build(tr, lang_state) -> dict:
 
     # any YAML change -> validation, table, diagram, parameter fields
     def on_change(text, lang):
+        import pandas as pd
+
         st, rows, diag, ok = analyse(text, lang)
         entries = component_entries(text) if ok else gr.skip()
-        fig, crow = cost(text, lang) if ok else (gr.skip(), gr.skip())
+        fig, crow = cost(text, lang) if ok else (gr.skip(), None)
+        rows = pd.DataFrame(rows, columns=[t(h, lang) for h in TABLE_HEADERS])
+        crow = pd.DataFrame(crow, columns=[t(h, lang) for h in COST_HEADERS]) if crow is not None else gr.skip()
         return st, rows, (diag if ok else gr.skip()), entries, fig, crow
 
     code.change(on_change, inputs=[code, lang_state],
                 outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
                 show_progress="hidden", trigger_mode="always_last", api_name="validate")
+    lang_state.change(on_change, inputs=[code, lang_state],
+                      outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
+                      show_progress="hidden", api_visibility="private")
     save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved], concurrency_limit=2,
                    api_name="save")
     return {"code": code, "status": status, "fields": fields, "table": table, "diagram": diagram,

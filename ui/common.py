@@ -77,11 +77,12 @@ def handler(fn: Callable) -> Callable:
         lang = _lang(args, kwargs)
         if isinstance(exc, gr.Error):
             raise exc
-        if isinstance(exc, ZooError):
-            raise gr.Error(format_error(exc, lang), title=t("err.title", lang)) from None
+        if isinstance(exc, ZooError):  # the user's mistake: a message, no server-side traceback
+            raise gr.Error(_html(format_error(exc, lang)), title=t("err.title", lang),
+                           print_exception=False) from None
         log.exception("UI handler %s failed", fn.__name__)
         raise gr.Error(t("err.internal", lang, kind=type(exc).__name__),
-                       title=t("err.title", lang)) from None
+                       title=t("err.title", lang), print_exception=False) from None
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
@@ -99,6 +100,13 @@ def handler(fn: Callable) -> Callable:
         except Exception as exc:  # noqa: BLE001 - converted to a visible message
             _raise(exc, args, kwargs)
     return wrapper
+
+
+def _html(text: str) -> str:
+    """Error toasts render HTML: escape the message, keep its lines."""
+    import html
+
+    return "<br>".join(html.escape(line, quote=False) for line in text.split("\n"))
 
 
 # ---------------------------------------------------------------------- limits

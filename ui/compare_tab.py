@@ -166,8 +166,9 @@ def build(tr, lang_state) -> dict:
         seq = tr.add(gr.Number(32, precision=0, minimum=1, maximum=LIMITS["compare_seq_len"],
                                label=tr("compare.seq_len"), elem_id="cmp-seq"), label="compare.seq_len")
         go = tr.add(gr.Button(tr("compare.go"), variant="primary", elem_id="cmp-go"), value="compare.go")
-    table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), "A", "B"], label=tr("compare.table"),
-                                interactive=False, wrap=True, elem_id="cmp-table"), label="compare.table")
+    table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), tr("compare.a"), tr("compare.b")], label=tr("compare.table"),
+                                interactive=False, wrap=True, elem_id="cmp-table"), label="compare.table",
+                   headers=("compare.metric", "compare.a", "compare.b"))
     spec_diff = gr.Markdown(elem_id="cmp-diff")
     go.click(compare, inputs=[src_a, over_a, src_b, over_b, seq, lang_state], outputs=[table, spec_diff],
              concurrency_limit=2, api_name="compare")

@@ -101,6 +101,29 @@ STRINGS: dict[str, tuple[str, str]] = {
     "build.save": ("Save as checkpoint (random weights)", "保存为检查点（随机权重）"),
     "build.saved": ("Saved `{name}` ({params} parameters) to `{path}`.",
                     "已保存 `{name}`（{params} 个参数）到 `{path}`。"),
+    "diag.encoder": ("encoder", "编码器"),
+    "diag.decoder": ("decoder", "解码器"),
+    "diag.token_embeddings": ("token embeddings", "词嵌入"),
+    "diag.positions": ("positions", "位置编码"),
+    "diag.pos_embed": ("added to the embeddings", "加到嵌入上"),
+    "diag.pos_qk": ("rotates q and k", "旋转 q 和 k"),
+    "diag.pos_bias": ("a bias on the attention scores", "加在注意力分数上的偏置"),
+    "diag.pos_none": ("no positional information", "没有位置信息"),
+    "diag.heads": ("{h} heads", "{h} 个头"),
+    "diag.kv_heads": ("{h} key/value heads", "{h} 个键/值头"),
+    "diag.mask": ("mask", "掩码"),
+    "diag.self_attention": ("self-attention", "自注意力"),
+    "diag.cross_attention": ("cross-attention", "交叉注意力"),
+    "diag.cross_note": ("queries from the decoder, keys and values from the encoder output",
+                        "查询来自解码器，键和值来自编码器输出"),
+    "diag.ffn": ("feed-forward", "前馈网络"),
+    "diag.residual": ("+ residual", "+ 残差"),
+    "diag.placement": ("placement", "归一化位置"),
+    "diag.final_norm": ("final norm", "最终归一化"),
+    "diag.lm_head": ("LM head", "语言模型输出头"),
+    "diag.tied": ("tied to the embeddings", "与嵌入共享权重"),
+    "diag.head": ("head", "任务头"),
+    "diag.pooling": ("{how} pooling → {n} labels", "{how} 池化 → {n} 个类别"),
     "col.component": ("component", "组件"),
     "col.params": ("parameters", "参数量"),
     "col.share": ("share", "占比"),
@@ -285,7 +308,7 @@ class Translator:
     def __call__(self, key: str, **fmt: Any) -> str:
         return t(key, self.lang, **fmt)
 
-    def add(self, component, **attrs: str):
+    def add(self, component, **attrs: "str | tuple[str, ...]"):
         """Register ``component`` so that each ``attr=key`` is re-translated on a language switch;
         returns the component (use it inline: ``tr.add(gr.Button(tr("x")), value="x")``)."""
         self.items.append((component, attrs))
@@ -298,5 +321,7 @@ class Translator:
     def updates(self, lang: Any) -> list:
         import gradio as gr
 
-        return [gr.update(**{attr: t(key, lang) for attr, key in attrs.items()})
-                for _, attrs in self.items]
+        def text(key):  # a key, or a tuple of keys for list attributes (a table's headers)
+            return [t(k, lang) for k in key] if isinstance(key, (tuple, list)) else t(key, lang)
+
+        return [gr.update(**{attr: text(key) for attr, key in attrs.items()}) for _, attrs in self.items]

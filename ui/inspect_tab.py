@@ -213,8 +213,8 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
                                 title=f"{stack}: {st.num_layers} layers × {st.num_heads} heads")
     mask = plots.mask_pattern(model.spec, seq_len=min(len(ids), 32), role=role) if kind == "attn" else None
     pos = positions_figure(model.spec, min(len(ids), 32), role)
-    summary = trace.summary(top_k=5)
-    nxt = summary.get("next_token") or []
+    # the next-token prediction only means something for a language model
+    nxt = trace.summary(top_k=5).get("next_token") or [] if model.spec.arch != "encoder" else []
     pred = ", ".join(f"{r.get('text', r['id'])!r} ({r['p']:.3f})" for r in nxt)
     return {"heatmap": heat, "grid": grid, "mask": mask, "positions": pos, "tokens": tokens,
             "weights": [[round(float(x), 4) for x in row] for row in w[head]], "stack": stack,
@@ -271,9 +271,10 @@ def build(tr, lang_state) -> dict:
             return gr.skip(), gr.skip(), gr.skip()
         c = choices_for(name, lang)
         s = stack_now if stack_now in c["stacks"] else c["stacks"][-1]
-        return (gr.update(choices=c["stacks"], value=s),
-                gr.update(maximum=max(c["layers"][s] - 1, 0), value=0),
-                gr.update(maximum=max(c["heads"][s] - 1, 0), value=0))
+        n_layers, n_heads = c["layers"][s], c["heads"][s]
+        return (gr.update(choices=c["stacks"], value=s),  # a slider needs min < max: one layer -> fixed
+                gr.update(maximum=max(n_layers - 1, 1), value=0, interactive=n_layers > 1),
+                gr.update(maximum=max(n_heads - 1, 1), value=0, interactive=n_heads > 1))
 
     def on_inspect(name, txt, s, l, h, lang):
         r = inspect(name, txt, s, l, h, lang=lang)

@@ -32,9 +32,9 @@ def build(tr, lang_state) -> dict:
     tr.add(gr.Markdown(tr("plugins.intro")), value="plugins.intro")
     plugins = gr.Dataframe(plugin_rows(tr.lang), headers=[tr(h) for h in PLUGIN_HEADERS],
                            label=tr("plugins.table"), interactive=False, wrap=True, elem_id="plugins-table")
-    tr.add(plugins, label="plugins.table")
+    tr.add(plugins, label="plugins.table", headers=PLUGIN_HEADERS)
     comps = gr.Dataframe(component_rows(), headers=[tr(h) for h in COMPONENT_HEADERS],
                          label=tr("plugins.components"), interactive=False, wrap=True,
                          elem_id="plugins-components")
-    tr.add(comps, label="plugins.components")
+    tr.add(comps, label="plugins.components", headers=COMPONENT_HEADERS)
     return {"plugins": plugins, "components": comps}

@@ -127,8 +127,8 @@ def build(tr, lang_state) -> dict:
     go = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
     output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False, elem_id="run-output"),
                     label="run.output")
-    fills = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
-                         elem_id="run-fill")
+    fills = tr.add(gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
+                                elem_id="run-fill"), headers=("run.fill_header", "run.candidates"))
 
     def on_refresh(current):
         names = checkpoint_names()
