@@ -138,3 +138,47 @@ def test_eight_concurrent_clients_all_succeed_and_the_server_stays_responsive(se
     assert len(set(results.values())) > 1
     assert page_s < 10, f"the page took {page_s:.1f} s under load"
     print(f"\n8 concurrent generations of 48 tokens: {total:.1f} s; page under load {page_s * 1000:.0f} ms")
+
+
+def test_importing_the_ui_is_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, zoo, zoo.ui.app, zoo.ui.common, zoo.ui.i18n; "
+            "heavy = [m for m in ('gradio', 'matplotlib', 'transformers') if m in sys.modules]; "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_zoo_ui_command_serves_on_localhost(tmp_path):
+    """The README's main job: `zoo ui` starts the app on 127.0.0.1 (here on a free port)."""
+    import os
+    import subprocess
+    import sys
+
+    from ui_support import free_port
+
+    port = free_port()
+    env = {**os.environ, "ZOO_RUNS": str(tmp_path / "runs"), "GRADIO_ANALYTICS_ENABLED": "False"}
+    proc = subprocess.Popen([sys.executable, "-m", "zoo.cli", "ui", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as resp:
+                    assert resp.status == 200 and b"gradio" in resp.read().lower()
+                    break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    raise AssertionError(f"zoo ui did not start:\n{proc.stdout.read() if proc.stdout else ''}")
+                time.sleep(1)
+        c = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False)
+        assert "Valid" in c.predict(zoo.spec("gpt_tiny").to_yaml(), api_name="/validate")[0]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -176,6 +176,23 @@ def checkpoint_names() -> list[str]:
     return list(checkpoint_table())
 
 
+def default_checkpoint(names: list[str] | None = None) -> str | None:
+    """The checkpoint a tab starts on: the first one that can read text (a stored tokenizer),
+    preferring decoders (they have the most to show), else the first name, else None."""
+    names = checkpoint_names() if names is None else names
+    table = checkpoint_table()
+    ranked = []
+    for name in names:
+        try:
+            meta = zoo.read_metadata(table[name])
+            arch = zoo.load_spec(table[name]).arch
+        except (ZooError, KeyError):
+            continue
+        if "zoo.tokenizer" in meta:
+            ranked.append((arch != "decoder", name))
+    return min(ranked)[1] if ranked else (names[0] if names else None)
+
+
 def check_name(name: Any, lang: str = "en") -> str:
     """A plain checkpoint / run name, or a ``CheckpointError`` (paths, ``..``, empty)."""
     if not name or not isinstance(name, str) or not name.strip():

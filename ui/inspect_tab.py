@@ -19,7 +19,7 @@ import torch
 import zoo
 from zoo.errors import ZooError
 
-from .common import LIMITS, check_text, checkpoint_names, handler, load_checkpoint
+from .common import LIMITS, check_text, checkpoint_names, default_checkpoint, handler, load_checkpoint
 from .i18n import t
 
 #: the lecture's example (seed 000): three tokens, d_k = 2
@@ -239,7 +239,7 @@ def build(tr, lang_state) -> dict:
     names = checkpoint_names()
     tr.add(gr.Markdown(tr("inspect.intro")), value="inspect.intro")
     with gr.Row():
-        ckpt = tr.add(gr.Dropdown(names, value=names[0] if names else None, label=tr("run.checkpoint"),
+        ckpt = tr.add(gr.Dropdown(names, value=default_checkpoint(names), label=tr("run.checkpoint"),
                                   elem_id="inspect-checkpoint", allow_custom_value=True),
                       label="run.checkpoint")
         refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="inspect-refresh"),

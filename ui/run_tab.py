@@ -16,8 +16,8 @@ from typing import Any, Iterator
 import zoo
 from zoo.errors import ZooError
 
-from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path, handler,
-                     load_checkpoint)
+from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
+                     default_checkpoint, handler, load_checkpoint)
 from .i18n import t
 
 
@@ -105,12 +105,13 @@ def build(tr, lang_state) -> dict:
     import gradio as gr
 
     names = checkpoint_names()
+    first = default_checkpoint(names)
     tr.add(gr.Markdown(tr("run.intro")), value="run.intro")
     with gr.Row():
-        ckpt = tr.add(gr.Dropdown(names, value=names[0] if names else None, label=tr("run.checkpoint"),
+        ckpt = tr.add(gr.Dropdown(names, value=first, label=tr("run.checkpoint"),
                                   elem_id="run-checkpoint", allow_custom_value=True), label="run.checkpoint")
         refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="run-refresh"), value="run.refresh")
-    card = gr.Markdown(model_card(names[0]) if names else "", elem_id="run-card")
+    card = gr.Markdown(model_card(first) if first else "", elem_id="run-card")
     prompt = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
                                max_length=LIMITS["text_chars"]), label="run.prompt")
     with gr.Row():
