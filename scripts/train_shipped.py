@@ -127,9 +127,9 @@ def samples(name: str, model, seed: int = 0) -> list[tuple[str, str]]:
     return [(str(n), p) for n, p in zip(NUMERAL_EXAMPLES, preds)]
 
 
-def model_card(name, preset, result, spec_yaml, extra, sample_rows, info) -> str:
+def model_card(name, preset, result, spec_yaml, extra, sample_rows, info, knobs) -> str:
     f = result.final
-    cfg = {k: v for k, v in preset["train"].items()}
+    cfg = {k: v for k, v in knobs.items() if k != "progress"}
     lines = [f"# {name}", "", preset["blurb"], "",
              "Trained by `python scripts/train_shipped.py " + name + "` "
              "(see the repository README, *Training*).", "",
@@ -143,7 +143,7 @@ def model_card(name, preset, result, spec_yaml, extra, sample_rows, info) -> str
         lines += ['model.generate("10086")             # -> "一万零八十六"']
     lines += ["```", "", "## Training", "",
               f"- objective: `{preset['objective']}`",
-              f"- data: {info.get('data')} — {info.get('examples')} examples "
+              f"- data: {info.get('data')}: {info.get('examples'):,} examples "
               f"({info.get('train_examples')} train / {info.get('eval_examples')} held out), "
               f"tokenizer `{info.get('tokenizer')}` with {info.get('vocab_size')} tokens",
               f"- steps: {result.step}, settings: `{json.dumps(cfg)}`",
@@ -187,7 +187,8 @@ def run(name: str, args) -> dict:
         print("interrupted; resume with --resume")
         return {}
     model = zoo.load(run_dir)
-    extra = {"hardware": f"{torch.get_num_threads()} CPU threads ({platform.processor() or platform.machine()})"
+    threads = torch.get_num_threads()
+    extra = {"hardware": f"{threads} CPU thread{'s' if threads > 1 else ''} ({platform.processor() or platform.machine()})"
              if not torch.cuda.is_available() else torch.cuda.get_device_name(0), "metrics": {}}
     if name == "numerals_t5":
         acc, wrong = numerals_heldout_eval(model)
@@ -203,13 +204,13 @@ def run(name: str, args) -> dict:
                "total_s": time.time() - t0}
     print(json.dumps(summary, ensure_ascii=False, indent=1))
     if not args.no_export:
-        dest = ROOT / "checkpoints" / name
+        dest = Path(args.export_to) / name
         dest.mkdir(parents=True, exist_ok=True)
         for f in ("model.safetensors", "spec.yaml", "loss.png"):
             if (run_dir / f).is_file():
                 shutil.copy2(run_dir / f, dest / f)
         spec_yaml = (run_dir / "spec.yaml").read_text(encoding="utf-8")
-        (dest / "README.md").write_text(model_card(name, preset, result, spec_yaml, extra, rows, info),
+        (dest / "README.md").write_text(model_card(name, preset, result, spec_yaml, extra, rows, info, knobs),
                                         encoding="utf-8")
         print(f"exported to {dest}")
     return summary
@@ -225,6 +226,7 @@ def main(argv=None):
                     "busy machine (OpenMP threads spin-wait when the cores are oversubscribed)")
     ap.add_argument("--resume", action="store_true", help="continue a killed run")
     ap.add_argument("--no-export", action="store_true", help="do not copy into checkpoints/")
+    ap.add_argument("--export-to", default=str(ROOT / "checkpoints"), help="[checkpoints/]")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
