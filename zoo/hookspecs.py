@@ -8,7 +8,8 @@ hook made the call::
 
 ``name``
     The string users write in a spec (``attention: {kind: NAME}``).  Lower-case letters, digits and
-    ``_``; unique across all plugins within the family (a duplicate is a ``PluginError`` naming both).
+    ``_``; unique across all plugins within the family (a duplicate is reported on the plugin,
+    naming both plugins, and the first registration keeps the name; see ``zoo plugins``).
 ``component``
     For every family but tokenizers, an ``nn.Module`` subclass constructed as ``component(config,
     ctx)`` where ``config`` is an instance of the config class below and ``ctx`` a
@@ -21,7 +22,8 @@ hook made the call::
     component takes no parameters.
 
 Hooks only ever gain parameters (pluggy passes only the ones an implementation asks for), so a
-plugin written against an older zoo keeps working.
+plugin written against an older zoo keeps working.  The plugin author's guide (every hook with an
+example, capabilities, the conformance kit ``zoo.testing``, publishing) is ``docs/PLUGINS.md``.
 
 Example, a complete plugin module::
 
