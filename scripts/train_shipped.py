@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import zoo  # noqa: E402
 from zoo.data import numeral_pairs, read_documents, split_holdout, write_pairs  # noqa: E402
-from zoo.train import train  # noqa: E402
+from zoo.train import TrainResult, read_metrics, train  # noqa: E402
 
 POEMS = ROOT / "data" / "poems.txt"
 
@@ -166,6 +166,18 @@ def model_card(name, preset, result, spec_yaml, extra, sample_rows, info, knobs)
     return "\n".join(lines)
 
 
+def finished_run(run_dir: Path) -> TrainResult:
+    """The result of a completed run, read back from its folder (for ``--card-only``)."""
+    recs = read_metrics(run_dir)
+    end = next((r for r in reversed(recs) if r.get("event") == "end"), None)
+    if end is None:
+        raise SystemExit(f"{run_dir} has no finished run (no 'end' record in metrics.jsonl)")
+    model = zoo.load(run_dir)
+    final = {k: v for k, v in end.items() if k not in ("event", "step")}
+    return TrainResult(model=model, tokenizer=model.tokenizer, final=final, history=recs,
+                       out=run_dir, step=end["step"], wall_time=end.get("wall_time_s", 0.0))
+
+
 def run(name: str, args) -> dict:
     preset = PRESETS[name]
     run_dir = Path(args.runs) / name
@@ -177,7 +189,11 @@ def run(name: str, args) -> dict:
         knobs["warmup"] = min(knobs["warmup"], max(1, args.steps // 10))
     knobs["progress"] = not args.no_progress
     t0 = time.time()
-    if args.resume:
+    if args.card_only:  # re-evaluate a finished run and rewrite its card, without training
+        result = finished_run(run_dir)
+        stored = json.loads((run_dir / "trainer_state.json").read_text(encoding="utf-8"))["config"]
+        knobs = {k: stored[k] for k in preset["train"]}
+    elif args.resume:
         result = train(None, data, out=run_dir, resume=True, steps=knobs["steps"],
                        progress=knobs["progress"])
     else:
@@ -225,6 +241,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads [2]; use 1 on a "
                     "busy machine (OpenMP threads spin-wait when the cores are oversubscribed)")
     ap.add_argument("--resume", action="store_true", help="continue a killed run")
+    ap.add_argument("--card-only", action="store_true",
+                    help="do not train: evaluate the finished run in runs/ and (re)export it")
     ap.add_argument("--no-export", action="store_true", help="do not copy into checkpoints/")
     ap.add_argument("--export-to", default=str(ROOT / "checkpoints"), help="[checkpoints/]")
     ap.add_argument("--no-progress", action="store_true")
