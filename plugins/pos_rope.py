@@ -18,12 +18,19 @@ pairs ``2i`` with ``2i + 1`` (the paper, GPT-J, Meta's original Llama code).  ``
 ``rope_theta`` (10 000; 500 000 in Llama 3).  ``fraction`` < 1 rotates only the first part of each
 head (GPT-NeoX's ``rotary_pct``).
 
+Context extension rescales the frequencies: ``scaling: linear`` divides them all by ``factor``
+(position interpolation, Chen et al., 2023); ``scaling: llama3`` (Llama 3.1+) divides only the slow
+ones — wavelengths longer than ``original_max_len / low_freq_factor`` — by ``factor``, keeps the fast
+ones (shorter than ``original_max_len / high_freq_factor``) and blends smoothly in between.
+
 Under a KV cache the keys are rotated *before* they are cached, with their absolute positions, so the
 new queries (rotated at their own offsets) meet them exactly as in a full forward pass.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -36,17 +43,45 @@ class RopeConfig:
     base: float = 10000.0      # theta: the slowest pair turns once every 2π·base positions
     interleaved: bool = False  # pair (2i, 2i+1) instead of (i, i + hd/2)
     fraction: float = 1.0      # share of each head's features that is rotated
+    scaling: Literal["none", "linear", "llama3"] = "none"  # context extension (see above)
+    factor: float = 1.0        # how much longer the context became
+    low_freq_factor: float = 1.0   # llama3 only
+    high_freq_factor: float = 4.0  # llama3 only
+    original_max_len: int = 8192   # llama3 only: the pre-training context length
 
     def __post_init__(self):
         if self.base <= 1:
             raise ValueError(f"base must be > 1, got {self.base}")
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], got {self.fraction}")
+        if self.factor <= 0:
+            raise ValueError(f"factor must be > 0, got {self.factor}")
+        if self.scaling == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
+            raise ValueError("llama3 scaling needs high_freq_factor > low_freq_factor > 0")
 
 
-def rope_angles(pos: torch.Tensor, dim: int, base: float) -> torch.Tensor:
-    """``pos (B|1, T)`` -> angles ``(B|1, T, dim/2)``: position times each pair's frequency."""
-    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, device=pos.device, dtype=torch.float32) / dim))
+def rope_frequencies(dim: int, config: RopeConfig, device=None) -> torch.Tensor:
+    """``(dim/2,)`` angular frequency of each pair, ``base^(-2i/dim)``, rescaled by ``config.scaling``."""
+    inv_freq = 1.0 / (config.base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
+    if config.scaling == "linear":
+        return inv_freq / config.factor
+    if config.scaling == "llama3":
+        wavelen = 2 * math.pi / inv_freq
+        slow = wavelen > config.original_max_len / config.low_freq_factor
+        fast = wavelen < config.original_max_len / config.high_freq_factor
+        scaled = torch.where(slow, inv_freq / config.factor, inv_freq)
+        smooth = (config.original_max_len / wavelen - config.low_freq_factor) / (
+            config.high_freq_factor - config.low_freq_factor)
+        blended = (1 - smooth) * scaled / config.factor + smooth * scaled
+        return torch.where(~slow & ~fast, blended, scaled)
+    return inv_freq
+
+
+def rope_angles(pos: torch.Tensor, dim: int, base: float = 10000.0, *,
+                config: RopeConfig | None = None) -> torch.Tensor:
+    """``pos (B|1, T)`` -> angles ``(B|1, T, dim/2)``: position times each pair's frequency
+    (``config`` adds the scaling; without it, plain RoPE with ``base``)."""
+    inv_freq = rope_frequencies(dim, config or RopeConfig(base=base), pos.device)
     return pos.to(torch.float32)[..., None] * inv_freq  # (B|1, T, dim/2)
 
 
@@ -73,7 +108,7 @@ class Rope(PositionScheme):
 
     def qk_state(self, pos):
         """cos/sin tables ``(B|1, 1, T, rot_dim/2)`` (float32), shared by every layer."""
-        ang = rope_angles(pos, self.rot_dim, self.config.base)[:, None]  # (B|1, 1, T, rot/2)
+        ang = rope_angles(pos, self.rot_dim, config=self.config)[:, None]  # (B|1, 1, T, rot/2)
         return ang.cos(), ang.sin()
 
     def rotate(self, q, k, state):

@@ -104,6 +104,11 @@ CASES = {
     "llama_gqa_untied": (lambda: llama(), "llama"),
     "llama_bias_headdim_tied": (lambda: llama(attention_bias=True, mlp_bias=True, head_dim=16,
                                               num_key_value_heads=1, tie_word_embeddings=True), "llama"),
+    "llama3_rope_scaling_untied": (lambda: llama(max_position_embeddings=64, rope_parameters={
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16}), "llama"),
+    "llama_linear_rope_untied": (lambda: llama(rope_parameters={"rope_type": "linear", "rope_theta": 1e4,
+                                                                "factor": 4.0}), "llama"),
     "t5_relu_scaled": (lambda: t5(), "t5"),
     "t5_v1_1_gated_untied": (lambda: untie(t5(feed_forward_proj="gated-gelu", tie_word_embeddings=False,
                                               num_decoder_layers=3)), "t5"),
@@ -227,8 +232,8 @@ def _cfg_state(hf):
     (bert, "position_embedding_type", "relative_key"),
     (bert, "hidden_act", "relu"),  # the MLM head's transform is exact GELU in zoo
     (llama, "hidden_act", "tanh"),
-    (llama, "rope_parameters", {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}),
-    (llama, "rope_scaling", {"rope_type": "linear", "factor": 2.0}),
+    (llama, "rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4, "factor": 8.0}),
+    (llama, "rope_scaling", {"rope_type": "dynamic", "factor": 2.0}),
     (t5, "feed_forward_proj", "gated-tanh"),
     (t5, "feed_forward_proj", "sigmoid"),
 ])
@@ -256,7 +261,8 @@ def test_unknown_family_and_unknown_tensor():
 
 
 # ---------------------------------------------------------------------- and back
-@pytest.mark.parametrize("case", ["gpt2_relu_untied", "bert_mlm", "llama_bias_headdim_tied", "t5_v1_1_gated_untied"])
+@pytest.mark.parametrize("case", ["gpt2_relu_untied", "bert_mlm", "llama_bias_headdim_tied", "llama3_rope_scaling_untied",
+                                  "t5_v1_1_gated_untied"])
 @torch.no_grad()
 def test_to_transformers_round_trip(case):
     make, family = CASES[case]

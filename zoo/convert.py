@@ -220,19 +220,26 @@ def _bert(src: _Source, attention: str):
     return spec, st
 
 
-def _rope_theta(src: _Source) -> float:
-    rp = src.get("rope_parameters") or {}
-    scaling = src.get("rope_scaling")
-    kind = (rp.get("rope_type") or rp.get("type") or "default") if isinstance(rp, Mapping) else "default"
-    if scaling:
-        kind = scaling.get("rope_type") or scaling.get("type") or "default"
-        if kind != "default":
-            src.refuse("rope_scaling", scaling, "zoo's rope has no frequency scaling (llama3 / yarn / "
-                       "linear / dynamic)", "convert a model without rope scaling")
-    if kind != "default":
-        src.refuse("rope_parameters.rope_type", kind, "zoo's rope has no frequency scaling "
-                   "(llama3 / yarn / linear / dynamic)", "convert a model with rope_type 'default'")
-    return float(rp.get("rope_theta") or src.get("rope_theta", 10000.0))
+def _rope(src: _Source) -> dict:
+    """Llama's rotary settings (transformers 5 ``rope_parameters`` or 4.x ``rope_theta`` +
+    ``rope_scaling``) as a zoo ``rope`` entry."""
+    scaling, rp = src.get("rope_scaling") or {}, src.get("rope_parameters") or {}
+    p = {**rp, **scaling}  # a legacy rope_scaling, when present, says what the model was trained with
+    kind = p.get("rope_type") or p.get("type") or "default"
+    where = "rope_scaling" if scaling else "rope_parameters.rope_type"
+    out = {"kind": "rope", "base": float(p.get("rope_theta") or src.get("rope_theta", 10000.0))}
+    if kind == "linear":
+        out.update(scaling="linear", factor=float(p["factor"]))
+    elif kind == "llama3":
+        out.update(scaling="llama3", factor=float(p["factor"]), low_freq_factor=float(p["low_freq_factor"]),
+                   high_freq_factor=float(p["high_freq_factor"]),
+                   original_max_len=int(p.get("original_max_position_embeddings")
+                                        or src.get("max_position_embeddings")))
+    elif kind != "default":
+        src.refuse(where, kind, "zoo's rope implements default, linear and llama3 frequencies only "
+                   "(not yarn, dynamic, longrope)", options=["default", "linear", "llama3"],
+                   fix="convert a model with one of the listed rope types")
+    return out
 
 
 def _llama(src: _Source, attention: str):
@@ -249,7 +256,7 @@ def _llama(src: _Source, attention: str):
                 d_ff=c("intermediate_size"),
                 dropout=float(c("attention_dropout", 0.0)), qkv_bias=bias, out_bias=bias,
                 tie_embeddings=True, scale_embeddings=False, attention=attention, mask="causal",
-                positions={"kind": "rope", "base": _rope_theta(src)},
+                positions=_rope(src),
                 norm={"kind": "rmsnorm", "eps": c("rms_norm_eps", 1e-6), "placement": "pre"},
                 ffn={"kind": "swiglu", "activation": act, "bias": mlp_bias})
     wte = src.take(f"{p}embed_tokens.weight")
@@ -528,7 +535,7 @@ def _hf_config(spec, family: str) -> tuple[str, str, dict]:
             num_key_value_heads=st.num_kv_heads, head_dim=st.head_dim, hidden_act=act,
             max_position_embeddings=spec.max_len, rms_norm_eps=eps, attention_bias=st.qkv_bias,
             mlp_bias=st.ffn.config.bias, attention_dropout=drop, tie_word_embeddings=spec.tie_embeddings,
-            rope_parameters={"rope_type": "default", "rope_theta": st.positions.config.base})
+            rope_parameters=_hf_rope(st.positions.config))
     enc = spec.stack("encoder")
     gated = {"mlp": "", "geglu": "gated-", "reglu": "gated-", "swiglu": "gated-"}.get(st.ffn.kind, "?-")
     ff = f"{gated}{'gelu' if act == 'gelu_new' and gated else act}"
@@ -538,6 +545,16 @@ def _hf_config(spec, family: str) -> tuple[str, str, dict]:
         relative_attention_num_buckets=st.positions.config.num_buckets,
         relative_attention_max_distance=st.positions.config.max_distance, dropout_rate=drop,
         layer_norm_epsilon=eps, feed_forward_proj=ff, tie_word_embeddings=spec.head_scale is not None)
+
+
+def _hf_rope(rc) -> dict:
+    out = {"rope_type": "default" if rc.scaling == "none" else rc.scaling, "rope_theta": rc.base}
+    if rc.scaling != "none":
+        out["factor"] = rc.factor
+    if rc.scaling == "llama3":
+        out.update(low_freq_factor=rc.low_freq_factor, high_freq_factor=rc.high_freq_factor,
+                   original_max_position_embeddings=rc.original_max_len)
+    return out
 
 
 def _guess_family(spec) -> str:
