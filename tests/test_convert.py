@@ -83,6 +83,9 @@ def run(family, hf, z):
     if family in ("gpt2", "llama"):
         ids, am, pos = batch(left=True)  # left padding: HF needs the positions zoo derives itself
         return hf(ids, attention_mask=am, position_ids=pos).logits, z(ids, attention_mask=am), am
+    if family == "t5_encoder":
+        ids, am, _ = batch(left=True)  # relative positions: left padding needs nothing special
+        return hf(ids, attention_mask=am).last_hidden_state, z(ids, attention_mask=am), am
     if family in ("bert", "bert_model"):
         ids, am, _ = batch()
         tt = (torch.arange(L) >= 4).long().expand(B, L)  # two segments
@@ -110,6 +113,9 @@ CASES = {
     "llama_linear_rope_untied": (lambda: llama(rope_parameters={"rope_type": "linear", "rope_theta": 1e4,
                                                                 "factor": 4.0}), "llama"),
     "t5_relu_scaled": (lambda: t5(), "t5"),
+    "t5_encoder_model": (lambda: randomize(T.T5EncoderModel(T.T5Config(
+        vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        feed_forward_proj="gated-gelu", attn_implementation="eager"))), "t5_encoder"),
     "t5_v1_1_gated_untied": (lambda: untie(t5(feed_forward_proj="gated-gelu", tie_word_embeddings=False,
                                               num_decoder_layers=3)), "t5"),
 }

@@ -8,8 +8,8 @@
 
 Supported families (``config.model_type``): ``gpt2`` (GPT2LMHeadModel, GPT2Model), ``bert``
 (BertModel, BertForMaskedLM, BertForPreTraining), ``llama`` (LlamaForCausalLM, LlamaModel) and ``t5``
-(T5ForConditionalGeneration, T5Model).  The zoo model computes the same function as the source: the
-test suite checks logits / hidden states to 1e-4 in float32 on padded batches.
+(T5ForConditionalGeneration, T5Model, T5EncoderModel).  The zoo model computes the same function as
+the source: the test suite checks logits / hidden states to 1e-4 in float32 on padded batches.
 
 How it works: each family maps its config to a zoo spec (every config value that changes the
 function is either mapped or refused with a :class:`ConvertError` naming the field) and its tensors
@@ -302,9 +302,7 @@ def _t5_ffn(src: _Source) -> dict:
 
 def _t5(src: _Source, attention: str):
     c = src.get
-    if not any(k.startswith("decoder.") for k in src.state):
-        raise ConvertError("this T5 checkpoint has no decoder (T5EncoderModel)", where="weights",
-                           fix="convert a T5ForConditionalGeneration or T5Model")
+    encoder_only = not any(k.startswith("decoder.") for k in src.state)  # T5EncoderModel
     ffn = _t5_ffn(src)
     D, H, hd = c("d_model"), c("num_heads"), c("d_kv")
     Le, Ld = c("num_layers"), c("num_decoder_layers") or c("num_layers")
@@ -318,10 +316,13 @@ def _t5(src: _Source, attention: str):
                            "max_distance": c("relative_attention_max_distance", 128)},
                 norm={"kind": "rmsnorm", "eps": c("layer_norm_epsilon", 1e-6), "placement": "pre"},
                 ffn=ffn, decoder={"num_layers": Ld})
+    if encoder_only:  # the encoder's hidden states (sentence embeddings, retrieval)
+        del spec["decoder"], spec["head_scale"]
+        spec.update(arch="encoder", head={"kind": "none"})
     wte = src.take("shared.weight")
     st = {"tok_emb.weight": wte}
     ff = {"mlp": (("wi", "up"), ("wo", "down"))}.get(ffn["kind"], (("wi_0", "gate"), ("wi_1", "up"), ("wo", "down")))
-    for role, L in (("encoder", Le), ("decoder", Ld)):
+    for role, L in (("encoder", Le),) + ((("decoder", Ld),) if not encoder_only else ()):
         src.ignore(f"{role}.embed_tokens.weight")
         for i in range(L):
             h, z = f"{role}.block.{i}.layer.", f"{role}.blocks.{i}."
@@ -344,7 +345,7 @@ def _t5(src: _Source, attention: str):
                 st[f"{z}ffn.{zn}.weight"] = src.take(f"{h}{n}.DenseReluDense.{hf}.weight")
             st[f"{z}ffn_res.norm.weight"] = src.take(f"{h}{n}.layer_norm.weight")
         st[f"{role}.final_norm.weight"] = src.take(f"{role}.final_layer_norm.weight")
-    if not src.tied("lm_head.weight", wte):
+    if not encoder_only and not src.tied("lm_head.weight", wte):
         spec["tie_embeddings"], st["lm_head.weight"] = False, src.take("lm_head.weight")
     return spec, st
 
