@@ -62,3 +62,16 @@ def test_builtin_attention_kernels_that_claim_exactness_are_checked():
     res = KIT.run(next(c for c in CASES if c.subject == "attention:sdpa" and c.check == "reference"))
     assert res.status == "pass" and res.error is not None and 0 <= res.error < 1e-5
     assert "no mask" in res.note and "bool mask" in res.note and "score bias" in res.note
+
+
+@pytest.mark.gpu
+def test_kit_on_cuda():
+    """The model and kernel checks on the GPU (decoder models; every built-in component)."""
+    from zoo.testing import verify
+
+    results = verify(checks=["forward_backward", "bfloat16", "causal", "padding", "kv_cache",
+                             "save_load", "reference", "masked_rows", "weights"],
+                     archs=["decoder"], device="cuda", params=_params())
+    failed = [f"{r.subject} {r.check}: {r.note}" for r in results if r.status == "fail"]
+    assert not failed, "\n".join(failed)
+    assert sum(r.status == "pass" for r in results) > 50

@@ -20,9 +20,10 @@ import zoo
               help="Only these architectures (repeatable).")
 @click.option("--param", "params", multiple=True, metavar="COMPONENT.KEY=VALUE",
               help="A parameter for a component, e.g. --param sliding_window.window=4.")
+@click.option("--device", default=None, help="Run the checks on this device (default cpu), e.g. cuda.")
 @click.option("--failed", "only_failed", is_flag=True, help="Print only the failed checks.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def command(names, checks, archs, params, only_failed, as_json):
+def command(names, checks, archs, params, device, only_failed, as_json):
     """Check components against zoo's conformance kit; print measured errors and tolerances."""
     import yaml
 
@@ -41,7 +42,7 @@ def command(names, checks, archs, params, only_failed, as_json):
             click.secho(f"FAIL {r.subject} {r.check} {r.case}: {r.note}", fg="red", err=True)
 
     results = verify(list(names) or None, checks=list(checks) or None, archs=list(archs) or None,
-                     params=comp_params, progress=progress)
+                     params=comp_params, device=device, progress=progress)
     shown = [r for r in results if r.status == "fail"] if only_failed else results
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in shown], indent=2, ensure_ascii=False))

@@ -174,9 +174,13 @@ class Kit:
     required parameters or whose defaults make a check trivial.
     """
 
-    def __init__(self, registry: Registry | None = None, params: dict[str, dict] | None = None):
+    def __init__(self, registry: Registry | None = None, params: dict[str, dict] | None = None,
+                 device: Any = None):
         self.registry = registry or get_registry()
         self.params = dict(params or {})
+        from ..build import resolve_device
+
+        self.device = resolve_device(device) or torch.device("cpu")  # a clear error without CUDA
         self._models: dict[tuple, Any] = {}
 
     # -------------------------------------------------------------- selection
@@ -338,7 +342,7 @@ class Kit:
             return self._models[key]
         raw = self.raw_spec(comp, arch)
         try:
-            model = zoo.build(raw, seed=0, dtype=dtype).eval()
+            model = zoo.build(raw, seed=0, dtype=dtype, device=self.device).eval()
         except IncompatibleComponentsError as exc:
             raise Skip(f"not compatible with {arch}: {exc}") from exc
         if not fresh:
@@ -355,7 +359,8 @@ def _ids(model, B: int = BATCH, T: int = SEQ, seed: int = 1234) -> torch.Tensor:
     """Random token ids avoiding the low ids where presets keep special tokens."""
     V = model.spec.vocab_size
     lo = min(5, V - 1)
-    return torch.randint(lo, V, (B, T), generator=_gen(seed))
+    dev = next(model.parameters()).device
+    return torch.randint(lo, V, (B, T), generator=_gen(seed)).to(dev)
 
 
 def _forward(model, arch: str, ids, mask=None, src=None, src_mask=None, hidden: bool = False):
@@ -466,7 +471,7 @@ def check_padding(kit: Kit, comp: Component, arch: str):
     n, P = SEQ - 3, 3
     x = _ids(model, B=1, T=n, seed=7)
     other = _ids(model, B=1, T=SEQ, seed=8)
-    pads = torch.full((1, P), pad_id, dtype=torch.long)
+    pads = torch.full((1, P), pad_id, dtype=torch.long, device=x.device)
     left = arch == "decoder"
     row0 = torch.cat([pads, x], 1) if left else torch.cat([x, pads], 1)
     ids = torch.cat([row0, other])
@@ -528,7 +533,7 @@ def check_save_load(kit: Kit, comp: Component, arch: str):
     ids = _ids(model)
     with tempfile.TemporaryDirectory(prefix="zoo-kit-") as tmp:
         zoo.save(model, tmp)
-        again = zoo.load(tmp)
+        again = zoo.load(tmp, device=kit.device)
     if again.spec != model.spec:
         raise Fail("the loaded spec differs from the saved one")
     mine, theirs = model.state_dict(), again.state_dict()
@@ -549,7 +554,18 @@ def _kernel(comp: Component, kit: Kit, h=4, h_kv=2, hd=8):
                        scale=hd ** -0.5)
     params = kit.params_for(comp)
     cfg = comp.config(**params) if comp.config else None
-    return comp.cls(cfg, ctx).eval()
+    return comp.cls(cfg, ctx).eval().to(kit.device)
+
+
+def _mv(dev, *items):
+    """Tensors (and the tensors in dicts) moved to ``dev``."""
+    out = []
+    for it in items:
+        if isinstance(it, dict):
+            out.append({k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in it.items()})
+        else:
+            out.append(it.to(dev))
+    return out
 
 
 def _qkv(B=2, h=4, h_kv=2, Tq=7, Tk=7, hd=8, seed=3):
@@ -591,7 +607,7 @@ def check_reference(kit: Kit, comp: Component):
     naive = _kernel(kit.registry.get("attention", "naive"), kit)
     errs = []
     for name, kw, Tq, Tk in _attention_cases(caps):
-        q, k, v = _qkv(Tq=Tq, Tk=Tk)
+        q, k, v, kw = _mv(kit.device, *_qkv(Tq=Tq, Tk=Tk), kw)
         with torch.no_grad():
             out, w = kernel(q, k, v, need_weights=caps.returns_weights, **kw)
             ref, rw = naive(q, k, v, need_weights=True, **kw)
@@ -610,8 +626,8 @@ def check_masked_rows(kit: Kit, comp: Component):
     if not caps.supports_mask or caps.causal_only:
         raise Skip("arbitrary masks not supported (declared)")
     kernel = _kernel(comp, kit)
-    q, k, v = (t.requires_grad_() for t in _qkv())
-    out, _ = kernel(q, k, v, mask=_random_mask(2, 7, 7, empty_row=2))
+    q, k, v = (t.requires_grad_() for t in _mv(kit.device, *_qkv()))
+    out, _ = kernel(q, k, v, mask=_random_mask(2, 7, 7, empty_row=2).to(kit.device))
     _finite(out, "output")
     out.pow(2).sum().backward()
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -626,7 +642,7 @@ def check_weights(kit: Kit, comp: Component):
     kernel = _kernel(comp, kit)
     errs = []
     for name, kw, Tq, Tk in _attention_cases(caps):
-        q, k, v = _qkv(Tq=Tq, Tk=Tk)
+        q, k, v, kw = _mv(kit.device, *_qkv(Tq=Tq, Tk=Tk), kw)
         with torch.no_grad():
             out, w = kernel(q, k, v, need_weights=True, **kw)
         if w is None or tuple(w.shape) != (2, 4, Tq, Tk):
@@ -634,8 +650,9 @@ def check_weights(kit: Kit, comp: Component):
                        f"{(2, 4, Tq, Tk)}")
         mask = kw.get("mask")
         if kw.get("is_causal"):
-            mask = causal_mask(Tq, Tk)[None, None]
-        live = mask.any(-1) if mask is not None else torch.ones(1, 1, Tq, dtype=torch.bool)
+            mask = causal_mask(Tq, Tk, kit.device)[None, None]
+        live = mask.any(-1) if mask is not None else torch.ones(1, 1, Tq, dtype=torch.bool,
+                                                                device=kit.device)
         sums = w.sum(-1)
         errs.append(float((sums - 1).abs().masked_fill(~live, 0).max()))
         if mask is not None:
@@ -707,11 +724,12 @@ _CHECKS: dict[str, Callable] = {
 # ---------------------------------------------------------------------- front doors
 def verify(names: Iterable[str] | None = None, *, checks: Iterable[str] | None = None,
            archs: Iterable[str] | None = None, registry: Registry | None = None,
-           params: dict[str, dict] | None = None,
+           params: dict[str, dict] | None = None, device: Any = None,
            progress: Callable[[CheckResult], None] | None = None) -> list[CheckResult]:
     """Run the kit over ``names`` (``family:name``, component or plugin names; default: all
-    registered) and return one :class:`CheckResult` per (component, check, architecture)."""
-    kit = Kit(registry, params)
+    registered) and return one :class:`CheckResult` per (component, check, architecture).
+    ``device``: where the model and kernel checks run (default CPU; e.g. ``"cuda"``)."""
+    kit = Kit(registry, params, device)
     out = []
     for case in kit.cases(names, checks, archs):
         res = kit.run(case)
