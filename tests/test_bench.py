@@ -109,3 +109,21 @@ def test_cli_table_and_errors():
     assert r.returncode == 2 and "--batch" in r.stderr and "Traceback" not in r.stderr
     r = zoo_cli("bench", "gpt_tny")
     assert r.returncode == 2 and "did you mean" in r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["gpt_tiny", "bert_tiny", "t5_tiny", "prefix_lm_tiny", "llama_tiny"])
+def test_torch_compile_traces_every_tiny_preset_without_graph_breaks(preset):
+    """``fullgraph=True`` fails on any graph break (a ``.item()``/``bool(tensor)`` in forward, a
+    data-dependent branch); the eager backend keeps the test fast (no code generation)."""
+    torch._dynamo.reset()
+    m = zoo.build(preset, seed=0, num_layers=1).eval()
+    spec = m.spec
+    ids = torch.randint(1, spec.vocab_size, (2, 12))
+    if spec.pad_id is not None:
+        ids[0, -3:] = spec.pad_id  # padding: the mask path must trace too
+    call = (lambda f: f(ids, ids)) if spec.arch == "encoder_decoder" else (lambda f: f(ids))
+    compiled = torch.compile(m, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        ref, got = call(m), call(compiled)
+    torch.testing.assert_close(got, ref)

@@ -243,8 +243,9 @@ class Stack(nn.Module):
             if cache.key_pos is not None:
                 key_pos = torch.cat([cache.key_pos.expand(pos.size(0), -1), pos], dim=1)
             cache.key_pos = key_pos
-        if key_padding is not None and bool(key_padding.all()):
-            key_padding = None
+        if key_padding is not None and not torch.compiler.is_compiling() and bool(key_padding.all()):
+            key_padding = None  # no real padding: keep the fused causal / mask-free path (under
+            # torch.compile the check would break the graph; the explicit mask gives the same result)
         mctx = MaskContext(q_len=T, k_len=offset + T, device=x.device, q_offset=offset,
                            batch_size=B, key_padding=key_padding, prefix_lengths=prefix_lengths)
         mask, is_causal = self.build_mask(mctx)

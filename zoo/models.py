@@ -229,7 +229,7 @@ class EncoderDecoderModel(ZooModel):
         pos = positions_from_padding(pad, S, src_ids.device)
         x = self.enc_embed(src_ids, pos, self.tok_emb, self.encoder.positions)
         memory = self.encoder(x, pos, key_padding=pad)
-        if pad is not None and bool(pad.all()):
+        if pad is not None and not torch.compiler.is_compiling() and bool(pad.all()):
             pad = None
         return memory, pad
 
