@@ -61,6 +61,7 @@ def build_app(lang: str = "en") -> Any:
                               label=tr("app.language"), elem_id="lang-switch", scale=0, min_width=200)
             tr.add(switch, label="app.language")
         tr.add(gr.Markdown(tr("app.intro")), value="app.intro")
+        parts = {}
         with gr.Tabs():
             for key, module, eid in (("tab.build", build_tab, "tab-build"), ("tab.run", run_tab, "tab-run"),
                                      ("tab.inspect", inspect_tab, "tab-inspect"),
@@ -68,7 +69,24 @@ def build_app(lang: str = "en") -> Any:
                                      ("tab.verify", verify_tab, "tab-verify"),
                                      ("tab.plugins", plugins_tab, "tab-plugins")):
                 with tr.add(gr.Tab(tr(key), id=eid, elem_id=eid), label=key):
-                    module.build(tr, lang_state)
+                    parts[eid] = module.build(tr, lang_state)
+
+        # a model saved in Build appears at once in the checkpoint lists of the other tabs
+        def refresh_lists(run_now, inspect_now, a_now, b_now):
+            from .common import checkpoint_names
+            from .compare_tab import sources
+
+            names, srcs = checkpoint_names(), sources()
+            keep = lambda cur, opts: cur if cur in opts else (opts[0] if opts else None)  # noqa: E731
+            return (gr.update(choices=names, value=keep(run_now, names)),
+                    gr.update(choices=names, value=keep(inspect_now, names)),
+                    gr.update(choices=srcs, value=keep(a_now, srcs)),
+                    gr.update(choices=srcs, value=keep(b_now, srcs)))
+
+        lists = [parts["tab-run"]["checkpoint"], parts["tab-inspect"]["checkpoint"], parts["tab-compare"]["a"],
+                 parts["tab-compare"]["b"]]
+        parts["tab-build"]["saved_event"].success(refresh_lists, inputs=lists, outputs=lists,
+                                                  api_visibility="private")
 
         def on_switch(choice):
             code = lang_code(LANGS.get(choice, choice))

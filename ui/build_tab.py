@@ -517,10 +517,10 @@ def build(tr, lang_state) -> dict:
     lang_state.change(on_change, inputs=[code, lang_state],
                       outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
                       show_progress="hidden", api_visibility="private")
-    save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved], concurrency_limit=2,
-                   api_name="save")
+    saved_event = save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved],
+                                 concurrency_limit=2, api_name="save")
     return {"code": code, "status": status, "fields": fields, "table": table, "diagram": diagram,
-            "save_name": save_name, "saved": saved, "preset": preset, "load": load, "refresh_inputs": code}
+            "save_name": save_name, "saved": saved, "saved_event": saved_event, "preset": preset, "load": load, "refresh_inputs": code}
 
 
 def _choices_raw(path, name, text):

@@ -53,6 +53,8 @@ def model_card(name: str, lang: str = "en") -> str:
     for key, value in sorted(meta.items()):
         if key.startswith("zoo.extra.") and len(value) < 300:
             lines.append(f"- {key[len('zoo.extra.'):]}: {value}")
+    if spec.arch == "encoder":
+        lines += ["", t("run.mask_hint", lang, mask="`<mask>`")]
     folder = path.parent
     for card in ("README.md", "model_card.md", "card.md", "MODEL_CARD.md"):
         f = folder / card
