@@ -164,6 +164,9 @@ def test_zoo_plugins_cli_in_a_fresh_process(site):
                                                  "linear_attention": True, "misspelled": False}
     only = _zoo("plugins", "--third-party", env=_env(site, ZOO_PLUGINS="linear_attention"))
     assert "broken_import" not in only.stdout and "ZOO_PLUGINS=linear_attention" in only.stdout
+    detail = _zoo("plugins", "linear_attention", env=_env(site)).stdout
+    assert "distribution zoo-linear-attention" in detail and "Katharopoulos" in detail
+    assert "chunk_size=64" in detail and "supports_kv_cache" in detail and "exact" not in detail
     # an installed plugin's component is usable straight from the CLI
     spec = ROOT / "plugins" / "zoo-linear-attention" / "examples" / "linear_gpt_tiny.yaml"
     built = _zoo("build", str(spec), "--set", "num_layers=1", env=_env(site))

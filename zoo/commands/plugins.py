@@ -24,13 +24,53 @@ def _env_line() -> str | None:
     return "; ".join(notes) or None
 
 
+def _details(name: str) -> None:
+    """One plugin: where it came from, each component with its parameters and capabilities."""
+    reg = zoo.get_registry()
+    info = reg.plugins.get(name)
+    if info is None:
+        from zoo.errors import PluginError, did_you_mean
+
+        raise PluginError(f"no plugin named '{name}'", where="zoo plugins", options=reg.plugins,
+                          fix=did_you_mean(name, reg.plugins) or "run `zoo plugins` for the list")
+    click.secho(f"{info.name} {info.version}", bold=True)
+    click.echo(f"  source: {info.source}   module: {info.module}")
+    for err in info.errors:
+        click.secho(f"  ! {err}", fg="red")
+    for key in info.components:
+        family, cname = key.split(":", 1)
+        comp = reg.get(family, cname)
+        click.secho(f"\n  {key}", bold=True)
+        if comp.doc:
+            click.echo(f"    {comp.doc[:300]}")
+        params = ", ".join(f"{k}={v!r}" for k, v in comp.params().items())
+        if params:
+            click.echo(f"    parameters: {params}")
+        if family == "attention":
+            caps = comp.capabilities
+            flags = [f for f in ("returns_weights", "supports_bias", "supports_mask",
+                                 "supports_kv_cache", "exact", "causal_only") if getattr(caps, f)]
+            click.echo(f"    capabilities: {', '.join(flags) or '-'}")
+        click.echo(f"    dtypes: {', '.join(comp.capabilities.dtypes)}; "
+                   f"devices: {', '.join(comp.capabilities.devices)}")
+
+
 @click.command("plugins")
+@click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 @click.option("--third-party", is_flag=True, help="Hide the built-in plugins.")
 @click.option("--strict", is_flag=True, help="Exit with status 1 if any plugin has an error.")
-def command(as_json, third_party, strict):
-    """List plugins: name, version, source (builtin or distribution), components, errors."""
-    infos = [p for p in zoo.list_plugins() if not (third_party and p.builtin)]
+def command(name, as_json, third_party, strict):
+    """List plugins: name, version, source (builtin or distribution), components, errors.
+
+    With NAME, describe that plugin's components: docs, parameters, capabilities."""
+    if name and not as_json:
+        _details(name)
+        if strict and not zoo.get_registry().plugins[name].ok:
+            raise SystemExit(1)
+        return
+    infos = [p for p in zoo.list_plugins() if not (third_party and p.builtin)
+             and (not name or p.name == name)]
     broken = [p for p in infos if not p.ok]
     if as_json:
         click.echo(json.dumps([p.to_dict() for p in infos], indent=2, ensure_ascii=False))
