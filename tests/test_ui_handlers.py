@@ -415,3 +415,13 @@ def test_build_cost_curve_and_memory_table():
     shares = [float(r[2].rstrip("%")) for r in rows]
     assert shares == sorted(shares) and shares[-1] > shares[0]
     assert build_tab.cost("arch: [") == (None, [])
+
+
+def test_the_number_of_saved_runs_is_bounded(monkeypatch):
+    monkeypatch.setitem(common.LIMITS, "runs", 2)
+    text = build_tab.preset_yaml("gpt_tiny").replace("num_layers: 4", "num_layers: 1")
+    build_tab.save(text, "one", 0)
+    build_tab.save(text, "two", 0)
+    build_tab.save(text, "two", 1)  # overwriting is fine
+    with pytest.raises(gr.Error, match="runs"):
+        build_tab.save(text, "three", 0)

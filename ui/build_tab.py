@@ -22,7 +22,7 @@ import zoo
 from zoo.errors import SpecError, ZooError
 from zoo.summary import parameter_table
 
-from .common import LIMITS, check_name, check_spec_limits, handler, runs_dir
+from .common import LIMITS, check_name, check_spec_limits, check_value, handler, runs_dir
 from .i18n import format_error, t
 
 #: form field -> (kind of widget, i18n key)
@@ -338,6 +338,10 @@ def save(text: str, name: str, seed: Any, lang: str = "en") -> str:
                        fix="choose another name")
     spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
     n = check_spec_limits(spec, lang)
+    runs = runs_dir()
+    existing = [p.parent.name for p in runs.glob("*/model.safetensors")] if runs.is_dir() else []
+    if name not in existing:
+        check_value("runs", len(existing) + 1, lang=lang)
     model = zoo.build(spec, seed=int(seed or 0))
     path = zoo.save(model, runs_dir() / name, metadata={"created_by": "zoo ui", "seed": int(seed or 0)})
     return t("build.saved", lang, name=name, params=f"{n:,}", path=path)

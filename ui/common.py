@@ -48,6 +48,7 @@ LIMITS: dict[str, int] = {
     "calc_dim": 8,
     "compare_seq_len": 1024,
     "text_chars": 4000,
+    "runs": 50,  # models saved from the browser (overwriting one of them is always allowed)
 }
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
