@@ -39,8 +39,9 @@ PRESETS = {
                   mask="causal", positions="learned", norm={"kind": "layernorm", "placement": "pre"},
                   **COMMON),
         objective="clm", data=POEMS,
-        train=dict(steps=1000, batch_size=16, block_size=96, lr=1e-3, warmup=100,
-                   weight_decay=0.1, holdout=0.1, eval_every=100, eval_batches=16, save_every=100),
+        train=dict(steps=600, batch_size=16, block_size=96, lr=1e-3, warmup=60,
+                   weight_decay=0.1, holdout=0.1, eval_every=50, eval_batches=16, save_every=50,
+                   keep_best=True),
         blurb="A small GPT (decoder-only, causal, pre-norm, learned positions) trained character "
               "by character on 300 Tang and 100 Song poems. Give it the start of a line and it "
               "continues in the style of the corpus: five- or seven-character lines, a comma "
@@ -147,6 +148,8 @@ def model_card(name, preset, result, spec_yaml, extra, sample_rows, info, knobs)
               f"({info.get('train_examples')} train / {info.get('eval_examples')} held out), "
               f"tokenizer `{info.get('tokenizer')}` with {info.get('vocab_size')} tokens",
               f"- steps: {result.step}, settings: `{json.dumps(cfg)}`",
+              *([f"- shipped weights: step {f['best_step']}, the lowest held-out loss "
+                 f"({f['best_eval_loss']:.4f}; `keep_best`)"] if f.get("best_step") else []),
               f"- wall time: {result.wall_time / 60:.1f} min on {extra['hardware']}",
               f"- parameters: {sum(p.numel() for p in result.model.parameters()):,}", "",
               "## Final metrics (held-out data)", ""]
@@ -202,7 +205,9 @@ def run(name: str, args) -> dict:
     if result.interrupted:
         print("interrupted; resume with --resume")
         return {}
-    model = zoo.load(run_dir)
+    # small data overfits: with keep_best the checkpoint with the lowest held-out loss is shipped
+    src_dir = run_dir / "best" if knobs.get("keep_best") and (run_dir / "best").is_dir() else run_dir
+    model = zoo.load(src_dir)
     threads = torch.get_num_threads()
     extra = {"hardware": f"{threads} CPU thread{'s' if threads > 1 else ''} ({platform.processor() or platform.machine()})"
              if not torch.cuda.is_available() else torch.cuda.get_device_name(0), "metrics": {}}
@@ -222,9 +227,9 @@ def run(name: str, args) -> dict:
     if not args.no_export:
         dest = Path(args.export_to) / name
         dest.mkdir(parents=True, exist_ok=True)
-        for f in ("model.safetensors", "spec.yaml", "loss.png"):
-            if (run_dir / f).is_file():
-                shutil.copy2(run_dir / f, dest / f)
+        for f in ("model.safetensors", "spec.yaml"):
+            shutil.copy2(src_dir / f, dest / f)
+        shutil.copy2(run_dir / "loss.png", dest / "loss.png")
         spec_yaml = (run_dir / "spec.yaml").read_text(encoding="utf-8")
         (dest / "README.md").write_text(model_card(name, preset, result, spec_yaml, extra, rows, info, knobs),
                                         encoding="utf-8")

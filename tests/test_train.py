@@ -277,6 +277,16 @@ def test_metrics_file_and_trainer_state_are_safe_formats(tmp_path):
     assert not list(r.out.glob("*.pt")) and not list(r.out.glob("*.bin"))
 
 
+def test_keep_best_saves_the_lowest_heldout_loss(tmp_path):
+    r = train(_spec(vocab_size=3000), POEMS, out=tmp_path / "o", steps=6, batch_size=4,
+              block_size=16, lr=3e-3, warmup=1, keep_best=True, **{**Q, "eval_every": 2})
+    evals = {h["step"]: h["eval_loss"] for h in r.history if "eval_loss" in h and "event" not in h}
+    best_step = min(evals, key=evals.get)
+    assert r.final["best_step"] == best_step and r.final["best_eval_loss"] == evals[best_step]
+    best = zoo.load(tmp_path / "o" / "best")
+    assert json.loads(best.checkpoint_metadata["zoo.extra.train"])["step"] == best_step
+
+
 # ---------------------------------------------------------------------- command line
 def test_cli_train_and_bad_data(tmp_path):
     from click.testing import CliRunner

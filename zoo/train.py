@@ -30,6 +30,8 @@ What the loop does, nanoGPT-style, in the open:
   seeded by ``(seed, step)`` and dropout is re-seeded per step, so a run is reproducible and a resumed
   run takes exactly the steps an uninterrupted one would;
 - bf16 autocast on CUDA; float32 on CPU;
+- ``keep_best``: the model with the lowest held-out loss so far is also saved to ``out/best/``
+  (small data overfits; the best checkpoint is the one to ship);
 - checkpoints every ``save_every`` steps: ``model.safetensors`` + ``spec.yaml`` (a normal zoo
   checkpoint, with the tokenizer) and ``trainer_state.safetensors`` (weights, AdamW moments) with
   ``trainer_state.json`` (step, config, schedule; also inside the safetensors header).  No pickle.  A
@@ -96,6 +98,7 @@ class TrainConfig:
     seed: int = 0
     bf16: bool = True             # autocast to bfloat16 on CUDA (ignored on CPU)
     tokenizer: str = "char"       # for a fresh model: "char" (vocabulary from the data) or "byte"
+    keep_best: bool = False       # also save the model with the lowest held-out loss to out/best/
     progress: bool = True
 
     def validate(self) -> "TrainConfig":
@@ -632,7 +635,8 @@ def _state_meta(step, cfg, spec, tok, info, elapsed, tokens_seen, history_tail) 
             "zoo_version": __version__, "last_metrics": history_tail}
 
 
-def save_state(out: Path, model, opt, tok, cfg, spec, info, step, elapsed, tokens_seen, last) -> None:
+def save_state(out: Path, model, opt, tok, cfg, spec, info, step, elapsed, tokens_seen, last,
+               best=None) -> None:
     """Write the zoo checkpoint and the resumable trainer state (each file atomically; the state
     file alone is enough to resume, so a kill between the two writes loses nothing)."""
     from safetensors.torch import save_file
@@ -640,6 +644,7 @@ def save_state(out: Path, model, opt, tok, cfg, spec, info, step, elapsed, token
     from .io import _atomic_write, _dedupe, save
 
     meta = _state_meta(step, cfg, spec, tok, info, elapsed, tokens_seen, last)
+    meta["best"] = best
     save(model, out, tokenizer=tok, metadata={"train": {"step": step, "objective": cfg.objective,
                                                         "data": info.get("data"), "metrics": last}})
     weights, tied = _dedupe(model.state_dict())
@@ -810,10 +815,12 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
     start = 0
     elapsed0 = 0.0
     tokens_seen = 0
+    best = {"eval_loss": float("inf"), "step": None}
     if state is not None:
         meta, tensors, ojson = state
         load_optimizer_tensors(opt, tensors, ojson)
         start, elapsed0, tokens_seen = meta["step"], meta.get("elapsed_s", 0.0), meta.get("tokens_seen", 0)
+        best = meta.get("best") or best
         del tensors
     ddp = net
     if dist.world > 1:
@@ -903,6 +910,12 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     last_eval = evaluate(net, task, dist.device, autocast=autocast,
                                          exact_match=cfg.exact_match_samples)
+                    if cfg.keep_best and last_eval.get("eval_loss", math.inf) < best["eval_loss"]:
+                        best = {"eval_loss": last_eval["eval_loss"], "step": step}
+                        from .io import save as zoo_save
+
+                        zoo_save(net, out / "best", tokenizer=tok, metadata={"train": {
+                            "step": step, "objective": cfg.objective, "metrics": last_eval}})
                     rec = {**(rec or {"step": step}), **last_eval}
                 if rec is not None:
                     history.append(rec)
@@ -922,7 +935,8 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
             if step % cfg.save_every == 0 or step == cfg.steps or stop_now:
                 if dist.main:
                     save_state(out, net, opt, tok, cfg, spec, info, step,
-                               elapsed0 + time.perf_counter() - t0, tokens_seen, last_eval)
+                               elapsed0 + time.perf_counter() - t0, tokens_seen, last_eval,
+                               best=best)
                 dist.barrier()
             if stop_now:
                 interrupted = step < cfg.steps
@@ -938,6 +952,8 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
             final["eval_exact_match"] = exact_match_rate(net, tok, task.eval.sources,
                                                          task.eval.targets, dist.device)
             final["eval_exact_match_n"] = len(task.eval.sources)
+        if cfg.keep_best and best["step"] is not None:
+            final["best_step"], final["best_eval_loss"] = best["step"], best["eval_loss"]
         final["wall_time_s"] = wall
         final["steps"] = step
         rec = {"event": "end", "step": step, **final}
