@@ -849,9 +849,11 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
         _append(out, run_info)
 
     bar = None
-    if dist.main and cfg.progress:
-        from tqdm.auto import tqdm
-
+    try:
+        from tqdm.auto import tqdm  # the `train` extra; without it, metrics.jsonl still records all
+    except ImportError:
+        tqdm = None
+    if dist.main and cfg.progress and tqdm is not None:
         bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.objective} {spec.name}",
                    unit="step", dynamic_ncols=True)
     t0 = time.perf_counter()
