@@ -322,7 +322,7 @@ def test_killed_run_resumes_losing_only_unsaved_steps(tmp_path):
     p = _zoo("train", str(spec), "--data", str(POEMS), "--steps", "400", "--out", str(out),
              "--batch-size", "4", "--block-size", "16", "--save-every", "5", "--eval-every", "1000",
              "--log-every", "1", "--no-progress")
-    deadline = time.time() + 120
+    deadline = time.time() + 300
     while time.time() < deadline:
         done = [r["step"] for r in read_metrics(out) if "loss" in r] if out.exists() else []
         if done and max(done) >= 13:
@@ -334,7 +334,7 @@ def test_killed_run_resumes_losing_only_unsaved_steps(tmp_path):
     saved = state["step"]
     assert saved % 5 == 0 and saved >= 10
     r = _zoo("train", "--resume", "--out", str(out), "--steps", str(saved + 3), "--no-progress")
-    log, _ = r.communicate(timeout=120)
+    log, _ = r.communicate(timeout=300)
     assert r.returncode == 0, log
     steps = [x["step"] for x in read_metrics(out) if "loss" in x]
     assert steps == list(range(1, saved + 4))  # the unsaved steps' records were dropped, not doubled
@@ -363,8 +363,8 @@ def test_two_process_gloo_matches_one_process(tmp_path):
                             "train", str(spec), "--out", str(tmp_path / "two"), *common],
                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
-    log1, _ = one.communicate(timeout=180)
-    log2, _ = two.communicate(timeout=180)
+    log1, _ = one.communicate(timeout=300)
+    log2, _ = two.communicate(timeout=300)
     assert one.returncode == 0, log1
     assert two.returncode == 0, log2
     recs = read_metrics(tmp_path / "two")
