@@ -327,6 +327,7 @@ def test_killed_run_resumes_losing_only_unsaved_steps(tmp_path):
         done = [r["step"] for r in read_metrics(out) if "loss" in r] if out.exists() else []
         if done and max(done) >= 13:
             break
+        assert p.poll() is None, p.communicate()[0]  # it must still be running
         time.sleep(0.2)
     p.kill()  # SIGKILL: no chance to save
     p.wait()
