@@ -146,6 +146,18 @@ def test_bert_pooler_is_dropped_and_named():
     assert z.spec.head.kind == "none" and z.spec.pad_id == 0
 
 
+@torch.no_grad()
+def test_bert_for_pretraining_keeps_mlm_drops_nsp():
+    cfg = T.BertConfig(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, max_position_embeddings=64, attn_implementation="eager")
+    hf = randomize(T.BertForPreTraining(cfg))
+    z = from_transformers(hf)
+    assert sorted(z.convert_info["dropped"]) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight",
+                                                 "cls.seq_relationship.bias", "cls.seq_relationship.weight"]
+    ids, am, _ = batch()
+    assert maxdiff(hf(ids, attention_mask=am).prediction_logits, z(ids, attention_mask=am), am) <= TOL
+
+
 def test_specs_say_what_the_models_are():
     s = from_transformers(llama()).spec
     assert (s.positions.kind, s.positions.config.base, s.norm.kind, s.ffn.kind) == ("rope", 500000.0, "rmsnorm", "swiglu")

@@ -160,7 +160,8 @@ def _gpt2(src: _Source, attention: str):
                        ("mlp.c_proj", "ffn.down")):
             # GPT-2's Conv1D stores its weights as (in, out): transposed
             st[f"{z}{zn}.weight"], st[f"{z}{zn}.bias"] = src.take_t(f"{h}{hf}.weight"), src.take(f"{h}{hf}.bias")
-        src.ignore(f"{h}attn.bias"), src.ignore(f"{h}attn.masked_bias")  # old causal-mask buffers
+        for buf in ("attn.bias", "attn.masked_bias"):  # causal-mask buffers of older versions
+            src.ignore(f"{h}{buf}")
     st["decoder.final_norm.weight"], st["decoder.final_norm.bias"] = src.take(f"{p}ln_f.weight"), src.take(f"{p}ln_f.bias")
     if not src.tied("lm_head.weight", wte):
         spec["tie_embeddings"], st["lm_head.weight"] = False, src.take("lm_head.weight")
@@ -195,7 +196,8 @@ def _bert(src: _Source, attention: str):
           "embed.norm.weight": src.take(f"{e}LayerNorm.weight"), "embed.norm.bias": src.take(f"{e}LayerNorm.bias")}
     if spec["type_vocab_size"]:
         st["embed.types.weight"] = src.take(f"{e}token_type_embeddings.weight")
-    src.ignore(f"{e}position_ids"), src.ignore(f"{e}token_type_ids")  # constant buffers
+    for buf in ("position_ids", "token_type_ids"):  # constant buffers
+        src.ignore(f"{e}{buf}")
     pairs = (("attention.output.dense", "attn.out"), ("attention.output.LayerNorm", "attn_res.norm"),
              ("intermediate.dense", "ffn.up"), ("output.dense", "ffn.down"),
              ("output.LayerNorm", "ffn_res.norm"))
@@ -206,7 +208,8 @@ def _bert(src: _Source, attention: str):
         st[f"{z}attn.qkv.bias"] = src.cat(f"{a}query.bias", f"{a}key.bias", f"{a}value.bias")
         for hf, zn in pairs:
             st[f"{z}{zn}.weight"], st[f"{z}{zn}.bias"] = src.take(f"{h}{hf}.weight"), src.take(f"{h}{hf}.bias")
-    src.drop(f"{p}pooler."), src.drop("cls.seq_relationship.")  # not part of the MLM / hidden states
+    src.drop(f"{p}pooler.")  # not part of the MLM logits or the hidden states
+    src.drop("cls.seq_relationship.")  # BertForPreTraining's next-sentence head
     if mlm:
         t = "cls.predictions.transform."
         st.update({"transform.0.weight": src.take(f"{t}dense.weight"), "transform.0.bias": src.take(f"{t}dense.bias"),
