@@ -6,7 +6,8 @@ something independent of the component:
 
 ==================  ============================================================================
 ``compatible``      builds in at least one architecture (encoder, decoder, encoder-decoder)
-``build``           builds in this architecture (skipped when capabilities say it cannot)
+``build``           builds in this architecture (skipped when capabilities say it cannot); decoders
+                    use grouped-query attention (half as many key/value heads as query heads)
 ``forward_backward`` CPU float32 forward and backward: right output shape, no NaN/inf in outputs or
                     gradients, and every parameter of the component receives a gradient
 ``bfloat16``        (where the component declares bfloat16) forward/backward finite, and the
@@ -297,6 +298,8 @@ class Kit:
         raw = copy.deepcopy(resolve_spec_source(ARCH_PRESETS[arch]))
         raw["num_layers"] = LAYERS
         raw["dropout"] = 0.0
+        if arch == "decoder" and raw.get("num_kv_heads") is None and raw.get("num_heads", 1) % 2 == 0:
+            raw["num_kv_heads"] = raw["num_heads"] // 2  # grouped-query attention in decoders
         for role in ("encoder", "decoder"):
             if isinstance(raw.get(role), dict):
                 raw[role] = dict(raw[role])
