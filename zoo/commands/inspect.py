@@ -4,7 +4,8 @@ Writes ``attention_grid.png`` (every layer x head), ``attention_L{i}.png`` (per 
 averaged, or ``--head``), ``mask.png``, a positional-encoding view (``positions.png``: sinusoid
 waves, RoPE rotation or the score bias, by the spec), ``cost.png`` (FLOPs vs length) and
 ``inspect.json`` (tokens, attention weights, residual norms, norm statistics, next-token
-predictions, parameter table, compute-cost table and crossover).
+predictions, parameter table, compute-cost table and crossover; with ``--measure`` also measured
+forward times beside the FLOPs-based estimate).
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ import zoo
 @click.option("--tokenizer", default=None, metavar="KIND[:ARG]", help="Override the tokenizer.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default=None)
-def command(checkpoint, text, out, head, tokenizer, seed, device):
+@click.option("--measure", is_flag=True, help="Also time forwards at a few lengths beside the "
+              "FLOPs estimate (adds 'measured' to inspect.json).")
+def command(checkpoint, text, out, head, tokenizer, seed, device, measure):
     """Run CHECKPOINT once on TEXT and write attention figures and numbers to OUT."""
     from zoo import accounting, plots
     from zoo.commands.run import load_model
@@ -63,6 +66,11 @@ def command(checkpoint, text, out, head, tokenizer, seed, device):
     lens = [2 ** k for k in range(4, 14)]
     data["cost"] = accounting.cost_table(model, lens)
     data["crossover"] = accounting.crossover(model)
+    if measure:
+        data["measured"] = accounting.measure(model, [L for L in (16, 64, 256) if L <= spec.max_len])
+        for row in data["measured"]:
+            click.echo(f"T={row['seq_len']}: measured {row['measured_s'] * 1e3:.2f} ms, "
+                       f"estimate {row['estimated_s'] * 1e3:.2f} ms ({row['flops'] / 1e9:.3f} GFLOPs)")
     (out / "inspect.json").write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
     written.append(out / "inspect.json")
     nxt = data.get("next_token", [])
