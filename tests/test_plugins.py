@@ -7,6 +7,7 @@ subprocesses) only while they need it.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata as md
 import json
@@ -198,6 +199,11 @@ def _module(name: str, **attrs) -> types.ModuleType:
     return mod
 
 
+@dataclasses.dataclass
+class _MutableConfig:
+    x: int = 1
+
+
 class _Kernel(AttentionKernel):
     def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
         return v, None
@@ -210,6 +216,7 @@ def test_failing_hook_and_bad_registrations_are_recorded():
         register("Bad-Name", _Kernel)
         register("not_a_kernel", torch.nn.Linear)
         register("bad_config", _Kernel, config={"a": 1})
+        register("mutable_config", _Kernel, config=_MutableConfig)
         raise RuntimeError("boom")
 
     @zoo.hookimpl
@@ -226,6 +233,7 @@ def test_failing_hook_and_bad_registrations_are_recorded():
     assert "invalid component name 'Bad-Name'" in text
     assert "subclass of zoo.components.AttentionKernel" in text
     assert "config of 'bad_config' must be a dataclass" in text
+    assert "config of 'mutable_config' must be a frozen dataclass" in text
     assert "register_attention raised RuntimeError: boom" in text
     assert "unknown or no dtypes/devices ['float8']" in text
     assert reg.get("attention", "fine").plugin == "p1"

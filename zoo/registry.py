@@ -459,6 +459,9 @@ def _registration_problem(reg: Registry, family: str, name: Any, component: Any,
         return f"'{name}' must be a subclass of zoo.components.{base.__name__}, got {component!r}"
     if config is not None and not (dataclasses.is_dataclass(config) and isinstance(config, type)):
         return f"config of '{name}' must be a dataclass type, got {config!r}"
+    if config is not None and not config.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+        return (f"config of '{name}' must be a frozen dataclass (@dataclass(frozen=True)): specs "
+                f"are immutable and hashable")
     caps = getattr(component, "capabilities", Capabilities())
     if not isinstance(caps, Capabilities):
         return (f"'{name}'.capabilities must be a zoo.components.Capabilities instance, got "
