@@ -402,7 +402,7 @@ def _assemble(spec_dict: dict, state: dict, dtype=None) -> torch.nn.Module:
     model.load_state_dict({k: state[k].detach().to(dt).clone() for k in need}, strict=False, assign=True)
     model.tie_weights()
     model.reset_buffers()
-    return model.to(dt).eval()  # buffers follow the weights' dtype
+    return model.to(device=state["tok_emb.weight"].device, dtype=dt).eval()  # buffers follow the weights
 
 
 def from_transformers(hf_model: Any, *, attention: str = "sdpa", dtype: Any = None) -> torch.nn.Module:
