@@ -343,6 +343,8 @@ class Kit:
         key = (comp.key, arch, str(dtype))
         if not fresh and key in self._models:
             return self._models[key]
+        if any(k[0] != comp.key for k in self._models):
+            self._models.clear()  # cases come grouped by component: keep one component's models
         raw = self.raw_spec(comp, arch)
         try:
             model = zoo.build(raw, seed=0, dtype=dtype, device=self.device).eval()
