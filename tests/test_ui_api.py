@@ -102,7 +102,12 @@ def test_calculator_and_compare_through_the_api(client):
 
 def test_inspect_through_the_api(client):
     heat, grid, mask, pos, nxt = client.predict("ui_bert", "床前明月光", "encoder", 1, 2, api_name="/inspect")
-    assert heat is not None and grid is not None and "next" in nxt.lower()
+    assert heat["type"] == "matplotlib" and heat["plot"].startswith("data:image")
+    assert grid["plot"].startswith("data:image") and mask["plot"].startswith("data:image")
+    assert nxt == ""  # an encoder predicts no next token
+    heat, grid, mask, pos, nxt = client.predict("ui_gpt", "abc", "decoder", 1, 3, api_name="/inspect")
+    assert heat["plot"].startswith("data:image") and "next" in nxt.lower()
+    assert pos["plot"].startswith("data:image")  # sinusoid waves
 
 
 @pytest.mark.slow
