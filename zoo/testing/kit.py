@@ -662,9 +662,8 @@ def check_weights(kit: Kit, comp: Component):
         errs.append(float((sums - 1).abs().masked_fill(~live, 0).max()))
         if mask is not None:
             errs.append(float(w.masked_fill(mask, 0).abs().max()))
-        kk, vv = repeat_kv(k, v, 4)
+        _, vv = repeat_kv(k, v, 4)  # (B, h, Tk, hd)
         errs.append(_maxdiff(out, w @ vv))
-        del kk
     return max(errs), "row sums - 1, weight on masked keys, out - weights @ v"
 
 
