@@ -244,6 +244,8 @@ def test_left_pad_and_errors():
     with pytest.raises(zoo.TokenizerError, match="tokenizer"):
         model.generate("hello", 3)
     assert model.generate([1, 2], 0).tolist() == [[1, 2]]
+    with pytest.raises(zoo.ZooError, match="top_k"):  # raised when called, not at the first next()
+        stream(model, [1, 2], 3, do_sample=True, top_k=0)
 
 
 def test_cli_run_streams_and_fills_masks(tmp_path):

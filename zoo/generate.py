@@ -134,7 +134,6 @@ def _as_batch(model, ids, attention_mask, pad_id) -> tuple[torch.Tensor, torch.T
 
 
 # ---------------------------------------------------------------------- the decoding loops
-@torch.no_grad()
 def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor | None = None,
            do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
            top_p: float | None = None, stop_tokens: int | Sequence[int] | None = None,
@@ -166,6 +165,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     if do_sample and seed is not None:
         gen = torch.Generator(device=ids.device)
         gen.manual_seed(seed)
+
     def choose(logits):
         if vocab_limit is not None and vocab_limit < logits.size(-1):
             logits = logits.clone()
@@ -188,13 +188,20 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
             bos = getattr(tok, "bos_id", None)
             decoder_start_id = bos if bos is not None and bos < model.spec.vocab_size else pad
         steps = _seq2seq_logits(model, ids, mask, use_cache, decoder_start_id)
+    # everything above ran now, so bad options raise here, not at the first next()
+    return _run(model, steps, choose, stops, B, max_new_tokens, pad, ids.device)
+
+
+@torch.no_grad()
+def _run(model, steps, choose, stops, B, max_new_tokens, pad, device) -> Iterator[torch.Tensor]:
+    """Drive a logits coroutine: choose, stop rows, yield ``(B,)`` ids per step."""
     was_training = model.training
     model.eval()
     try:
         # inference_mode (cheaper per op than no_grad) only around the model's work, never across
         # a yield; what is yielded is cloned into an ordinary tensor the caller may use anywhere
         with torch.inference_mode():
-            finished = torch.zeros(B, dtype=torch.bool, device=ids.device)
+            finished = torch.zeros(B, dtype=torch.bool, device=device)
             logits = next(steps) if max_new_tokens else None
         for step in range(max_new_tokens):
             with torch.inference_mode():
