@@ -127,10 +127,14 @@ def test_pre_and_post_norm_diagrams_differ():
 def test_component_params_come_from_the_registry_including_third_party_plugins():
     from zoo.registry import Registry, set_registry
 
+    from typing import Literal, Optional
+
     @dataclasses.dataclass(frozen=True)
     class TalkingConfig:
         mix: float = 0.5
         heads_talk: bool = True
+        mode: Literal["sum", "max"] = "sum"
+        window: Optional[int] = None
 
     from zoo.components import AttentionKernel
 
@@ -151,9 +155,14 @@ def test_component_params_come_from_the_registry_including_third_party_plugins()
         text = build_tab.set_field(build_tab.preset_yaml("gpt_tiny"), "attention", "talking")
         entry = next(e for e in build_tab.component_entries(text) if e["family"] == "attention")
         assert entry["kind"] == "talking"
-        assert {p["name"]: p["type"] for p in entry["params"]} == {"mix": "float", "heads_talk": "bool"}
+        assert {p["name"]: p["type"] for p in entry["params"]} == {
+            "mix": "float", "heads_talk": "bool", "mode": "choice", "window": "yaml"}
+        assert next(p for p in entry["params"] if p["name"] == "mode")["choices"] == ["sum", "max"]
         text = build_tab.set_param(text, ["attention"], "mix", 0.25)
-        assert zoo.spec(text).attention.config.mix == 0.25
+        text = build_tab.set_param(text, ["attention"], "mode", "max")
+        text = build_tab.set_param(text, ["attention"], "window", build_tab.parse_param_text("16"))
+        cfg = zoo.spec(text).attention.config
+        assert (cfg.mix, cfg.mode, cfg.window) == (0.25, "max", 16)
         assert any(r[0] == "zoo-talking" for r in plugins_tab.plugin_rows())
     finally:
         set_registry(old)

@@ -195,7 +195,7 @@ def _param_fields(config_cls, config) -> list[dict]:
         elif tp is float:
             kind, choices = "float", None
         elif origin is typing.Literal:
-            kind, choices = "choice", [str(c) for c in typing.get_args(tp)]
+            kind, choices = "choice", list(typing.get_args(tp))
         elif tp is str:
             kind, choices = "str", None
         else:  # Optional, tuples, unions: typed as YAML
@@ -426,23 +426,23 @@ def build(tr, lang_state) -> dict:
                                               elem_id=eid, interactive=True)
                                 events = [w.submit, w.blur]
                             elif p["type"] == "choice":
-                                w = gr.Dropdown(p["choices"], value=str(p["value"]), label=label, elem_id=eid,
-                                                interactive=True)
+                                w = gr.Dropdown([(str(c), str(c)) for c in p["choices"]], value=str(p["value"]),
+                                                label=label, elem_id=eid, interactive=True)
                                 events = [w.input]
                             else:
                                 w = gr.Textbox(str(p["value"]) if p["value"] is not None else "", label=label,
                                                elem_id=eid, interactive=True)
                                 events = [w.submit, w.blur]
                             ptype, path, name = p["type"], entry["path"], p["name"]
+                            options = {str(c): c for c in p["choices"] or ()}  # label -> typed value
 
-                            def on_param(value, text, _t=ptype, _p=path, _n=name):
+                            def on_param(value, text, _t=ptype, _p=path, _n=name, _o=options):
                                 if _t == "int":
                                     value = int(value) if value is not None else None
-                                elif _t in ("str", "yaml", "choice"):
-                                    value = parse_param_text(value) if _t == "yaml" else value
-                                    if _t == "choice":
-                                        opts = dict((str(c), c) for c in _choices_raw(_p, _n, text))
-                                        value = opts.get(str(value), value)
+                                elif _t == "yaml":
+                                    value = parse_param_text(value)
+                                elif _t == "choice":
+                                    value = _o.get(str(value), value)
                                 return set_param(text, _p, _n, value)
 
                             gr.on(events, handler(on_param), inputs=[w, code], outputs=[code],
@@ -524,20 +524,4 @@ def build(tr, lang_state) -> dict:
     saved_event = save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved],
                                  concurrency_limit=2, api_name="save")
     return {"code": code, "status": status, "fields": fields, "table": table, "diagram": diagram,
-            "save_name": save_name, "saved": saved, "saved_event": saved_event, "preset": preset, "load": load, "refresh_inputs": code}
-
-
-def _choices_raw(path, name, text):
-    for entry in component_entries(text):
-        if list(entry["path"]) == list(path):
-            for p in entry["params"]:
-                if p["name"] == name:
-                    return typing.get_args(_hint_for(entry, name)) or p["choices"] or []
-    return []
-
-
-def _hint_for(entry, name):
-    comp = zoo.get_registry().get(entry["family"], entry["kind"])
-    return typing.get_type_hints(comp.config).get(name, Any) if comp.config else Any
-
-
+            "save_name": save_name, "saved": saved, "saved_event": saved_event, "preset": preset, "load": load}
