@@ -97,6 +97,10 @@ def test_registry_and_errors():
         tokenizer("char", corpus="x")
     with pytest.raises(zoo.TokenizerError):
         from_json('{"no": "kind"}')
+    stored = json.loads(to_json(tokenizer("byte")))
+    assert stored["plugin"] == "zoo.tok_byte"
+    with pytest.raises(zoo.TokenizerError, match="plugin zoo_sentencepiece 1.2"):
+        from_json({"kind": "sentencepiece", "plugin": "zoo_sentencepiece", "version": "1.2", "data": {}})
     assert split_specials("a<mask>b<m", ["<mask>", "<m"]) == ["a", "<mask>", "b", "<m"]
 
 

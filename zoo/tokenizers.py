@@ -59,8 +59,14 @@ def kind_of(tok: Tokenizer) -> str:
 
 
 def to_json(tok: Tokenizer) -> str:
-    """``tok`` as one JSON string (non-ASCII kept as is: Chinese stays readable in the header)."""
-    return json.dumps({"kind": kind_of(tok), "data": tok.to_json()}, ensure_ascii=False)
+    """``tok`` as one JSON string (non-ASCII kept as is: Chinese stays readable in the header),
+    with the plugin that provides it, so a machine without that plugin is told what to install."""
+    from .registry import get_registry
+
+    kind = kind_of(tok)
+    comp = get_registry().components["tokenizer"].get(kind)
+    plugin = {"plugin": comp.plugin, "version": comp.version} if comp is not None else {}
+    return json.dumps({"kind": kind, **plugin, "data": tok.to_json()}, ensure_ascii=False)
 
 
 def from_json(text: str | dict) -> Tokenizer:
@@ -71,7 +77,13 @@ def from_json(text: str | dict) -> Tokenizer:
     if not isinstance(data, dict) or "kind" not in data:
         raise TokenizerError("not a stored zoo tokenizer (no 'kind')", where=META_KEY,
                              fix="store tokenizers with zoo.save(model, path, tokenizer=tok)")
-    comp = get_registry().get("tokenizer", data["kind"], where=f"{META_KEY}.kind")
+    reg = get_registry()
+    if data["kind"] not in reg.components["tokenizer"]:
+        raise TokenizerError(f"the stored tokenizer '{data['kind']}' is not installed (it came from "
+                             f"plugin {data.get('plugin', '?')} {data.get('version', '')})".rstrip(),
+                             where=f"{META_KEY}.kind", options=reg.names("tokenizer"),
+                             fix="install that plugin (`zoo plugins` lists what is loaded)")
+    comp = reg.get("tokenizer", data["kind"], where=f"{META_KEY}.kind")
     tok = comp.cls.from_json(data.get("data", {}))
     tok.kind = data["kind"]
     return tok
