@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+from typing import Literal, Optional
 
 import pytest
 import torch
@@ -126,8 +127,6 @@ def test_pre_and_post_norm_diagrams_differ():
 
 def test_component_params_come_from_the_registry_including_third_party_plugins():
     from zoo.registry import Registry, set_registry
-
-    from typing import Literal, Optional
 
     @dataclasses.dataclass(frozen=True)
     class TalkingConfig:
