@@ -69,6 +69,8 @@ def test_parameter_table_and_measure():
     assert [m["seq_len"] for m in meas] == [8, 32]
     assert all(m["measured_s"] > 0 and m["estimated_s"] > 0 for m in meas)
     assert meas[1]["flops"] > meas[0]["flops"]
+    fig = plots.timing(meas)
+    assert [len(line.get_xdata()) for line in fig.axes[0].get_lines()] == [2, 2]
 
 
 def _save_all(figs, tmp_path):

@@ -286,3 +286,20 @@ def compute_cost_curve(model_or_spec, seq_lens: Sequence[int] | None = None, bat
     ax.set_title(f"compute cost 计算量 (total at T={seq_lens[-1]}: {human(rows[-1]['total_flops'])}FLOPs)")
     ax.legend(fontsize=8)
     return fig
+
+
+def timing(rows: Sequence[dict]):
+    """Measured forward time beside the FLOPs-based estimate (rows from
+    :func:`zoo.accounting.measure`); the gap is overhead and memory traffic, largest for small
+    models and short sequences."""
+    lens = [r["seq_len"] for r in rows]
+    fig = _figure(6.5, 4.2)
+    ax = fig.add_subplot()
+    ax.loglog(lens, [r["measured_s"] * 1e3 for r in rows], "o-", label="measured 实测")
+    ax.loglog(lens, [r["estimated_s"] * 1e3 for r in rows], "s--",
+              label="estimate: FLOPs / matmul rate 估算")
+    ax.set_xlabel("sequence length T 序列长度")
+    ax.set_ylabel("ms per forward 每次前向毫秒")
+    ax.set_title("time per forward 前向耗时")
+    ax.legend(fontsize=8)
+    return fig

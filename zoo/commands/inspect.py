@@ -68,6 +68,7 @@ def command(checkpoint, text, out, head, tokenizer, seed, device, measure):
     data["crossover"] = accounting.crossover(model)
     if measure:
         data["measured"] = accounting.measure(model, [L for L in (16, 64, 256) if L <= spec.max_len])
+        save(plots.timing(data["measured"]), "timing.png")
         for row in data["measured"]:
             click.echo(f"T={row['seq_len']}: measured {row['measured_s'] * 1e3:.2f} ms, "
                        f"estimate {row['estimated_s'] * 1e3:.2f} ms ({row['flops'] / 1e9:.3f} GFLOPs)")
