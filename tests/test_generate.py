@@ -111,8 +111,9 @@ def test_cache_logits_equal_full_forward_step_by_step():
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
-def test_padded_batch_equals_one_by_one(positions):
-    model = small(positions=positions, mask=MASKS[1])
+@pytest.mark.parametrize("mask", MASKS, ids=["causal", "causal+window3", "prefix2"])
+def test_padded_batch_equals_one_by_one(positions, mask):
+    model = small(positions=positions, mask=mask)
     rows = [[5, 9, 14], [7, 3, 22, 41, 8, 19], [60, 2]]
     batch = model.generate(rows, 9)  # left-padded inside
     assert batch.shape == (3, 6 + 9)
