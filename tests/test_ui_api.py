@@ -95,7 +95,7 @@ def test_calculator_and_compare_through_the_api(client):
     weights = out[3]["data"][0]
     assert [round(float(x), 4) for x in weights] == [0.4011, 0.1978, 0.4011]
     assert "6.0165" in out[5] and "3.9835" in out[5]
-    rows = client.predict("preset: gpt_tiny", "", "preset: gpt_tiny", "attention: eager", 8,
+    rows = client.predict("preset: gpt_tiny", "", "preset: gpt_tiny", "attention: eager", 8, "",
                           api_name="/compare")[0]["data"]
     assert float(rows[5][1]) < 1e-4
 

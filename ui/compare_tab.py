@@ -20,7 +20,8 @@ import yaml
 import zoo
 from zoo.errors import SpecError, ZooError
 
-from .common import LIMITS, check_spec_limits, check_value, checkpoint_names, handler, load_checkpoint
+from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, handler,
+                     load_checkpoint)
 from .i18n import t
 
 PRESET, CKPT = "preset: ", "checkpoint: "
@@ -55,7 +56,9 @@ def make_model(source: str, overrides: str, where: str, lang: str = "en", seed: 
         spec = base.spec.replace(**over)
         check_spec_limits(spec, lang)
         model = zoo.build(spec, seed=seed)
-        _copy_matching(base, model)
+        model.copied_from_checkpoint = _copy_matching(base, model)  # the checkpoint's own weights
+        if getattr(base, "tokenizer", None) is not None:
+            model.tokenizer = base.tokenizer
         return model.eval()
     name = source[len(PRESET):] if isinstance(source, str) and source.startswith(PRESET) else source
     if not name or name not in zoo.list_presets():
@@ -77,6 +80,21 @@ def _copy_matching(src, dst) -> int:
     return len(take)
 
 
+def _text_output(model, prompt: str, lang: str) -> str:
+    """Greedy continuation (decoders, encoder-decoders) or the top fill-mask candidates (encoders)."""
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        return "—"
+    check_text(prompt, lang)
+    try:
+        if model.spec.arch == "encoder":
+            return "; ".join(", ".join(repr(c.get("text", c["id"])) for c in cands)
+                             for cands in zoo.fill_mask(model, prompt, top_k=3))
+        return repr(model.generate(prompt, 24))
+    except ZooError as exc:
+        return f"({exc.what})"
+
+
 def _forward(model, ids):
     if model.spec.arch == "encoder_decoder":
         return model(ids, ids)
@@ -96,18 +114,21 @@ def _timed(model, ids, repeats: int = 5) -> tuple[torch.Tensor, float]:
 
 @handler
 def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int = 32,
-            lang: str = "en") -> tuple[list[list], str]:
-    """Rows ``[metric, A, B]`` and a unified diff of the two specs (markdown)."""
+            prompt: str = "", lang: str = "en") -> tuple[list[list], str]:
+    """Rows ``[metric, A, B]`` and a unified diff of the two specs (markdown).  With a ``prompt``,
+    models that read text (a stored tokenizer) also show their greedy continuation (or fill-mask)."""
     seq_len = int(seq_len or 0)
     if seq_len < 1:
         raise ZooError("the sequence length must be at least 1", where="seq_len")
     check_value("seq_len", seq_len, "compare_seq_len", lang)
     a = make_model(source_a, over_a, "A", lang)
     b = make_model(source_b, over_b, "B", lang)
-    if b is not a and not str(source_b).startswith(CKPT):
-        copied = _copy_matching(a, b)
+    if not str(source_b).startswith(CKPT):
+        copied = str(_copy_matching(a, b))  # a fresh preset: give it A's weights where they fit
+    elif hasattr(b, "copied_from_checkpoint"):
+        copied = f"{b.copied_from_checkpoint} (B's checkpoint)"
     else:
-        copied = 0
+        copied = "—"
     T = min(seq_len, a.spec.max_len, b.spec.max_len)
     V = min(a.spec.vocab_size, b.spec.vocab_size)
     ids = torch.randint(1, max(V, 2), (1, T), generator=torch.Generator().manual_seed(0))
@@ -132,8 +153,10 @@ def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
         [t("compare.row.ms", lang), f"{ms_a:.2f}", f"{ms_b:.2f}"],
         [t("compare.row.out", lang), str(tuple(out_a.shape)), str(tuple(out_b.shape))],
         [t("compare.row.diff", lang), diff, diff],
-        [t("compare.row.shared", lang), "—", str(copied)],
+        [t("compare.row.shared", lang), "—", copied],
     ]
+    if prompt and prompt.strip():
+        rows.append([t("compare.row.text", lang), _text_output(a, prompt, lang), _text_output(b, prompt, lang)])
     diff_lines = list(difflib.unified_diff(a.spec.to_yaml().splitlines(), b.spec.to_yaml().splitlines(),
                                            "A", "B", lineterm="", n=1))
     spec_diff = "```diff\n" + ("\n".join(diff_lines) if diff_lines else "(identical specs)") + "\n```"
@@ -165,12 +188,14 @@ def build(tr, lang_state) -> dict:
     with gr.Row():
         seq = tr.add(gr.Number(32, precision=0, minimum=1, maximum=LIMITS["compare_seq_len"],
                                label=tr("compare.seq_len"), elem_id="cmp-seq"), label="compare.seq_len")
+        prompt = tr.add(gr.Textbox("", label=tr("compare.prompt"), elem_id="cmp-prompt", scale=3,
+                                   max_length=LIMITS["text_chars"]), label="compare.prompt")
         go = tr.add(gr.Button(tr("compare.go"), variant="primary", elem_id="cmp-go"), value="compare.go")
     table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), tr("compare.a"), tr("compare.b")], label=tr("compare.table"),
                                 interactive=False, wrap=True, elem_id="cmp-table"), label="compare.table",
                    headers=("compare.metric", "compare.a", "compare.b"))
     spec_diff = gr.Markdown(elem_id="cmp-diff")
-    go.click(compare, inputs=[src_a, over_a, src_b, over_b, seq, lang_state], outputs=[table, spec_diff],
+    go.click(compare, inputs=[src_a, over_a, src_b, over_b, seq, prompt, lang_state], outputs=[table, spec_diff],
              concurrency_limit=2, api_name="compare")
     return {"a": src_a, "b": src_b, "go": go, "table": table, "diff": spec_diff}
 

@@ -211,7 +211,10 @@ STRINGS: dict[str, tuple[str, str]] = {
     "compare.row.ms": ("forward time (ms, median of 5)", "前向耗时（毫秒，5 次中位数）"),
     "compare.row.out": ("output shape", "输出形状"),
     "compare.row.diff": ("max |A − B| of outputs", "输出最大绝对差 |A − B|"),
-    "compare.row.shared": ("tensors copied from A to B", "从 A 复制到 B 的张量数"),
+    "compare.row.text": ("output on the prompt (greedy)", "对提示词的输出（贪心）"),
+    "compare.prompt": ("Prompt (for checkpoints that read text)", "提示词（用于能读取文本的检查点）"),
+    "compare.row.shared": ("tensors B received (from A, or from its own checkpoint)",
+                           "B 获得的张量数（来自 A，或来自它自己的检查点）"),
     "compare.metric": ("metric", "指标"),
     # ------------------------------------------------------------------ verify tab
     "verify.intro": ("Run the reference checks: every registered attention kernel against the naive "
