@@ -191,3 +191,26 @@ def test_cli_inspect_writes_figures_and_json(tmp_path):
                                .attention(1)[0], atol=1e-4, rtol=0)
     assert data["parameters"][-1]["parameters"] == model.num_parameters()
     assert data["crossover"]["core"] == 512
+
+
+def test_non_softmax_kernel_is_traced_not_swapped():
+    from zoo.components import AttentionKernel, Capabilities
+
+    class ReluAttention(AttentionKernel):  # not softmax attention: must never become eager
+        capabilities = Capabilities(exact=False)
+
+        def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+            w = torch.relu(q @ k.transpose(-2, -1) * self.scale)  # (B, h, Tq, Tk)
+            if is_causal:
+                w = w.tril()
+            return w @ v, None
+
+    model = build("gpt_tiny", num_layers=2)
+    for block in model.decoder.blocks:
+        old = block.attn.kernel
+        block.attn.kernel = ReluAttention(None, type("C", (), {"scale": old.scale, "dropout": 0.0}))
+    ids = inputs(model)
+    tr = trace(model, ids)
+    torch.testing.assert_close(tr.logits, model(ids))
+    assert tr.names("*.scores") == [] and len(tr.names("*.attn.heads")) == 2
+    assert isinstance(model.decoder.blocks[0].attn.kernel, ReluAttention)

@@ -28,7 +28,9 @@ What is captured (``S`` is the stack, ``encoder`` or ``decoder``; ``p = S.blocks
 
 Kernels that cannot return weights (``sdpa``) are swapped for the registry's ``eager`` kernel for
 the inspected run only (same function, so the logits equal the plain forward's); the model is left
-exactly as it was, even when the run raises.
+exactly as it was, even when the run raises.  A kernel that is not softmax attention
+(``capabilities.exact`` False, e.g. linear attention) is never swapped: its trace records q, k, v
+and the head outputs (and weights if it returns any), but no scores.
 """
 from __future__ import annotations
 
@@ -121,6 +123,15 @@ class _Recorder(nn.Module):
     def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
         n, sink = self.name, self.sink
         sink[f"{n}.q"], sink[f"{n}.k"], sink[f"{n}.v"] = q, k, v
+        if not self.inner.capabilities.exact:  # not softmax attention: its own output, no scores
+            out, weights = self.inner(q, k, v, mask=mask, bias=bias, is_causal=is_causal,
+                                      need_weights=True)
+            if weights is not None:
+                sink[f"{n}.weights"] = weights
+            if f"{n}.heads" in self.edits:
+                out = _apply(self.edits[f"{n}.heads"], out, f"{n}.heads")
+            sink[f"{n}.heads"] = out
+            return out, (weights if need_weights else None)
         kr, _ = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
         scores = torch.matmul(q, kr.transpose(-2, -1)) * self.inner.scale  # (B, h, Tq, Tk)
         if bias is not None:
@@ -146,8 +157,11 @@ def _apply(edit: Edit | torch.Tensor, x: torch.Tensor, name: str) -> torch.Tenso
 
 
 def _eager_for(kernel: nn.Module) -> nn.Module:
-    """``kernel`` itself if it returns weights, else the registry's eager kernel with its scale."""
-    if getattr(type(kernel), "capabilities", None) is not None and kernel.capabilities.returns_weights:
+    """``kernel`` itself if it returns weights or is not softmax attention (swapping would change
+    the model; such a kernel's trace has q/k/v and head outputs but no scores), else the
+    registry's eager kernel with the same scale."""
+    caps = kernel.capabilities
+    if caps.returns_weights or not caps.exact:
         return kernel
     from .registry import get_registry
 
