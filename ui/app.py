@@ -51,6 +51,7 @@ def build_app(lang: str = "en") -> Any:
     import gradio as gr
 
     from . import build_tab, compare_tab, inspect_tab, plugins_tab, run_tab, verify_tab
+    from .common import handler
 
     tr = Translator(lang)
     with gr.Blocks(title="zoo", analytics_enabled=False) as demo:
@@ -72,6 +73,7 @@ def build_app(lang: str = "en") -> Any:
                     parts[eid] = module.build(tr, lang_state)
 
         # a model saved in Build appears at once in the checkpoint lists of the other tabs
+        @handler
         def refresh_lists(run_now, inspect_now, a_now, b_now):
             from .common import checkpoint_names
             from .compare_tab import sources
@@ -88,6 +90,7 @@ def build_app(lang: str = "en") -> Any:
         parts["tab-build"]["saved_event"].success(refresh_lists, inputs=lists, outputs=lists,
                                                   api_visibility="private")
 
+        @handler
         def on_switch(choice):
             code = lang_code(LANGS.get(choice, choice))
             updates = tr.updates(code)

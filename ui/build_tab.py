@@ -487,6 +487,7 @@ def build(tr, lang_state) -> dict:
 
     form_order = list(fields)
 
+    @handler
     def refill(text):
         vals = form_values(text)
         if vals is None:
@@ -505,6 +506,7 @@ def build(tr, lang_state) -> dict:
                api_name="load_preset")
 
     # any YAML change -> validation, table, diagram, parameter fields
+    @handler
     def on_change(text, lang):
         import pandas as pd
 

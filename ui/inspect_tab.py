@@ -276,11 +276,13 @@ def build(tr, lang_state) -> dict:
                 gr.update(maximum=max(n_layers - 1, 1), value=0, interactive=n_layers > 1),
                 gr.update(maximum=max(n_heads - 1, 1), value=0, interactive=n_heads > 1))
 
+    @handler
     def on_inspect(name, txt, s, l, h, lang):
         r = inspect(name, txt, s, l, h, lang=lang)
         return r["heatmap"], r["grid"], r["mask"], r["positions"], \
             f"**{t('inspect.next', lang)}:** {r['next']}" if r["next"] else ""
 
+    @handler
     def on_refresh(current):
         names = checkpoint_names()
         return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
@@ -332,6 +334,7 @@ def build(tr, lang_state) -> dict:
                                              elem_id=f"calc-{key}"), label=f"calc.{key}")
     explain = gr.Markdown(first["explain"], elem_id="calc-explain")
 
+    @handler
     def on_calc(qv, kv, vv, mv, lang):
         r = calculate(qv, kv, vv, mv, lang=lang)
         return [r[k] for k in steps] + [r["explain"]]
@@ -342,6 +345,7 @@ def build(tr, lang_state) -> dict:
         table.input(on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs,
                     show_progress="hidden", trigger_mode="always_last", api_visibility="private")
 
+    @handler
     def on_mask_kind(kind, qv, kv):
         try:
             n, m = len(_matrix(qv, "Q", "en")), len(_matrix(kv, "K", "en"))
@@ -352,6 +356,7 @@ def build(tr, lang_state) -> dict:
     mask_kind.input(on_mask_kind, inputs=[mask_kind, q, k], outputs=[mask], api_visibility="private").then(
         on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs, api_visibility="private")
 
+    @handler
     def on_reset(lang):
         r = calculate(SEED_Q, SEED_K, SEED_V, mask_table("none", 3), lang=lang)
         return [SEED_Q, SEED_K, SEED_V, mask_table("none", 3), "none"] + [r[k] for k in steps] + [r["explain"]]

@@ -135,6 +135,7 @@ def build(tr, lang_state) -> dict:
     fills = tr.add(gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
                                 elem_id="run-fill"), headers=("run.fill_header", "run.candidates"))
 
+    @handler
     def on_refresh(current):
         names = checkpoint_names()
         return gr.update(choices=names, value=current if current in names else (names[0] if names else None))

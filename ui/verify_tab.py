@@ -304,10 +304,12 @@ def build(tr, lang_state) -> dict:
     def frame(rows, lang):
         return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS])
 
+    @handler
     def run(lang):
         rows, msg = verify(lang=lang)
         return frame(rows, lang), msg
 
+    @handler
     def run_kit(selected, lang):
         for rows, msg in verify_kit(selected, lang=lang):
             yield frame(rows, lang), msg
