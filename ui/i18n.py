@@ -237,6 +237,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "col.error": ("max |error|", "最大绝对误差"),
     "col.tolerance": ("tolerance", "容差"),
     "col.result": ("result", "结果"),
+    "col.note": ("note", "说明"),
     "verify.pass": ("pass", "通过"),
     "verify.fail": ("FAIL", "失败"),
     "verify.skip": ("skipped", "跳过"),

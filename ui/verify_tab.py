@@ -249,9 +249,9 @@ def _fmt(x: Any) -> str:
 def table_rows(rows: list[dict], lang: str = "en") -> tuple[list[list], str]:
     label = {"pass": f"✓ {t('verify.pass', lang)}", "fail": f"✗ {t('verify.fail', lang)}",
              "skip": f"– {t('verify.skip', lang)}"}
-    table = [[r["check"], r["subject"], r["case"], r["reference"], _fmt(r["error"]), _fmt(r["tol"]),
-              label.get(r["status"], r["status"]) + (f" ({r['note']})" if r["note"] and r["status"] != "pass"
-                                                     else "")] for r in rows]
+    # the verdict first: it must be visible without scrolling a wide table
+    table = [[label.get(r["status"], r["status"]), r["check"], r["subject"], r["case"], r["reference"],
+              _fmt(r["error"]), _fmt(r["tol"]), r["note"] if r["status"] != "pass" else ""] for r in rows]
     counted = [r for r in rows if r["status"] != "skip"]
     passed = sum(r["status"] == "pass" for r in counted)
     return table, t("verify.summary", lang, passed=passed, total=len(counted))
@@ -281,8 +281,8 @@ def verify_kit(names: list[str] | None = None, lang: str = "en") -> Iterator[tup
         yield table_rows([], lang)
 
 
-HEADERS = ("col.check", "col.subject", "col.case", "col.reference", "col.error", "col.tolerance",
-           "col.result")
+HEADERS = ("col.result", "col.check", "col.subject", "col.case", "col.reference", "col.error",
+           "col.tolerance", "col.note")
 
 
 def build(tr, lang_state) -> dict:
