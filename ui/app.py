@@ -57,7 +57,7 @@ def build_app(lang: str = "en") -> Any:
     with gr.Blocks(title="zoo", analytics_enabled=False) as demo:
         lang_state = gr.State(tr.lang)
         with gr.Row():
-            title = tr.add(gr.Markdown(f"## {tr('app.title')}", elem_id="app-title"), value="app.title")
+            tr.add(gr.Markdown(f"## {tr('app.title')}", elem_id="app-title"), value="## {app.title}")
             switch = gr.Radio(list(LANGS), value=[k for k, v in LANGS.items() if v == tr.lang][0],
                               label=tr("app.language"), elem_id="lang-switch", scale=0, min_width=200)
             tr.add(switch, label="app.language")
@@ -93,10 +93,7 @@ def build_app(lang: str = "en") -> Any:
         @handler
         def on_switch(choice):
             code = lang_code(LANGS.get(choice, choice))
-            updates = tr.updates(code)
-            # the title keeps its markdown heading
-            updates[tr.components.index(title)] = gr.update(value=f"## {tr.__class__(code)('app.title')}")
-            return [code] + updates
+            return [code] + tr.updates(code)
 
         switch.change(on_switch, inputs=[switch], outputs=[lang_state] + tr.components,
                       show_progress="hidden", api_visibility="private")

@@ -402,7 +402,7 @@ def build(tr, lang_state) -> dict:
                 for f in COMPONENTS:
                     fields[f] = tr.add(gr.Dropdown(choices[f], value=values.get(f), label=tr(f"build.{f}"),
                                                    elem_id=f"build-{f}"), label=f"build.{f}")
-            tr.add(gr.Markdown(f"#### {tr('build.params_heading')}"), value="build.params_heading")
+            tr.add(gr.Markdown(f"#### {tr('build.params_heading')}"), value="#### {build.params_heading}")
             entries_state = gr.State(component_entries(start))
             # the parameter fields of the chosen components, re-rendered when the components change
             @gr.render(inputs=[entries_state, lang_state])  # on load and whenever either changes
@@ -459,7 +459,7 @@ def build(tr, lang_state) -> dict:
                                     label=tr("build.table"), interactive=False, elem_id="build-table"),
                        label="build.table")
         with gr.Column():
-            tr.add(gr.Markdown(f"**{tr('build.diagram')}**"), value="build.diagram")
+            tr.add(gr.Markdown(f"**{tr('build.diagram')}**"), value="**{build.diagram}**")
             diagram = gr.HTML(diagram0, elem_id="build-diagram")
     fig0, cost_rows0 = cost(start)
     with gr.Row(visible=cost_available()):

@@ -172,14 +172,14 @@ def build(tr, lang_state) -> dict:
     tr.add(gr.Markdown(tr("compare.same_weights")), value="compare.same_weights")
     with gr.Row():
         with gr.Column():
-            tr.add(gr.Markdown(f"**{tr('compare.a')}**"), value="compare.a")
+            tr.add(gr.Markdown(f"**{tr('compare.a')}**"), value="**{compare.a}**")
             src_a = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-a",
                                        allow_custom_value=True),
                            label="compare.pick")
             over_a = tr.add(gr.Textbox("", label=tr("compare.override"), elem_id="cmp-a-over"),
                             label="compare.override")
         with gr.Column():
-            tr.add(gr.Markdown(f"**{tr('compare.b')}**"), value="compare.b")
+            tr.add(gr.Markdown(f"**{tr('compare.b')}**"), value="**{compare.b}**")
             src_b = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-b",
                                        allow_custom_value=True),
                            label="compare.pick")

@@ -12,6 +12,7 @@ to fix.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 LANGS = {"English": "en", "中文": "zh"}
@@ -290,6 +291,16 @@ def format_error(exc: BaseException, lang: Any = DEFAULT) -> str:
     return "\n".join(lines)
 
 
+_TEMPLATE = re.compile(r"\{([a-z_]+\.[a-z_.]+)\}")
+
+
+def keys_of(key: "str | tuple[str, ...]") -> list[str]:
+    """The i18n keys a registered attribute refers to (a key, a template, or a tuple of keys)."""
+    if isinstance(key, (tuple, list)):
+        return list(key)
+    return _TEMPLATE.findall(key) if "{" in key else [key]
+
+
 class Translator:
     """Remembers which component attribute shows which key, for the language switch."""
 
@@ -302,7 +313,8 @@ class Translator:
 
     def add(self, component, **attrs: "str | tuple[str, ...]"):
         """Register ``component`` so that each ``attr=key`` is re-translated on a language switch;
-        returns the component (use it inline: ``tr.add(gr.Button(tr("x")), value="x")``)."""
+        returns the component (use it inline: ``tr.add(gr.Button(tr("x")), value="x")``).  ``key`` may
+        be a template (``value="### {inspect.calc_heading}"``) or a tuple of keys (``headers=``)."""
         self.items.append((component, attrs))
         return component
 
@@ -313,7 +325,11 @@ class Translator:
     def updates(self, lang: Any) -> list:
         import gradio as gr
 
-        def text(key):  # a key, or a tuple of keys for list attributes (a table's headers)
-            return [t(k, lang) for k in key] if isinstance(key, (tuple, list)) else t(key, lang)
+        def text(key):  # a key, a template "## {key}", or a tuple of keys (a table's headers)
+            if isinstance(key, (tuple, list)):
+                return [t(k, lang) for k in key]
+            if "{" in key:
+                return _TEMPLATE.sub(lambda m: t(m.group(1), lang), key)
+            return t(key, lang)
 
         return [gr.update(**{attr: text(key) for attr, key in attrs.items()}) for _, attrs in self.items]

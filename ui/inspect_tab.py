@@ -303,7 +303,7 @@ def build(tr, lang_state) -> dict:
         root.load(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head], api_visibility="private")
     out.update(checkpoint=ckpt, text=text, stack=stack, layer=layer, head=head, go_inspect=go_inspect,
                heatmap=heat, grid=grid)
-    tr.add(gr.Markdown(f"### {tr('inspect.calc_heading')}"), value="inspect.calc_heading")
+    tr.add(gr.Markdown(f"### {tr('inspect.calc_heading')}"), value="### {inspect.calc_heading}")
     tr.add(gr.Markdown(tr("inspect.calc_intro")), value="inspect.calc_intro")
     with gr.Row():
         q = gr.Dataframe(SEED_Q, label="Q", type="array", interactive=True, datatype="number",
