@@ -403,7 +403,14 @@ def test_inspect_heatmaps_for_every_architecture():
     assert r["weights"][0][1:] == [0.0, 0.0]  # causal: token 0 sees only itself
     assert r["positions"] is not None  # sinusoid waves
     r = inspect_tab.inspect("ui_t5", "abcd", "cross", 0, 1)
-    assert r["stack"] == "cross" and len(r["weights"][0]) == 4  # keys: the 4 source bytes
+    # cross-attention: rows are what the decoder wrote, keys the 4 source bytes and eos
+    assert r["stack"] == "cross" and len(r["weights"][0]) == 5 and r["key_tokens"][:4] == list("abcd")
+    model = zoo.load(common.checkpoint_path("ui_t5"))
+    tok = model.tokenizer
+    gen = model.generate(torch.tensor([tok.encode("abcd") + [tok.eos_id]]), max_new_tokens=63,
+                         stop_tokens=[tok.eos_id])
+    assert len(r["weights"]) == gen.size(1)  # start token + what it wrote
+    assert r["next_label"] == "inspect.output"
     assert inspect_tab.choices_for("ui_t5")["stacks"] == ["encoder", "decoder", "cross"]
 
 

@@ -161,6 +161,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "inspect.stack": ("Stack", "栈"),
     "inspect.go": ("Inspect", "观察"),
     "inspect.next": ("Most likely next tokens", "最可能的下一个词"),
+    "inspect.output": ("Model output (the decoder's rows)", "模型输出（解码器各行）"),
     "inspect.heatmap": ("Attention heatmap", "注意力热力图"),
     "inspect.grid": ("All layers × heads", "所有层 × 头"),
     "inspect.mask": ("Mask pattern", "掩码形状"),

@@ -202,23 +202,45 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
     if not 0 <= head < st.num_heads:
         raise ZooError(f"head {head} does not exist", where="head",
                        options=[str(i) for i in range(st.num_heads)])
+    src_tokens = [_label(tok, i) for i in ids]
     with torch.no_grad():
-        trace = zoo.trace(model, text=text)
-    tokens = [_label(tok, i) for i in ids]
+        if model.spec.arch == "encoder_decoder":
+            # the decoder reads what the model itself writes: its greedy output for this source
+            if tok.eos_id is not None:
+                ids = ids + [tok.eos_id]
+                src_tokens = src_tokens + [_label(tok, tok.eos_id)]
+            src = torch.tensor([ids])
+            tgt = model.generate(src, max_new_tokens=min(LIMITS["inspect_tokens"], model.spec.max_len) - 1,
+                                 **({"stop_tokens": [tok.eos_id]} if tok.eos_id is not None else {}))
+            tgt = tgt[:, :LIMITS["inspect_tokens"]]
+            trace = zoo.trace(model, src, tgt_ids=tgt)
+            tgt_tokens = [_label(tok, int(i)) for i in tgt[0]]
+        else:
+            trace = zoo.trace(model, torch.tensor([ids]))
+            tgt_tokens = src_tokens
+    q_tokens = src_tokens if stack == "encoder" else tgt_tokens
+    k_tokens = tgt_tokens if stack == "decoder" else src_tokens
     w = trace[_weights_name(stack, layer)][0]  # (h, Tq, Tk)
-    heat = plots.attention_heatmap(w[head], tokens, title=f"{stack} · layer {layer} · head {head}")
+    heat = plots.attention_heatmap(w[head], q_tokens, key_tokens=k_tokens,
+                                   title=f"{stack} · layer {layer} · head {head}")
     kind = "cross" if stack == "cross" else "attn"
     names = [_weights_name(stack, i) for i in range(st.num_layers)]
-    grid = plots.attention_grid(torch.stack([trace[n] for n in names]), tokens,
+    grid = plots.attention_grid(torch.stack([trace[n] for n in names]), q_tokens if kind == "attn" else None,
                                 title=f"{stack}: {st.num_layers} layers × {st.num_heads} heads")
-    mask = plots.mask_pattern(model.spec, seq_len=min(len(ids), 32), role=role) if kind == "attn" else None
-    pos = positions_figure(model.spec, min(len(ids), 32), role)
+    mask = plots.mask_pattern(model.spec, seq_len=min(len(q_tokens), 32), role=role) if kind == "attn" else None
+    pos = positions_figure(model.spec, min(len(q_tokens), 32), role)
     # the next-token prediction only means something for a language model
-    nxt = trace.summary(top_k=5).get("next_token") or [] if model.spec.arch != "encoder" else []
-    pred = ", ".join(f"{r.get('text', r['id'])!r} ({r['p']:.3f})" for r in nxt)
-    return {"heatmap": heat, "grid": grid, "mask": mask, "positions": pos, "tokens": tokens,
+    if model.spec.arch == "encoder_decoder":  # what the decoder wrote (the rows of its maps)
+        pred, pred_label = repr(tok.decode(tgt[0].tolist(), skip_special=True)), "inspect.output"
+    else:  # the next-token prediction only means something for a language model
+        nxt = trace.summary(top_k=5).get("next_token") or [] if model.spec.arch == "decoder" else []
+        pred = ", ".join(f"{r.get('text', r['id'])!r} ({r['p']:.3f})" for r in nxt)
+        pred_label = "inspect.next"
+    return {"heatmap": heat, "grid": grid, "mask": mask, "positions": pos, "tokens": q_tokens,
+            "key_tokens": k_tokens,
             "weights": [[round(float(x), 4) for x in row] for row in w[head]], "stack": stack,
-            "layers": st.num_layers, "heads": st.num_heads, "next": pred}
+            "layers": st.num_layers, "heads": st.num_heads, "next": pred,
+            "next_label": pred_label}
 
 
 def choices_for(name: str, lang: str = "en") -> dict[str, Any]:
@@ -280,7 +302,7 @@ def build(tr, lang_state) -> dict:
     def on_inspect(name, txt, s, l, h, lang):
         r = inspect(name, txt, s, l, h, lang=lang)
         return r["heatmap"], r["grid"], r["mask"], r["positions"], \
-            f"**{t('inspect.next', lang)}:** {r['next']}" if r["next"] else ""
+            f"**{t(r['next_label'], lang)}:** {r['next']}" if r["next"] else ""
 
     @handler
     def on_refresh(current):
