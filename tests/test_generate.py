@@ -292,3 +292,21 @@ def test_cache_equals_no_cache_on_gpu(positions):
     assert torch.equal(a.cpu(), small(positions=positions, mask=MASKS[1]).generate(rows, 12))
     bf = model.to(torch.bfloat16)
     assert bf.generate(rows, 12).shape == a.shape  # runs in bf16 (tokens may differ from fp32)
+
+
+def test_transposed_lm_head_path_gives_the_same_tokens(monkeypatch):
+    """Large CPU LM heads are read through a transposed copy while decoding; same tokens, and the
+    model's own weights stay as they were."""
+    import zoo.generate as G
+
+    for preset in ("gpt_tiny", "t5_tiny"):
+        model = small(preset, positions="rope")
+        src = prompts()
+        opts = {"decoder_start_id": 1} if preset == "t5_tiny" else {}
+        plain = model.generate(src, 20, **opts)
+        weight = model.lm_head.weight.clone()
+        monkeypatch.setattr(G, "TRANSPOSED_HEAD_MIN", 0)
+        fast = model.generate(src, 20, **opts)
+        monkeypatch.setattr(G, "TRANSPOSED_HEAD_MIN", 1 << 22)
+        assert torch.equal(plain, fast)
+        assert torch.equal(model.lm_head.weight, weight)

@@ -178,7 +178,8 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
             raise ZooError(f"prompt ({T0}) + max_new_tokens ({max_new_tokens}) exceeds max_len "
                            f"{model.spec.max_len}", where="generate.max_new_tokens",
                            fix=f"ask for at most {max(model.spec.max_len - T0 + 1, 0)} new tokens")
-        steps = _decoder_logits(model, ids, mask, use_cache, prefix_length)
+        steps = _decoder_logits(model, ids, mask, use_cache, prefix_length,
+                                _make_head(model, max_new_tokens))
     else:
         if max_new_tokens > model.spec.max_len:
             raise ZooError(f"max_new_tokens {max_new_tokens} exceeds max_len {model.spec.max_len}",
@@ -187,7 +188,8 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
             tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
             bos = getattr(tok, "bos_id", None)
             decoder_start_id = bos if bos is not None and bos < model.spec.vocab_size else pad
-        steps = _seq2seq_logits(model, ids, mask, use_cache, decoder_start_id)
+        steps = _seq2seq_logits(model, ids, mask, use_cache, decoder_start_id,
+                                _make_head(model, max_new_tokens))
     # everything above ran now, so bad options raise here, not at the first next()
     return _run(model, steps, choose, stops, B, max_new_tokens, pad, ids.device)
 
@@ -221,13 +223,32 @@ def _run(model, steps, choose, stops, B, max_new_tokens, pad, device) -> Iterato
         model.train(was_training)
 
 
-def _last(model, hidden: torch.Tensor) -> torch.Tensor:
-    """Logits ``(B, V)`` of the last position only: the LM head over every prompt position would
-    cost ``T x D x V`` for nothing (a full GPT-2 decoding step's worth for a 32-token prompt)."""
-    return model.lm_head(model._head_in(hidden[:, -1]))
+#: LM heads with at least this many weights get a transposed copy for CPU decoding (see _make_head)
+TRANSPOSED_HEAD_MIN = 1 << 22
 
 
-def _decoder_logits(model, ids, mask, use_cache, prefix_length):
+def _make_head(model, steps: int):
+    """``hidden (B, T, D) -> logits (B, V)`` of the last position only: the LM head over every
+    prompt position would cost ``T x D x V`` for nothing.
+
+    On a CPU the LM head of a large vocabulary dominates a decoding step (GPT-2: 50257 x 768, a
+    third of all weights), and a matrix-vector product reads a ``(D, V)`` matrix about 1.6x faster
+    than ``nn.Linear``'s ``(V, D)`` layout.  So for long enough runs a transposed copy is made once
+    per call (it pays for itself within a few steps) and dropped afterwards; the weights
+    themselves are untouched.  GPUs read both layouts alike, so they skip this."""
+    weight, bias, head_in = model.lm_head.weight, model.lm_head.bias, model._head_in
+    if weight.device.type == "cpu" and steps >= 16 and weight.numel() >= TRANSPOSED_HEAD_MIN:
+        wt = weight.detach().t().contiguous()  # (D, V)
+
+        def head(hidden):
+            logits = head_in(hidden[:, -1]) @ wt  # (B, V)
+            return logits + bias if bias is not None else logits
+
+        return head
+    return lambda hidden: model.lm_head(head_in(hidden[:, -1]))
+
+
+def _decoder_logits(model, ids, mask, use_cache, prefix_length, head):
     """A coroutine: yields next-token logits ``(B, V)``; is sent the chosen ids ``(B,)``."""
     B, T0 = ids.shape
     dev = ids.device
@@ -240,22 +261,22 @@ def _decoder_logits(model, ids, mask, use_cache, prefix_length):
                       device=dev)
     if use_cache:
         cache = model.new_cache()
-        logits = _last(model, model(ids, attention_mask=full, cache=cache, prefix_lengths=plen,
-                                    return_hidden=True))
+        logits = head(model(ids, attention_mask=full, cache=cache, prefix_lengths=plen,
+                            return_hidden=True))
         while True:
             nxt = yield logits
-            logits = _last(model, model(nxt[:, None], attention_mask=ones, cache=cache,
-                                        prefix_lengths=plen, return_hidden=True))  # (B, V)
+            logits = head(model(nxt[:, None], attention_mask=ones, cache=cache,
+                                prefix_lengths=plen, return_hidden=True))  # (B, V)
     seq = ids
     while True:
-        nxt = yield _last(model, model(seq, attention_mask=full, prefix_lengths=plen,
-                                       return_hidden=True))
+        nxt = yield head(model(seq, attention_mask=full, prefix_lengths=plen,
+                               return_hidden=True))
         seq = torch.cat([seq, nxt[:, None]], dim=1)  # (B, T + 1): recompute everything
         if full is not None:
             full = torch.cat([full, ones], dim=1)
 
 
-def _seq2seq_logits(model, src, src_mask, use_cache, start_id):
+def _seq2seq_logits(model, src, src_mask, use_cache, start_id, head):
     """Encoder-decoder: encode once, then decode step by step (cross-attention k/v cached too)."""
     B = src.size(0)
     dev = src.device
@@ -265,16 +286,16 @@ def _seq2seq_logits(model, src, src_mask, use_cache, start_id):
     ones = torch.ones(B, 1, dtype=torch.bool, device=dev) if explicit else None
     if use_cache:
         cache = model.new_cache()
-        logits = _last(model, model.decode(tgt, memory, mem_pad, tgt_mask=ones, cache=cache,
-                                           return_hidden=True))
+        logits = head(model.decode(tgt, memory, mem_pad, tgt_mask=ones, cache=cache,
+                                   return_hidden=True))
         while True:
             nxt = yield logits
-            logits = _last(model, model.decode(nxt[:, None], memory, mem_pad, tgt_mask=ones,
-                                               cache=cache, return_hidden=True))
+            logits = head(model.decode(nxt[:, None], memory, mem_pad, tgt_mask=ones,
+                                       cache=cache, return_hidden=True))
     full = ones
     while True:
-        nxt = yield _last(model, model.decode(tgt, memory, mem_pad, tgt_mask=full,
-                                              return_hidden=True))
+        nxt = yield head(model.decode(tgt, memory, mem_pad, tgt_mask=full,
+                                      return_hidden=True))
         tgt = torch.cat([tgt, nxt[:, None]], dim=1)
         if full is not None:
             full = torch.cat([full, ones], dim=1)
