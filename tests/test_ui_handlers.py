@@ -397,8 +397,10 @@ def test_inspect_heatmaps_for_every_architecture():
     want = zoo.trace(model, text="床前明月光")["encoder.blocks.1.attn.weights"][0, 3]
     assert torch.allclose(torch.tensor(r["weights"]), want, atol=1e-4)
     assert all(abs(sum(row) - 1) < 1e-3 for row in r["weights"])
-    for fig in (r["heatmap"], r["grid"], r["mask"]):
+    for fig in (r["heatmap"], r["grid"], r["mask"], r["positions"]):  # bert_tiny: learned positions
         assert fig is not None and fig.get_axes()
+    sim = r["positions"].get_axes()[0].get_images()[0].get_array()
+    assert abs(float(sim[0, 0]) - 1) < 1e-5 and sim.shape[0] == sim.shape[1] >= 5
     r = inspect_tab.inspect("ui_gpt", "abc", "decoder", 0, 0)
     assert r["weights"][0][1:] == [0.0, 0.0]  # causal: token 0 sees only itself
     assert r["positions"] is not None  # sinusoid waves

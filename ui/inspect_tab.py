@@ -149,9 +149,9 @@ def _weights_name(stack: str, layer: int) -> str:
     return f"{stack}.blocks.{layer}.attn.weights"
 
 
-def positions_figure(spec, seq_len: int, role: str):
+def positions_figure(spec, seq_len: int, role: str, model=None):
     """The view that fits the stack's position scheme: sinusoid waves, RoPE rotation, the score bias
-    of ALiBi / T5, or None (learned / none)."""
+    of ALiBi / T5, the similarity of learned position vectors (given the ``model``), or None."""
     from zoo import plots
 
     st = spec.stack(role)
@@ -167,7 +167,34 @@ def positions_figure(spec, seq_len: int, role: str):
     if cls.acts_on_qk and hasattr(plots, "rope_rotation"):
         base = getattr(st.positions.config, "base", 10000.0)
         return plots.rope_rotation(head_dim=st.head_dim, positions=max(seq_len, 8), base=base)
+    if model is not None:
+        stack = model.decoder if role == "decoder" else model.encoder
+        table = getattr(getattr(stack, "positions", None), "table", None)
+        if isinstance(table, torch.nn.Embedding):
+            return learned_positions_figure(table.weight, max(seq_len, 16))
     return None
+
+
+def learned_positions_figure(weight: torch.Tensor, n: int = 32):
+    """Learned position vectors: cosine similarity between positions 0..n-1.  A trained model shows
+    a bright band along the diagonal (nearby positions look alike); a random one shows noise."""
+    from matplotlib.figure import Figure
+
+    from zoo import plots
+
+    w = weight[: min(n, weight.size(0))].detach().float()
+    w = w / w.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+    sim = (w @ w.T).numpy()  # (n, n)
+    font = plots.cjk_font()
+    fig = Figure(figsize=(5.2, 4.4), layout="constrained")
+    ax = fig.add_subplot()
+    im = ax.imshow(sim, cmap="RdBu_r", vmin=-1, vmax=1)
+    ax.set_xlabel("position 位置", fontfamily=[font or "DejaVu Sans", "DejaVu Sans"])
+    ax.set_ylabel("position 位置", fontfamily=[font or "DejaVu Sans", "DejaVu Sans"])
+    ax.set_title("learned positions: cosine similarity\n学到的位置向量的余弦相似度",
+                 fontfamily=[font or "DejaVu Sans", "DejaVu Sans"], fontsize=10)
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    return fig
 
 
 @handler
@@ -228,7 +255,7 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
     grid = plots.attention_grid(torch.stack([trace[n] for n in names]), q_tokens if kind == "attn" else None,
                                 title=f"{stack}: {st.num_layers} layers × {st.num_heads} heads")
     mask = plots.mask_pattern(model.spec, seq_len=min(len(q_tokens), 32), role=role) if kind == "attn" else None
-    pos = positions_figure(model.spec, min(len(q_tokens), 32), role)
+    pos = positions_figure(model.spec, min(len(q_tokens), 32), role, model)
     # the next-token prediction only means something for a language model
     if model.spec.arch == "encoder_decoder":  # what the decoder wrote (the rows of its maps)
         pred, pred_label = repr(tok.decode(tgt[0].tolist(), skip_special=True)), "inspect.output"
