@@ -87,7 +87,8 @@ def numerals_file(run: Path) -> Path:
     """The generated training pairs (numbers reserved for evaluation are never in it)."""
     path = run / "numerals_train.tsv"
     if not path.is_file():
-        write_pairs(path, numeral_pairs(NUMERAL_TRAIN_SIZE, seed=0))
+        # repeats allowed: every magnitude keeps its 1/8 share (the ten one-digit numbers included)
+        write_pairs(path, numeral_pairs(NUMERAL_TRAIN_SIZE, seed=0, distinct=False))
     return path
 
 
@@ -220,7 +221,7 @@ def run(name: str, args) -> dict:
         print(f"  {a!r} -> {b!r}")
     info = next((r for r in result.history if r.get("event") == "start"), {})
     info["data"] = "data/poems.txt" if preset["data"] else (
-        f"{NUMERAL_TRAIN_SIZE:,} generated pairs (zoo.data.numeral_pairs, seed 0)")
+        f"{NUMERAL_TRAIN_SIZE:,} generated pairs (zoo.data.numeral_pairs, seed 0, repeats allowed)")
     summary = {"name": name, **result.final, **extra["metrics"], "wall_time_s": result.wall_time,
                "total_s": time.time() - t0}
     print(json.dumps(summary, ensure_ascii=False, indent=1))

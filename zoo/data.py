@@ -85,17 +85,19 @@ def is_heldout_number(n: int) -> bool:
     return n >= 10 and ((n * 2654435761) & 0xFFFFFFFF) % 10 == 0
 
 
-def sample_numbers(count: int, seed: int = 0, *, heldout: bool = False) -> list[int]:
-    """``count`` distinct numbers spread over all magnitudes: the digit count is uniform over 1..8,
-    half of the numbers have uniform random digits and half are zero-heavy (each digit is 0 with
+def sample_numbers(count: int, seed: int = 0, *, heldout: bool = False,
+                   distinct: bool = True) -> list[int]:
+    """``count`` numbers spread over all magnitudes: the digit count is uniform over 1..8, half of
+    the numbers have uniform random digits and half are zero-heavy (each digit is 0 with
     probability 1/2, which exercises the 零 rules).  ``heldout=False`` draws only training numbers,
     ``heldout=True`` only evaluation numbers (see :func:`is_heldout_number`; one-digit numbers are
-    shared)."""
+    shared).  ``distinct=False`` allows repeats, so that small numbers keep their share of a large
+    training set (there are only ten one-digit numbers, and a model must still see them often)."""
     rng = random.Random(seed)
     seen: set[int] = set()
     out: list[int] = []
     capacity = 10 + 90 + 900 + 9000 + 90000 + 900000 + 9000000 + 90000000
-    if count > capacity // 20:
+    if distinct and count > capacity // 20:
         raise DataError(f"asked for {count} distinct numbers", where="sample_numbers",
                         fix="ask for at most a few million")
     tries = 0
@@ -112,16 +114,18 @@ def sample_numbers(count: int, seed: int = 0, *, heldout: bool = False) -> list[
             ds = [str(rng.randint(1, 9))] + [
                 "0" if rng.random() < 0.5 else str(rng.randint(1, 9)) for _ in range(digits - 1)]
             n = int("".join(ds))
-        if n in seen or (n >= 10 and is_heldout_number(n) != heldout):
+        if (distinct and n in seen) or (n >= 10 and is_heldout_number(n) != heldout):
             continue
         seen.add(n)
         out.append(n)
     return out
 
 
-def numeral_pairs(count: int, seed: int = 0, *, heldout: bool = False) -> list[tuple[str, str]]:
+def numeral_pairs(count: int, seed: int = 0, *, heldout: bool = False,
+                  distinct: bool = True) -> list[tuple[str, str]]:
     """``[("10086", "一万零八十六"), ...]``: :func:`sample_numbers` written both ways."""
-    return [(str(n), to_chinese_numeral(n)) for n in sample_numbers(count, seed, heldout=heldout)]
+    return [(str(n), to_chinese_numeral(n))
+            for n in sample_numbers(count, seed, heldout=heldout, distinct=distinct)]
 
 
 def write_pairs(path: str | Path, pairs: Iterable[tuple[str, str]]) -> Path:
