@@ -54,8 +54,9 @@ PRESETS = {
                   norm={"kind": "layernorm", "placement": "post"},
                   head={"kind": "mlm", "transform": True}, **COMMON),
         objective="mlm", data=POEMS,
-        train=dict(steps=1000, batch_size=24, block_size=64, lr=1e-3, warmup=100,
-                   weight_decay=0.01, holdout=0.1, eval_every=100, eval_batches=16, save_every=100),
+        train=dict(steps=2000, batch_size=32, block_size=64, lr=1e-3, warmup=150,
+                   weight_decay=0.01, holdout=0.1, eval_every=100, eval_batches=16, save_every=100,
+                   keep_best=True),
         blurb="A small BERT (encoder-only, bidirectional, post-norm as in the paper, learned "
               "positions, MLM head with BERT's transform) trained with masked-language modelling on "
               "the same poems. Hide a character with <mask> and it proposes what fits, using the "
