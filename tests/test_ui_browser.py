@@ -206,6 +206,10 @@ def test_switch_to_chinese(page):
     set_yaml(page, yaml_text(page).replace("attention: sdpa", "attention: sdpx"))
     expect(page.locator("#build-status")).to_contain_text("修改建议")
     page.screenshot(path=str(SHOTS / "chinese.png"), full_page=True)
+    page.locator("button[role=tab]", has_text="插件").click()
+    expect(page.locator("#plugins-table")).to_contain_text("版本")  # static tables' headers too
+    expect(page.locator("#plugins-table")).to_contain_text("zoo.attention_eager")
+    page.screenshot(path=str(SHOTS / "chinese_plugins.png"), full_page=True)
     page.locator("#lang-switch label", has_text="English").click()
     expect(page.locator("button[role=tab]", has_text="Build")).to_be_visible()
 

@@ -191,11 +191,17 @@ def build(tr, lang_state) -> dict:
         prompt = tr.add(gr.Textbox("", label=tr("compare.prompt"), elem_id="cmp-prompt", scale=3,
                                    max_length=LIMITS["text_chars"]), label="compare.prompt")
         go = tr.add(gr.Button(tr("compare.go"), variant="primary", elem_id="cmp-go"), value="compare.go")
-    table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), tr("compare.a"), tr("compare.b")], label=tr("compare.table"),
-                                interactive=False, wrap=True, elem_id="cmp-table"), label="compare.table",
-                   headers=("compare.metric", "compare.a", "compare.b"))
+    table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), tr("compare.a"), tr("compare.b")],
+                                label=tr("compare.table"), interactive=False, wrap=True, elem_id="cmp-table"),
+                   label="compare.table")
     spec_diff = gr.Markdown(elem_id="cmp-diff")
-    go.click(compare, inputs=[src_a, over_a, src_b, over_b, seq, prompt, lang_state], outputs=[table, spec_diff],
+    def compare_ui(a, oa, b, ob, n, text, lang):
+        import pandas as pd
+
+        rows, diff = compare(a, oa, b, ob, n, text, lang=lang)
+        return pd.DataFrame(rows, columns=[t(h, lang) for h in ("compare.metric", "compare.a", "compare.b")]), diff
+
+    go.click(compare_ui, inputs=[src_a, over_a, src_b, over_b, seq, prompt, lang_state], outputs=[table, spec_diff],
              concurrency_limit=2, api_name="compare")
     return {"a": src_a, "b": src_b, "go": go, "table": table, "diff": spec_diff}
 

@@ -297,6 +297,8 @@ _TEMPLATE = re.compile(r"\{([a-z_]+\.[a-z_.]+)\}")
 
 def keys_of(key: "str | tuple[str, ...]") -> list[str]:
     """The i18n keys a registered attribute refers to (a key, a template, or a tuple of keys)."""
+    if callable(key):
+        return list(getattr(key, "i18n_keys", ()))
     if isinstance(key, (tuple, list)):
         return list(key)
     return _TEMPLATE.findall(key) if "{" in key else [key]
@@ -315,7 +317,9 @@ class Translator:
     def add(self, component, **attrs: "str | tuple[str, ...]"):
         """Register ``component`` so that each ``attr=key`` is re-translated on a language switch;
         returns the component (use it inline: ``tr.add(gr.Button(tr("x")), value="x")``).  ``key`` may
-        be a template (``value="### {inspect.calc_heading}"``) or a tuple of keys (``headers=``)."""
+        be a template (``value="### {inspect.calc_heading}"``), a tuple of keys, or a function of the
+        language returning the new value (a table rebuilt with translated headers: the frontend
+        ignores a headers-only update)."""
         self.items.append((component, attrs))
         return component
 
@@ -326,7 +330,9 @@ class Translator:
     def updates(self, lang: Any) -> list:
         import gradio as gr
 
-        def text(key):  # a key, a template "## {key}", or a tuple of keys (a table's headers)
+        def text(key):  # a key, a template "## {key}", keys (headers), or a function of the language
+            if callable(key):
+                return key(lang)
             if isinstance(key, (tuple, list)):
                 return [t(k, lang) for k in key]
             if "{" in key:

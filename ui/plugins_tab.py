@@ -26,15 +26,26 @@ def component_rows() -> list[list[str]]:
     return rows
 
 
+def _table(rows, headers):
+    """A function of the language giving the table with translated headers (for the switch)."""
+    def make(lang):
+        import pandas as pd
+
+        return pd.DataFrame(rows(lang), columns=[t(h, lang) for h in headers])
+
+    make.i18n_keys = headers
+    return make
+
+
 def build(tr, lang_state) -> dict:
     import gradio as gr
 
     tr.add(gr.Markdown(tr("plugins.intro")), value="plugins.intro")
     plugins = gr.Dataframe(plugin_rows(tr.lang), headers=[tr(h) for h in PLUGIN_HEADERS],
                            label=tr("plugins.table"), interactive=False, wrap=True, elem_id="plugins-table")
-    tr.add(plugins, label="plugins.table", headers=PLUGIN_HEADERS)
+    tr.add(plugins, label="plugins.table", value=_table(lambda lang: plugin_rows(lang), PLUGIN_HEADERS))
     comps = gr.Dataframe(component_rows(), headers=[tr(h) for h in COMPONENT_HEADERS],
                          label=tr("plugins.components"), interactive=False, wrap=True,
                          elem_id="plugins-components")
-    tr.add(comps, label="plugins.components", headers=COMPONENT_HEADERS)
+    tr.add(comps, label="plugins.components", value=_table(lambda lang: component_rows(), COMPONENT_HEADERS))
     return {"plugins": plugins, "components": comps}

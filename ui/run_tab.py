@@ -132,8 +132,15 @@ def build(tr, lang_state) -> dict:
     go = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
     output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False, elem_id="run-output"),
                     label="run.output")
-    fills = tr.add(gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
-                                elem_id="run-fill"), headers=("run.fill_header", "run.candidates"))
+    fills = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
+                         elem_id="run-fill")
+
+    def run_ui(name, text, temperature, top_k, top_p, max_new, seed_, lang):
+        import pandas as pd
+
+        columns = [t("run.fill_header", lang), t("run.candidates", lang)]
+        for out, rows in run(name, text, temperature, top_k, top_p, max_new, seed_, lang=lang):
+            yield out, pd.DataFrame(rows, columns=columns)
 
     @handler
     def on_refresh(current):
@@ -142,9 +149,9 @@ def build(tr, lang_state) -> dict:
 
     refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
     ckpt.change(model_card, inputs=[ckpt, lang_state], outputs=[card], api_name="model_card")
-    go.click(run, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
+    go.click(run_ui, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
              outputs=[output, fills], concurrency_limit=4, concurrency_id="generate", api_name="run")
-    prompt.submit(run, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
+    prompt.submit(run_ui, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
                   outputs=[output, fills], concurrency_limit=4, concurrency_id="generate",
                   api_visibility="private")
     return {"checkpoint": ckpt, "prompt": prompt, "output": output, "go": go, "fills": fills,

@@ -299,7 +299,7 @@ def build(tr, lang_state) -> dict:
     summary = gr.Markdown(elem_id="verify-summary")
     table = gr.Dataframe(headers=[tr(h) for h in HEADERS], label=tr("verify.table"), interactive=False,
                          wrap=True, elem_id="verify-table")
-    tr.add(table, label="verify.table", headers=HEADERS)
+    tr.add(table, label="verify.table")  # its handlers return frames with translated headers
 
     def frame(rows, lang):
         return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS])
