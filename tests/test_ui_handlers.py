@@ -448,3 +448,14 @@ def test_the_number_of_saved_runs_is_bounded(monkeypatch):
     build_tab.save(text, "two", 1)  # overwriting is fine
     with pytest.raises(gr.Error, match="runs"):
         build_tab.save(text, "three", 0)
+
+
+def test_model_cards_inline_their_own_images_and_drop_others():
+    build_tab.save(build_tab.preset_yaml("gpt_tiny").replace("num_layers: 4", "num_layers: 1"), "carded", 0)
+    folder = Path(os.environ["ZOO_RUNS"]) / "carded"
+    (folder / "loss.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(40)))
+    (folder / "README.md").write_text("# carded\n![loss](loss.png)\n![web](https://example.com/x.png)\n"
+                                      "![up](../secret.png)\n", encoding="utf-8")
+    card = run_tab.model_card("carded")
+    assert "![loss](data:image/png;base64,iVBORw0KGgo" in card
+    assert "example.com" not in card and "secret" not in card.replace("(up)", "") and "(web)" in card

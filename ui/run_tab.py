@@ -11,6 +11,7 @@ Checkpoints are chosen by name only (``ui.common.checkpoint_path``); sizes are b
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterator
 
 import zoo
@@ -59,9 +60,28 @@ def model_card(name: str, lang: str = "en") -> str:
     for card in ("README.md", "model_card.md", "card.md", "MODEL_CARD.md"):
         f = folder / card
         if f.is_file() and f.stat().st_size < 20_000:
-            lines += ["", f.read_text(encoding="utf-8")]
+            lines += ["", _inline_images(f.read_text(encoding="utf-8"), folder)]
             break
     return "\n".join(lines)
+
+
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+
+
+def _inline_images(markdown: str, folder) -> str:
+    """Embed a card's own images (``![loss](loss.png)`` beside it) as data URIs, so the page shows
+    them without serving the folder; any other image (a path elsewhere, a web address) is dropped."""
+    import base64
+
+    def repl(m):
+        alt, target = m.group(1), m.group(2)
+        f = folder / target
+        if "/" not in target and "\\" not in target and target.lower().endswith(".png") and f.is_file() \
+                and f.stat().st_size < 300_000:
+            return f"![{alt}](data:image/png;base64,{base64.b64encode(f.read_bytes()).decode()})"
+        return f"({alt})"
+
+    return _IMAGE.sub(repl, markdown)
 
 
 def fill_mask(model, text: str, top_k: int = 5, lang: str = "en") -> list[list[str]]:
