@@ -133,27 +133,32 @@ def build(tr, lang_state) -> dict:
         ckpt = tr.add(gr.Dropdown(names, value=first, label=tr("run.checkpoint"),
                                   elem_id="run-checkpoint", allow_custom_value=True), label="run.checkpoint")
         refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="run-refresh"), value="run.refresh")
-    card = gr.Markdown(model_card(first) if first else "", elem_id="run-card")
-    prompt = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
-                               max_length=LIMITS["text_chars"]), label="run.prompt")
-    gr.Examples([["床前明月光，"], ["春眠不觉晓，"], ["床前明<mask>光"], ["10086"], ["The cat sat on the"]],
-                inputs=[prompt], label="", examples_per_page=5)
     with gr.Row():
-        temperature = tr.add(gr.Slider(0.0, 2.0, value=0.0, step=0.05, label=tr("run.temperature"),
-                                       elem_id="run-temperature"), label="run.temperature")
-        top_k = tr.add(gr.Slider(0, 200, value=0, step=1, label=tr("run.top_k"), elem_id="run-top-k"),
-                       label="run.top_k")
-        top_p = tr.add(gr.Slider(0.05, 1.0, value=1.0, step=0.05, label=tr("run.top_p"),
-                                 elem_id="run-top-p"), label="run.top_p")
-        max_new = tr.add(gr.Slider(1, LIMITS["max_new_tokens"], value=64, step=1,
-                                   label=tr("run.max_new_tokens"), elem_id="run-max-new"),
-                         label="run.max_new_tokens")
-        seed = tr.add(gr.Number(0, precision=0, label=tr("run.seed"), elem_id="run-seed"), label="run.seed")
-    go = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
-    output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False, elem_id="run-output"),
-                    label="run.output")
-    fills = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
-                         elem_id="run-fill")
+        with gr.Column(scale=3):
+            prompt = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
+                                       max_length=LIMITS["text_chars"]), label="run.prompt")
+            gr.Examples([["床前明月光，"], ["春眠不觉晓，"], ["床前明<mask>光"], ["10086"], ["The cat sat on the"]],
+                        inputs=[prompt], label="", examples_per_page=5)
+            with gr.Row():
+                temperature = tr.add(gr.Slider(0.0, 2.0, value=0.8, step=0.05, label=tr("run.temperature"),
+                                               elem_id="run-temperature"), label="run.temperature")
+                top_k = tr.add(gr.Slider(0, 200, value=20, step=1, label=tr("run.top_k"), elem_id="run-top-k"),
+                               label="run.top_k")
+                top_p = tr.add(gr.Slider(0.05, 1.0, value=0.95, step=0.05, label=tr("run.top_p"),
+                                         elem_id="run-top-p"), label="run.top_p")
+            with gr.Row():
+                max_new = tr.add(gr.Slider(1, LIMITS["max_new_tokens"], value=64, step=1,
+                                           label=tr("run.max_new_tokens"), elem_id="run-max-new"),
+                                 label="run.max_new_tokens")
+                seed = tr.add(gr.Number(0, precision=0, label=tr("run.seed"), elem_id="run-seed"),
+                              label="run.seed")
+            go = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
+            output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False,
+                                       elem_id="run-output"), label="run.output")
+            fills = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
+                                 elem_id="run-fill")
+        with gr.Column(scale=2):  # the model card beside the controls, scrolling on its own
+            card = gr.Markdown(model_card(first) if first else "", elem_id="run-card", max_height=900)
 
     def run_ui(name, text, temperature, top_k, top_p, max_new, seed_, lang):
         import pandas as pd
