@@ -137,6 +137,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "run.checkpoint": ("Checkpoint", "检查点"),
     "run.refresh": ("Refresh list", "刷新列表"),
     "run.prompt": ("Input text", "输入文本"),
+    "run.examples": ("Examples (poet_gpt, poet_bert, numerals_t5)", "示例（poet_gpt、poet_bert、numerals_t5）"),
     "run.output": ("Output", "输出"),
     "run.temperature": ("Temperature (0 = greedy)", "温度（0 为贪心）"),
     "run.top_k": ("Top-k (0 = off)", "Top-k（0 为关闭）"),

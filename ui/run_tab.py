@@ -137,8 +137,10 @@ def build(tr, lang_state) -> dict:
         with gr.Column(scale=3):
             prompt = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
                                        max_length=LIMITS["text_chars"]), label="run.prompt")
-            gr.Examples([["床前明月光，"], ["春眠不觉晓，"], ["床前明<mask>光"], ["10086"], ["The cat sat on the"]],
-                        inputs=[prompt], label="", examples_per_page=5)
+            examples = gr.Examples([["床前明月光，"], ["春眠不觉晓，"], ["床前明<mask>光"], ["10086"],
+                                    ["The cat sat on the"]], inputs=[prompt], label=tr("run.examples"),
+                                   examples_per_page=5)
+            tr.add(examples.dataset, label="run.examples")
             with gr.Row():
                 temperature = tr.add(gr.Slider(0.0, 2.0, value=0.8, step=0.05, label=tr("run.temperature"),
                                                elem_id="run-temperature"), label="run.temperature")
