@@ -588,6 +588,10 @@ def _check_stack(spec: ModelSpec, role: str, registry) -> None:
                         fix="use a divisor of num_heads (1 = multi-query, num_heads = multi-head)")
     if st.d_ff < 1 or st.head_dim < 1:
         raise SpecError("d_ff and head_dim must be positive", where=src("d_ff"))
-    if st.num_layers > 4096 or st.head_dim > 65536:
-        raise SpecError("unreasonably large stack", where=src("num_layers"))
+    if st.num_layers > 4096:
+        raise SpecError(f"{st.num_layers} layers is unreasonably deep", where=src("num_layers"),
+                        fix="use at most 4096 layers")
+    if st.head_dim > 65536:
+        raise SpecError(f"head_dim {st.head_dim} is unreasonably wide", where=src("head_dim"),
+                        fix="use at most 65536 features per head")
     reg.check_compatible(spec, role, src)  # capabilities: zoo.registry, once per stack
