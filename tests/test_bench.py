@@ -127,3 +127,17 @@ def test_torch_compile_traces_every_tiny_preset_without_graph_breaks(preset):
     with torch.no_grad():
         ref, got = call(m), call(compiled)
     torch.testing.assert_close(got, ref)
+
+
+def test_converted_and_loaded_weights_are_contiguous(tmp_path):
+    """A transposed view as a Linear weight (GPT-2 stores Conv1D weights as (in, out)) computes the
+    same numbers but makes every matmul take a slower path: conversion and loading must not leave
+    one behind."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=97, n_positions=64))
+    model = zoo.convert.from_transformers(hf)
+    assert all(p.is_contiguous() for p in model.parameters())
+    zoo.save(model, tmp_path / "m")
+    assert all(p.is_contiguous() for p in zoo.load(tmp_path / "m").parameters())

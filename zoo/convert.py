@@ -399,7 +399,9 @@ def _assemble(spec_dict: dict, state: dict, dtype=None) -> torch.nn.Module:
             raise ConvertError(f"tensor '{name}' has shape {tuple(state[name].shape)}, the spec needs "
                                f"{tuple(expected[name].shape)}", where="weights",
                                fix="check that config.json belongs to these weights")
-    model.load_state_dict({k: state[k].detach().to(dt).clone() for k in need}, strict=False, assign=True)
+    # contiguous copies: a transposed view (GPT-2's Conv1D weights) would make every matmul slower
+    model.load_state_dict({k: state[k].detach().to(dt).clone(memory_format=torch.contiguous_format)
+                           for k in need}, strict=False, assign=True)
     model.tie_weights()
     model.reset_buffers()
     return model.to(device=state["tok_emb.weight"].device, dtype=dt).eval()  # buffers follow the weights
