@@ -310,3 +310,33 @@ def test_transposed_lm_head_path_gives_the_same_tokens(monkeypatch):
         monkeypatch.setattr(G, "TRANSPOSED_HEAD_MIN", 1 << 22)
         assert torch.equal(plain, fast)
         assert torch.equal(model.lm_head.weight, weight)
+
+
+def test_generation_with_a_kernel_without_kv_cache_support_is_a_clear_error():
+    import types
+
+    from zoo.components import Capabilities
+    from zoo.registry import Registry, set_registry
+
+    mod = types.ModuleType("nocache")
+    eager = zoo.get_registry().get("attention", "eager").cls
+
+    class NoCache(eager):
+        capabilities = Capabilities(returns_weights=True, supports_kv_cache=False)
+
+    @zoo.hookimpl
+    def register_attention(register):
+        register("nocache", NoCache)
+
+    mod.register_attention = register_attention
+    reg = Registry(entry_points=False)
+    reg.add_plugin(mod, name="nocache")
+    old = set_registry(reg)
+    try:
+        model = zoo.build("gpt_tiny", attention="nocache", num_layers=1, seed=0)
+        ids = torch.randint(1, 512, (1, 4))
+        with pytest.raises(zoo.IncompatibleComponentsError, match="supports kv cache.*nocache"):
+            model.generate(ids, max_new_tokens=2)
+        assert model.generate(ids, max_new_tokens=2, use_cache=False).shape == (1, 6)
+    finally:
+        set_registry(old)

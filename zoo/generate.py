@@ -173,6 +173,10 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
         return pick_next(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
                          top_p=top_p, generator=gen)
 
+    if use_cache:
+        from .registry import get_registry
+
+        get_registry().require(model.spec, "supports_kv_cache", "generation with a KV cache")
     if arch == "decoder":
         if T0 + max(max_new_tokens - 1, 0) > model.spec.max_len:
             raise ZooError(f"prompt ({T0}) + max_new_tokens ({max_new_tokens}) exceeds max_len "
