@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.data import numeral_pairs, read_documents, split_holdout
+from zoo.data import numeral_pairs
 from zoo.train import MLMTask, TrainConfig, evaluate, prepare
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -167,7 +167,8 @@ def test_vocabulary_mismatch_is_a_clear_error(tmp_path):
 
 def test_objective_must_fit_the_architecture(tmp_path):
     docs = _text(tmp_path, "春眠不觉晓\n\n处处闻啼鸟\n")
-    with pytest.raises(zoo.ZooError, match=r"objective 'mlm' needs an encoder model.*valid options: clm, prefix_lm"):
+    with pytest.raises(zoo.ZooError,
+                       match=r"objective 'mlm' needs an encoder model.*valid options: clm, prefix_lm"):
         train(_spec(), docs, out=tmp_path / "o", objective="mlm", steps=2, **Q)
     with pytest.raises(zoo.ZooError, match="unknown objective"):
         TrainConfig(objective="gan").validate()

@@ -332,9 +332,9 @@ class Seq2SeqTask(_PairsTask):
         src = pad_batch(srcs, t.pad_id)
         tin = pad_batch([[t.bos_id] + s for s in tgts], t.pad_id)
         tout = pad_batch([s + [t.eos_id] for s in tgts], IGNORE)
+        tlen = torch.tensor([len(s) + 1 for s in tgts])  # (B,) <bos> + target
         return {"src": src, "src_mask": src != t.pad_id, "tgt": tin,
-                "tgt_mask": torch.arange(tin.size(1))[None, :] < torch.tensor([len(s) + 1 for s in tgts])[:, None],
-                "labels": tout}
+                "tgt_mask": torch.arange(tin.size(1))[None, :] < tlen[:, None], "labels": tout}
 
     def loss(self, model, b):
         logits = model(b["src"], b["tgt"], src_mask=b["src_mask"], tgt_mask=b["tgt_mask"])
@@ -387,7 +387,8 @@ def prepare(data: str | os.PathLike, cfg: TrainConfig, spec, tok=None, *, fit_vo
         raise DataError("no examples in the data file", where=where, fix="check the file format")
     own_tok = tok is None
     if tok is None:
-        tok = make_tokenizer("char", text=corpus) if cfg.tokenizer == "char" else make_tokenizer(cfg.tokenizer)
+        tok = (make_tokenizer("char", text=corpus) if cfg.tokenizer == "char"
+               else make_tokenizer(cfg.tokenizer))
     elif isinstance(tok, str):
         tok = make_tokenizer("char", text=corpus) if tok == "char" else make_tokenizer(tok)
         own_tok = True
@@ -412,9 +413,11 @@ def prepare(data: str | os.PathLike, cfg: TrainConfig, spec, tok=None, *, fit_vo
         else:
             ms, mt = spec.max_len - 2, spec.max_len - 2
         tr = D.encode_pairs(tok, train_items, ms, mt, where)
-        ev = D.encode_pairs(tok, eval_items, ms, mt, where) if eval_items else D.Encoded(sources=[], targets=[])
+        ev = (D.encode_pairs(tok, eval_items, ms, mt, where) if eval_items
+              else D.Encoded(sources=[], targets=[]))
         if cfg.objective == "prefix_lm":
-            over = [i for i, (s, t) in enumerate(zip(tr.sources, tr.targets)) if len(s) + len(t) + 1 > spec.max_len]
+            over = [i for i, (s, t) in enumerate(zip(tr.sources, tr.targets))
+                    if len(s) + len(t) + 1 > spec.max_len]
             if over:
                 raise DataError(f"example {over[0] + 1} is longer than max_len {spec.max_len} once "
                                 "source and target are joined", where=where,
@@ -631,7 +634,8 @@ def _state_meta(step, cfg, spec, tok, info, elapsed, tokens_seen, history_tail) 
     from .tokenizers import to_json as tok_json
 
     return {"step": step, "config": cfg.to_dict(), "spec": spec.to_yaml(), "tokenizer": tok_json(tok),
-            "data": info, "elapsed_s": elapsed, "tokens_seen": tokens_seen, "lr": lr_at(max(0, step - 1), cfg),
+            "data": info, "elapsed_s": elapsed, "tokens_seen": tokens_seen,
+            "lr": lr_at(max(0, step - 1), cfg),
             "zoo_version": __version__, "last_metrics": history_tail}
 
 

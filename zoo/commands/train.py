@@ -54,7 +54,8 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
 
     knobs = {k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, block_size=block_size,
                                    lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
-                                   holdout=holdout, eval_every=eval_every, save_every=save_every, log_every=log_every,
+                                   holdout=holdout, eval_every=eval_every, save_every=save_every,
+                                   log_every=log_every,
                                    seed=seed, tokenizer=tokenizer).items() if v is not None}
     if no_bf16:
         knobs["bf16"] = False
