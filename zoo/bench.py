@@ -269,7 +269,8 @@ class Report:
     def table(self) -> str:
         """A plain-text table, one row per task."""
         head = (f"{self.model}: {self.parameters:,} parameters on {self.device} ({self.dtype}, "
-                f"{self.threads} threads{', torch.compile' if self.compiled else ''}); "
+                f"{self.threads} thread{'s' if self.threads != 1 else ''}"
+                f"{', torch.compile' if self.compiled else ''}); "
                 f"matmul peak {self.peak_gflops:,.1f} GFLOP/s")
         rows = [("task", "shape", "median", "spread", "tokens/s", "GFLOP/s", "% peak")]
         for r in self.results:

@@ -726,7 +726,7 @@ class Compare:
         except OSError:
             pass
         dev = (torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else
-               f"{cpu}, {torch.get_num_threads()} threads")
+               f"{cpu}, {torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''}")
         head = [f"## Peer comparison ({datetime.datetime.now():%Y-%m-%d %H:%M})", "",
                 f"Command: `{' '.join(['python'] + [os.path.relpath(sys.argv[0])] + sys.argv[1:])}`", "",
                 f"Device: {dev}; dtype {str(self.dtype).replace('torch.', '')}; torch "
