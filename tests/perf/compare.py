@@ -815,6 +815,9 @@ def main(argv=None):
     for s in sections:
         c.log(f"[{s}]")
         getattr(c, s)()
+        if args.out:  # a partial report after every section: a run cut short still leaves one
+            with open(args.out, "w", encoding="utf-8") as fh:
+                fh.write(c.report(started, load_before))
     peak2 = peak_gflops(args.device, c.dtype, args.peak_n)
     c.notes.append(f"matmul peak re-measured at the end: {peak2:,.0f} GFLOP/s")
     text = c.report(started, load_before)
