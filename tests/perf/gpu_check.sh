@@ -4,11 +4,11 @@
 #   2. `zoo bench` of the GPT-2-small shape in bf16;
 #   3. the peer comparison (tests/perf/compare.py) in bf16 with the reduced (--quick) set, its
 #      torch.compile section on gpt_tiny and gpt2 last (the report is rewritten after each section).
-# Results land in $OUT (the device tool's output folder) or ./gpu_out.  Usage:
+# Results land in $OUT (the device tool's output folder) or /tmp/zoo_gpu_out.  Usage:
 #   bash tests/perf/gpu_check.sh
 set -u
 cd "$(dirname "$0")/../.."
-OUTDIR="${OUT:-gpu_out}"
+OUTDIR="${OUT:-/tmp/zoo_gpu_out}"
 mkdir -p "$OUTDIR"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 PY="${PYTHON:-python3}"
