@@ -211,7 +211,8 @@ def run(name: str, args) -> dict:
     src_dir = run_dir / "best" if knobs.get("keep_best") and (run_dir / "best").is_dir() else run_dir
     model = zoo.load(src_dir)
     threads = torch.get_num_threads()
-    extra = {"hardware": f"{threads} CPU thread{'s' if threads > 1 else ''} ({platform.processor() or platform.machine()})"
+    cpu = platform.processor() or platform.machine()
+    extra = {"hardware": f"{threads} CPU thread{'s' if threads > 1 else ''} ({cpu})"
              if not torch.cuda.is_available() else torch.cuda.get_device_name(0), "metrics": {}}
     if name == "numerals_t5":
         acc, wrong = numerals_heldout_eval(model)
