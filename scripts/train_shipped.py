@@ -118,13 +118,18 @@ def samples(name: str, model, seed: int = 0) -> list[tuple[str, str]]:
         docs = read_documents(POEMS)
         _, held = split_holdout(docs, PRESETS[name]["train"]["holdout"], 0)
         out = []
-        for doc in held[:6]:
-            line = doc.split("\n")[1]
+        for doc in held[:8]:  # the whole held-out poem as context (as in training), one char hidden
+            lines = doc.split("\n")
+            if len(lines) < 3:
+                continue
+            line = lines[2]
             k = 2 if len(line) > 3 else 0
-            masked = line[:k] + "<mask>" + line[k + 1:]
-            cands = fill_mask(model, masked, top_k=5)[0]
-            shown = " ".join(f"{c.get('text', c['id'])}({c['p']:.2f})" for c in cands)
-            out.append((masked, f"{shown}  — original: {line[k]}"))
+            masked_line = line[:k] + "<mask>" + line[k + 1:]
+            text = "\n".join(lines[:2] + [masked_line] + lines[3:5])[:100]  # ~ a training window
+            cands = fill_mask(model, text, top_k=5)[0]
+            shown = " ".join(f"{c.get('text', c['id'])!r}({c['p']:.2f})".replace("'", "")
+                             for c in cands)
+            out.append((f"…{lines[1]} / {masked_line}", f"{shown}  — original: {line[k]}"))
         return out
     preds = model.generate([str(n) for n in NUMERAL_EXAMPLES], max_new_tokens=24)
     return [(str(n), p) for n, p in zip(NUMERAL_EXAMPLES, preds)]
