@@ -44,8 +44,10 @@ PRESETS = {
                    keep_best=True),
         blurb="A small GPT (decoder-only, causal, pre-norm, learned positions) trained character "
               "by character on 300 Tang and 100 Song poems. Give it the start of a line and it "
-              "continues in the style of the corpus: five- or seven-character lines, a comma "
-              "after the first half of a couplet and a full stop after the second.",
+              "continues in the style of the corpus: its vocabulary, short lines closed by ， and "
+              "。, a title line and an author. It is 1.5 M parameters trained on 36 k characters: "
+              "expect doubled characters (叠字 are common in the corpus, and the model overuses "
+              "them) and little sense; it is a demonstration of what a small decoder learns.",
     ),
     "poet_bert": dict(
         spec=dict(name="poet_bert", arch="encoder", vocab_size=8, max_len=128, d_model=160,
