@@ -8,7 +8,9 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One intra-op thread: the suite's tensors are tiny, and on a busy 2-core box two OpenMP threads spin
+# on each other (a small training step went from 0.7 s to 10-20 s); subprocess tests add their own.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
