@@ -15,7 +15,8 @@ shape; it also uses exact GELU where GPT-2 uses the tanh approximation).  zoo, H
 checked to produce the same logits and the same greedy tokens before anything is timed.
 
 Timing: warm-up calls first, then ``repeats`` rounds; in each round every model runs once, in a
-rotating order, so slow drifts of a shared machine hit all models alike.  We report medians and
+fresh random order, so slow drifts of a shared machine and "who ran just before" effects hit all
+models alike.  We report medians and
 *paired* ratios: the median over rounds of ``zoo time / peer time`` within the same round.
 
 The hand-written GPT (class ``HandGPT``, about 100 lines) is nanoGPT's model with a KV cache: the
@@ -32,6 +33,7 @@ import json
 import math
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -279,8 +281,12 @@ class Timer:
         synchronize(self.device)
         times = {k: [] for k in fns}
         names = list(fns)
+        rng = random.Random(len(names) * 1000 + repeats)
         for r in range(repeats):
-            order = names[r % len(names):] + names[:r % len(names)]  # rotate who goes first
+            # a fresh random order each round: who runs first, and who runs right after whom (a
+            # model that follows one with the same allocation pattern reuses warm memory), must not
+            # favour anyone systematically
+            order = rng.sample(names, len(names))
             for k in order:
                 t0 = CLOCK()
                 fns[k]()
