@@ -678,7 +678,7 @@ class Compare:
                        f"| next `zoo.build(\"gpt_tiny\")` | {b_warm:.3f} |", ""]
         self.log(f"  startup: import extra {extra:.3f}s, build first {b_first * 1e3:.0f} ms, "
                  f"warm {b_warm * 1e3:.0f} ms")
-        self.targets.append(("`import zoo` over `import torch`", f"+{extra:.3f} s", "<= +0.2 s",
+        self.targets.append(("`import zoo` over `import torch`", f"{extra:+.3f} s", "<= +0.2 s",
                              extra <= 0.2))
         self.targets.append(("`zoo.build(\"gpt_tiny\")` (first call in a process)",
                              f"{b_first * 1e3:.0f} ms", "< 50 ms", b_first < 0.05))
