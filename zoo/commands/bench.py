@@ -4,6 +4,7 @@ import json
 import click
 
 import zoo
+from zoo.commands import parse_sets
 
 
 @click.command("bench")
@@ -37,8 +38,6 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
               zoo bench runs/gpt --device cuda --dtype bfloat16 --compile
     """
     import torch
-    import yaml
-
     from zoo.bench import bench, load_for_bench
 
     if threads:
@@ -50,12 +49,7 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
             raise zoo.ZooError(f"must be >= 1, got {v}", where=name)
     if warmup < 0:
         raise zoo.ZooError(f"must be >= 0, got {warmup}", where="--warmup")
-    overrides = {}
-    for item in sets:
-        if "=" not in item:
-            raise zoo.SpecError(f"expected FIELD=VALUE, got '{item}'", where="--set")
-        k, v = item.split("=", 1)
-        overrides[k.strip()] = yaml.safe_load(v)
+    overrides = parse_sets(sets)
     model = load_for_bench(source, device=device, dtype=dtype, overrides=overrides)
     report = bench(model, batch=batch, seq_len=seq_len, prompt_len=prompt_len, new_tokens=new_tokens,
                    train_batch=train_batch, warmup=warmup, repeats=repeats,

@@ -2,6 +2,7 @@
 import click
 
 import zoo
+from zoo.commands import parse_sets
 from zoo.summary import summary
 
 
@@ -14,14 +15,7 @@ from zoo.summary import summary
 @click.option("--yaml", "show_yaml", is_flag=True, help="Print the full, validated spec.")
 def command(spec, sets, seed, save_to, show_yaml):
     """Build SPEC (a YAML path or preset name) and print parameters per component and shapes."""
-    import yaml
-
-    overrides = {}
-    for item in sets:
-        if "=" not in item:
-            raise zoo.SpecError(f"expected FIELD=VALUE, got '{item}'", where="--set")
-        k, v = item.split("=", 1)
-        overrides[k.strip()] = yaml.safe_load(v)
+    overrides = parse_sets(sets)
     model = zoo.build(spec, seed=seed, **overrides)
     if show_yaml:
         click.echo(model.spec.to_yaml())

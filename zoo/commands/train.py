@@ -47,9 +47,8 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
     """Train SPEC_OR_CHECKPOINT (a spec/preset, or a checkpoint to fine-tune) on --data."""
     import os
 
-    import yaml
-
     import zoo
+    from zoo.commands import parse_sets
     from zoo.train import train
 
     knobs = {k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, block_size=block_size,
@@ -66,13 +65,7 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
         raise zoo.ZooError("no SPEC_OR_CHECKPOINT given", where="zoo train",
                            fix="name a spec (e.g. gpt_tiny) or a checkpoint, or pass --resume")
     if sets:
-        overrides = {}
-        for item in sets:
-            if "=" not in item:
-                raise zoo.SpecError(f"expected FIELD=VALUE, got '{item}'", where="--set")
-            k, v = item.split("=", 1)
-            overrides[k.strip()] = yaml.safe_load(v)
-        model = zoo.spec(source, **overrides)
+        model = zoo.spec(source, **parse_sets(sets))
     if objective is None and source is not None and not resume:
         arch = _arch_of(source if not sets else model)
         objective = {"decoder": "clm", "encoder": "mlm", "encoder_decoder": "seq2seq"}[arch]
