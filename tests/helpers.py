@@ -1,7 +1,6 @@
 """Small shared helpers for the test suite."""
 from __future__ import annotations
 
-import torch
 
 import zoo
 from zoo.components import BuildContext
@@ -31,3 +30,18 @@ def tiny(arch: str = "decoder", **over):
                 num_heads=2, d_ff=32)
     spec.update(over)
     return spec
+
+
+def shrunk(preset):
+    """A preset's spec with its components kept but its sizes cut (fast tests for the 100M ones)."""
+    d = zoo.spec(preset).to_dict()
+    d.update(vocab_size=min(d["vocab_size"], 256), max_len=min(d["max_len"], 64), dropout=0.0,
+             num_layers=min(d["num_layers"], 2), d_model=8 * d["num_heads"])
+    if d.get("head_dim") is not None:
+        d["head_dim"] = 8
+    if d.get("d_ff") is not None:
+        d["d_ff"] = min(d["d_ff"], 64)
+    for role in ("encoder", "decoder"):
+        if "num_layers" in d.get(role, {}):
+            d[role]["num_layers"] = min(d[role]["num_layers"], 2)
+    return d

@@ -4,24 +4,11 @@ import pytest
 import torch
 
 import zoo
+
+from helpers import shrunk
 from zoo.inspection import trace
 
 PRESETS = zoo.list_presets()
-
-
-def shrunk(preset):
-    """A preset's spec with its components kept but its sizes cut (fast tests for the 100M ones)."""
-    d = zoo.spec(preset).to_dict()
-    d.update(vocab_size=min(d["vocab_size"], 256), max_len=min(d["max_len"], 64), dropout=0.0,
-             num_layers=min(d["num_layers"], 2), d_model=8 * d["num_heads"])
-    if d.get("head_dim") is not None:
-        d["head_dim"] = 8
-    if d.get("d_ff") is not None:
-        d["d_ff"] = min(d["d_ff"], 64)
-    for role in ("encoder", "decoder"):
-        if "num_layers" in d.get(role, {}):
-            d[role]["num_layers"] = min(d[role]["num_layers"], 2)
-    return d
 
 
 def build(preset, **over):

@@ -14,27 +14,13 @@ gradio_client = pytest.importorskip("gradio_client")
 
 import zoo  # noqa: E402
 
-from ui_support import make_checkpoints, run_checkpoint_name, running_app  # noqa: E402
+from ui_support import run_checkpoint_name, serve_with_checkpoints  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    import os
-
-    ckpts = tmp_path_factory.mktemp("ckpts")
-    make_checkpoints(ckpts)
-    old = {k: os.environ.get(k) for k in ("ZOO_CHECKPOINTS", "ZOO_RUNS")}
-    os.environ["ZOO_CHECKPOINTS"] = str(ckpts)
-    os.environ["ZOO_RUNS"] = str(tmp_path_factory.mktemp("runs"))
-    try:
-        with running_app() as url:
-            yield url
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    with serve_with_checkpoints(tmp_path_factory) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

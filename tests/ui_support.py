@@ -64,3 +64,25 @@ def run_checkpoint_name() -> str:
         if spec.arch == "decoder" and "zoo.tokenizer" in meta:
             return name
     return "ui_gpt"
+
+
+@contextlib.contextmanager
+def serve_with_checkpoints(tmp_path_factory):
+    """A UI server whose checkpoint folder holds :func:`make_checkpoints` and whose runs folder is
+    fresh; the environment is restored afterwards.  Yields the server's URL."""
+    import os
+
+    ckpts = tmp_path_factory.mktemp("ckpts")
+    make_checkpoints(ckpts)
+    old = {k: os.environ.get(k) for k in ("ZOO_CHECKPOINTS", "ZOO_RUNS")}
+    os.environ["ZOO_CHECKPOINTS"] = str(ckpts)
+    os.environ["ZOO_RUNS"] = str(tmp_path_factory.mktemp("runs"))
+    try:
+        with running_app() as url:
+            yield url
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

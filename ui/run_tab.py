@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator
+from typing import Iterator
 
 import zoo
-from zoo.errors import ZooError
 
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
                      default_checkpoint, handler, load_checkpoint)

@@ -24,7 +24,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .errors import CheckpointError, SpecError, UnknownComponentError
-from .spec import ModelSpec, find_preset, parse_spec, preset_dirs
+from .spec import ModelSpec, parse_spec, preset_dirs
 
 WEIGHTS = "model.safetensors"
 

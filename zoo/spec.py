@@ -15,7 +15,7 @@ import dataclasses
 import math
 import os
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Union
 

@@ -473,7 +473,6 @@ class Dist:
 def setup_dist(device: Any = None) -> Dist:
     """Join the process group when launched by torchrun (``WORLD_SIZE > 1``); pick the device."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if device is None:
         dev = torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
