@@ -20,6 +20,15 @@ from .components import BuildContext, MaskContext, PositionScheme
 from .spec import StackSpec
 
 
+def real_padding(key_padding: torch.Tensor | None) -> torch.Tensor | None:
+    """``key_padding`` (True = real token), or None when every token is real, so the fused causal /
+    mask-free kernels stay in use.  Under ``torch.compile`` the check would break the graph; the
+    explicit all-True mask gives the same result, so it is kept."""
+    if key_padding is not None and not torch.compiler.is_compiling() and bool(key_padding.all()):
+        return None
+    return key_padding
+
+
 class LayerCache:
     """The cached keys/values of one attention layer: ``k, v (B, h_kv, T_cached, hd)``.
 
@@ -243,9 +252,7 @@ class Stack(nn.Module):
             if cache.key_pos is not None:
                 key_pos = torch.cat([cache.key_pos.expand(pos.size(0), -1), pos], dim=1)
             cache.key_pos = key_pos
-        if key_padding is not None and not torch.compiler.is_compiling() and bool(key_padding.all()):
-            key_padding = None  # no real padding: keep the fused causal / mask-free path (under
-            # torch.compile the check would break the graph; the explicit mask gives the same result)
+        key_padding = real_padding(key_padding)
         mctx = MaskContext(q_len=T, k_len=offset + T, device=x.device, q_offset=offset,
                            batch_size=B, key_padding=key_padding, prefix_lengths=prefix_lengths)
         mask, is_causal = self.build_mask(mctx)

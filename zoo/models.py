@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .errors import ZooError
-from .layers import KVCache, Stack, make_parts, make_stack
+from .layers import KVCache, Stack, make_parts, make_stack, real_padding
 from .spec import ModelSpec
 
 
@@ -68,11 +68,12 @@ class ZooModel(nn.Module):
     spec: ModelSpec
 
     def _key_padding(self, ids: torch.Tensor, attention_mask: torch.Tensor | None):
-        """``(B, T)`` bool, True for real tokens; from ``attention_mask`` or the spec's ``pad_id``."""
+        """``(B, T)`` bool, True for real tokens, from ``attention_mask`` or the spec's ``pad_id``;
+        None when there is no padding (checked once here, not again by every stack)."""
         if attention_mask is not None:
-            return attention_mask.bool()
+            return real_padding(attention_mask.bool())
         if self.spec.pad_id is not None:
-            return ids != self.spec.pad_id
+            return real_padding(ids != self.spec.pad_id)
         return None
 
     def _check_length(self, T: int, cache: KVCache | None = None, where: str = "input") -> None:
@@ -228,10 +229,7 @@ class EncoderDecoderModel(ZooModel):
         pad = self._key_padding(src_ids, src_mask)
         pos = positions_from_padding(pad, S, src_ids.device)
         x = self.enc_embed(src_ids, pos, self.tok_emb, self.encoder.positions)
-        memory = self.encoder(x, pos, key_padding=pad)
-        if pad is not None and not torch.compiler.is_compiling() and bool(pad.all()):
-            pad = None
-        return memory, pad
+        return self.encoder(x, pos, key_padding=pad), pad
 
     def decode(self, tgt_ids, memory, memory_padding=None, tgt_mask=None, cache=None,
                return_hidden=False):
