@@ -387,22 +387,19 @@ class Registry:
         for role in spec.roles:
             prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
             for fld, comp in self.stack_components(spec, role):
-                caps = comp.capabilities
                 kind = f"{comp.family} '{comp.name}' (plugin {comp.plugin})"
-                if dt_name in KNOWN_DTYPES and dt_name not in caps.dtypes:
-                    alts = [c.name for c in self.list(comp.family) if dt_name in c.capabilities.dtypes]
+                for what, value, skip in (("dtype", dt_name, dt_name not in KNOWN_DTYPES),
+                                          ("device", dev, dev == "meta")):
+                    declared = getattr(comp.capabilities, what + "s")
+                    if skip or value in declared:
+                        continue
+                    alts = [c.name for c in self.list(comp.family)
+                            if value in getattr(c.capabilities, what + "s")]
                     raise IncompatibleComponentsError(
-                        f"{kind} declares dtypes {list(caps.dtypes)}, not {dt_name}",
+                        f"{kind} declares {what}s {list(declared)}, not {value}",
                         where=f"{prefix}{fld}", options=alts,
-                        fix=f"build with dtype={caps.dtypes[0]!r}, or choose a {comp.family} that "
-                            f"supports {dt_name}")
-                if dev != "meta" and dev not in caps.devices:
-                    alts = [c.name for c in self.list(comp.family) if dev in c.capabilities.devices]
-                    raise IncompatibleComponentsError(
-                        f"{kind} declares devices {list(caps.devices)}, not {dev}",
-                        where=f"{prefix}{fld}", options=alts,
-                        fix=f"build with device={caps.devices[0]!r}, or choose a {comp.family} "
-                            f"that runs on {dev}")
+                        fix=f"build with {what}={declared[0]!r}, or choose a {comp.family} that "
+                            f"supports {value}")
 
     def require(self, spec, capability: str, purpose: str) -> None:
         """Raise :class:`IncompatibleComponentsError` unless every attention kernel of ``spec``
