@@ -171,20 +171,19 @@ def build(tr, lang_state) -> dict:
     tr.add(gr.Markdown(tr("compare.intro")), value="compare.intro")
     tr.add(gr.Markdown(tr("compare.same_weights")), value="compare.same_weights")
     with gr.Row():
-        with gr.Column():
-            tr.add(gr.Markdown(f"**{tr('compare.a')}**"), value="**{compare.a}**")
-            src_a = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-a",
-                                       allow_custom_value=True),
-                           label="compare.pick")
-            over_a = tr.add(gr.Textbox("", label=tr("compare.override"), elem_id="cmp-a-over"),
-                            label="compare.override")
-        with gr.Column():
-            tr.add(gr.Markdown(f"**{tr('compare.b')}**"), value="**{compare.b}**")
-            src_b = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"), elem_id="cmp-b",
-                                       allow_custom_value=True),
-                           label="compare.pick")
-            over_b = tr.add(gr.Textbox("attention: eager", label=tr("compare.override"), elem_id="cmp-b-over"),
-                            label="compare.override")
+        def side(key: str, override: str):
+            """One column: a checkpoint / preset picker and its YAML overrides."""
+            with gr.Column():
+                tr.add(gr.Markdown(f"**{tr('compare.' + key)}**"), value=f"**{{compare.{key}}}**")
+                src = tr.add(gr.Dropdown(choices, value=default, label=tr("compare.pick"),
+                                         elem_id=f"cmp-{key}", allow_custom_value=True),
+                             label="compare.pick")
+                over = tr.add(gr.Textbox(override, label=tr("compare.override"),
+                                         elem_id=f"cmp-{key}-over"), label="compare.override")
+            return src, over
+
+        src_a, over_a = side("a", "")
+        src_b, over_b = side("b", "attention: eager")
     with gr.Row():
         seq = tr.add(gr.Number(32, precision=0, minimum=1, maximum=LIMITS["compare_seq_len"],
                                label=tr("compare.seq_len"), elem_id="cmp-seq"), label="compare.seq_len")
