@@ -10,15 +10,29 @@ import difflib
 from typing import Iterable
 
 
+#: Longest ``what`` / ``where`` / ``fix`` a message keeps (a safety net: values quoted in messages
+#: go through :func:`zoo.trust.short` already, so no message grows with a hostile input).
+MAX_PART = 600
+
+
+def _cap(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = str(text)
+    return text if len(text) <= MAX_PART else text[:MAX_PART - 3] + "..."
+
+
 class ZooError(Exception):
     """Base class of every error zoo raises on purpose.
 
     ``where``: the spec field, file or plugin concerned; ``options``: the valid choices (if a finite
-    set); ``fix``: one sentence telling the user what to do.
+    set); ``fix``: one sentence telling the user what to do.  Each part is capped at
+    :data:`MAX_PART` characters.
     """
 
     def __init__(self, message: str, *, where: str | None = None, options: Iterable[str] | None = None,
                  fix: str | None = None):
+        where, message, fix = _cap(where), _cap(message), _cap(fix)
         self.where = where
         self.what = message
         self.options = sorted(options) if options is not None else None
