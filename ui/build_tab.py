@@ -134,9 +134,11 @@ def set_param(text: str, path: list | tuple, param: str, value: Any) -> str:
 
 def parse_param_text(value: str) -> Any:
     """A parameter typed into a text field, read as a YAML scalar or list (``64``, ``[1, 2]``)."""
+    from zoo.trust import load_yaml
+
     try:
-        return yaml.safe_load(value) if isinstance(value, str) else value
-    except yaml.YAMLError:
+        return load_yaml(value, where="param") if isinstance(value, str) else value
+    except ZooError:
         return value
 
 

@@ -15,7 +15,6 @@ import statistics
 import time
 
 import torch
-import yaml
 
 import zoo
 from zoo.errors import SpecError, ZooError
@@ -35,10 +34,9 @@ def sources() -> list[str]:
 def _overrides(text: str, where: str) -> dict:
     if not text or not text.strip():
         return {}
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"invalid YAML: {exc}", where=where, fix="write a mapping like `attention: eager`")
+    from zoo.trust import load_yaml
+
+    data = load_yaml(text, where=where)  # bounded: size, depth, aliases, duplicate keys
     if not isinstance(data, dict):
         raise SpecError("overrides must be a mapping of spec fields", where=where,
                         fix="write e.g. `positions: rope` or `norm: {kind: layernorm, placement: post}`")

@@ -21,7 +21,9 @@ from typing import Any, Literal, Mapping, Union
 
 import yaml
 
+from . import trust
 from .errors import SpecError, did_you_mean
+from .trust import short
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
 HEADS = ("mlm", "classifier", "none")
@@ -70,11 +72,11 @@ def parse_component(family: str, value: Any, where: str, registry=None) -> Compo
                             fix=f"write e.g. {{kind: {(reg.names(family) or ['NAME'])[0]}}}")
         kind, params = value["kind"], {k: v for k, v in value.items() if k != "kind"}
         if not isinstance(kind, str):
-            raise SpecError(f"'kind' must be a name, got {kind!r}", where=f"{where}.kind",
+            raise SpecError(f"'kind' must be a name, got {short(kind)}", where=f"{where}.kind",
                             options=reg.names(family))
     else:
         raise SpecError(f"expected a name or a mapping with 'kind', got {type(value).__name__} "
-                        f"{value!r}", where=where, options=reg.names(family))
+                        f"{short(value)}", where=where, options=reg.names(family))
     comp = reg.get(family, kind, where=f"{where}.kind")
     return ComponentSpec(family, kind, make_config(comp.config, params, where, kind))
 
@@ -125,41 +127,41 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             except SpecError as exc:
                 errors.append(exc)
         names = " or ".join(_type_name(a) for a in args)
-        raise SpecError(f"expected {names}, got {value!r}", where=where)
+        raise SpecError(f"expected {names}, got {short(value)}", where=where)
     if origin is Literal:
         opts = typing.get_args(tp)
         if value not in opts:
             hint = did_you_mean(str(value), [str(o) for o in opts])
-            raise SpecError(f"invalid value {value!r}", where=where, options=[str(o) for o in opts],
+            raise SpecError(f"invalid value {short(value)}", where=where, options=[str(o) for o in opts],
                             fix=hint)
         return value
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise SpecError(f"expected a list, got {value!r}", where=where)
+            raise SpecError(f"expected a list, got {short(value)}", where=where)
         args = typing.get_args(tp)
         inner = args[0] if args else Any
         return tuple(coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
     if tp is bool:
         if not isinstance(value, bool):
-            raise SpecError(f"expected true or false, got {value!r}", where=where)
+            raise SpecError(f"expected true or false, got {short(value)}", where=where)
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f"expected an integer, got {value!r}", where=where)
+            raise SpecError(f"expected an integer, got {short(value)}", where=where)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"expected a number, got {value!r}", where=where)
+            raise SpecError(f"expected a number, got {short(value)}", where=where)
         if not math.isfinite(value):
-            raise SpecError(f"expected a finite number, got {value!r}", where=where)
+            raise SpecError(f"expected a finite number, got {short(value)}", where=where)
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise SpecError(f"expected a string, got {value!r}", where=where)
+            raise SpecError(f"expected a string, got {short(value)}", where=where)
         return value
     if tp is type(None):
         if value is not None:
-            raise SpecError(f"expected null, got {value!r}", where=where)
+            raise SpecError(f"expected null, got {short(value)}", where=where)
         return None
     return value
 
@@ -263,14 +265,15 @@ class ModelSpec:
             return over[name] if name in over else getattr(self, name)
 
         heads = get("num_heads")
-        head_dim = get("head_dim") or self.d_model // heads
-        kv = get("num_kv_heads") or heads
+        head_dim = get("head_dim") if get("head_dim") is not None else self.d_model // heads
+        kv = get("num_kv_heads") if get("num_kv_heads") is not None else heads
         scale = get("attn_scale")
         norm = get("norm")
         placement = over.get("placement", self.placement)
         return StackSpec(
             role=role, num_layers=get("num_layers"), num_heads=heads, num_kv_heads=kv,
-            head_dim=head_dim, d_ff=get("d_ff") or 4 * self.d_model, dropout=get("dropout"),
+            head_dim=head_dim, d_ff=get("d_ff") if get("d_ff") is not None else 4 * self.d_model,
+            dropout=get("dropout"),
             attn_scale=scale if scale is not None else 1.0 / math.sqrt(head_dim),
             qkv_bias=get("qkv_bias"), out_bias=get("out_bias"), attention=get("attention"),
             mask=get("mask"), positions=get("positions"), norm=norm, placement=placement,
@@ -334,24 +337,14 @@ _DEFAULTS = {"attention": "sdpa", "positions": "sinusoidal", "norm": {"kind": "l
 
 
 def load_yaml(source: str | os.PathLike) -> dict:
-    """Read a spec file (``yaml.safe_load`` only) into a dict, with a clear error on bad YAML."""
+    """Read a spec file into a dict through zoo's one bounded YAML loader (:mod:`zoo.trust`)."""
     path = Path(source)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read spec file: {exc.strerror}", where=str(path),
-                        fix="check the path") from exc
-    return _yaml_to_dict(text, str(path))
+    return _yaml_to_dict(trust.read_text(path, where=str(path)), str(path))
 
 
-def _yaml_to_dict(text: str, where: str) -> dict:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        loc = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise SpecError(f"invalid YAML{loc}: {getattr(exc, 'problem', exc)}", where=where,
-                        fix="fix the YAML syntax") from exc
+def _yaml_to_dict(text: str | bytes, where: str) -> dict:
+    """Spec YAML text -> dict: bounded parsing (size, depth, aliases, duplicate keys), then a mapping."""
+    data = trust.load_yaml(text, where=where)
     if not isinstance(data, dict):
         raise SpecError(f"a spec must be a mapping of fields, got {type(data).__name__}", where=where,
                         fix="start the file with e.g. `arch: decoder`")
@@ -474,7 +467,7 @@ def _validate(raw: dict, registry) -> ModelSpec:
             raise SpecError(f"'{role}:' sections are only for encoder_decoder models", where=role,
                             fix=f"put the fields at the top level of a {arch} spec")
         if not isinstance(section, Mapping):
-            raise SpecError(f"expected a mapping of overrides, got {section!r}", where=role)
+            raise SpecError(f"expected a mapping of overrides, got {short(section)}", where=role)
         values[role] = _parse_section(role, section, registry)
     if arch == "encoder_decoder" and values["mask"] is None:
         for role, m in (("encoder", "bidirectional"), ("decoder", "causal")):
@@ -501,6 +494,23 @@ def _check_shared(values: dict, raw: dict) -> None:
                         fix="use e.g. d_model ** -0.5 (T5 with tied embeddings), or null")
     if values.get("type_vocab_size", 0) < 0:
         raise SpecError("must be >= 0", where="type_vocab_size")
+    for key in _DERIVED:
+        _check_derived(key, values.get(key), key)
+    if values.get("attn_scale") is not None and not values["attn_scale"] > 0:
+        raise SpecError(f"must be > 0, got {values['attn_scale']}", where="attn_scale",
+                        fix="omit it (or write null) for 1/sqrt(head_dim)")
+
+
+#: Optional sizes whose ``null`` means "derived": the spec keeps null (so a later override of
+#: ``num_heads`` or ``d_model`` still does what you mean) and :meth:`ModelSpec.stack` reports the
+#: value actually used.  ``0`` is not a way to ask for the default: it is an error.
+_DERIVED = {"num_kv_heads": "num_heads", "head_dim": "d_model // num_heads", "d_ff": "4 * d_model"}
+
+
+def _check_derived(key: str, value: Any, where: str) -> None:
+    if value is not None and value < 1:
+        raise SpecError(f"must be a positive integer, got {value}", where=where,
+                        fix=f"omit it (or write null) for the default {_DERIVED[key]}")
 
 
 def _parse_norm(value: Any, where: str, registry) -> tuple[ComponentSpec, ComponentSpec]:
@@ -526,7 +536,7 @@ def _parse_head(value: Any) -> HeadSpec:
     if isinstance(value, str):
         value = {"kind": value}
     if not isinstance(value, Mapping):
-        raise SpecError(f"expected a head name or mapping, got {value!r}", where="head",
+        raise SpecError(f"expected a head name or mapping, got {short(value)}", where="head",
                         options=HEADS)
     fields = {f.name for f in dataclasses.fields(HeadSpec)}
     for k in value:
@@ -565,6 +575,8 @@ def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, An
             out[key] = coerce(val, _SCALARS[key], where)
             if key in ("num_layers", "num_heads") and out[key] < 1:
                 raise SpecError(f"must be a positive integer, got {out[key]}", where=where)
+            if key in _DERIVED:
+                _check_derived(key, out[key], where)
     return tuple(sorted(out.items()))
 
 

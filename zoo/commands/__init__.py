@@ -7,9 +7,8 @@ from typing import Any, Iterable
 def parse_sets(items: Iterable[str]) -> dict[str, Any]:
     """``--set FIELD=VALUE`` options -> spec overrides; each VALUE is read as YAML (``2``, ``eager``,
     ``{kind: rope}``)."""
-    import yaml
-
     from ..errors import SpecError
+    from ..trust import load_yaml
 
     overrides = {}
     for item in items:
@@ -17,8 +16,5 @@ def parse_sets(items: Iterable[str]) -> dict[str, Any]:
             raise SpecError(f"expected FIELD=VALUE, got '{item}'", where="--set",
                             fix="write e.g. --set num_layers=2")
         k, v = item.split("=", 1)
-        try:
-            overrides[k.strip()] = yaml.safe_load(v)
-        except yaml.YAMLError as exc:
-            raise SpecError(f"value of '{k.strip()}' is not valid YAML: {v!r}", where="--set") from exc
+        overrides[k.strip()] = load_yaml(v, where=f"--set {k.strip()}")
     return overrides

@@ -25,9 +25,8 @@ import zoo
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def command(names, checks, archs, params, device, only_failed, as_json):
     """Check components against zoo's conformance kit; print measured errors and tolerances."""
-    import yaml
-
     from zoo.testing import format_table, verify
+    from zoo.trust import load_yaml
 
     comp_params: dict = {}
     for item in params:
@@ -35,7 +34,7 @@ def command(names, checks, archs, params, device, only_failed, as_json):
             raise zoo.ZooError(f"expected COMPONENT.KEY=VALUE, got '{item}'", where="--param")
         left, value = item.split("=", 1)
         comp, key = left.rsplit(".", 1)
-        comp_params.setdefault(comp, {})[key] = yaml.safe_load(value)
+        comp_params.setdefault(comp, {})[key] = load_yaml(value, where=f"--param {left}")
 
     def progress(r):
         if not as_json and r.status == "fail":
