@@ -121,4 +121,28 @@ def test_mask_pattern_values_and_bias_views(tmp_path):
 
 def test_cjk_font_found():
     name = plots.cjk_font()
-    assert name is not None, "install fonts-noto-cjk (see .ci/run) so Chinese labels render"
+    assert name is not None, "pip install noto-cjk-sans-otc (a dependency of the ui/test extras)"
+
+
+def test_chinese_renders_with_no_system_font(monkeypatch, tmp_path):
+    """A machine without fonts-noto-cjk: no installed CJK face, no known font file.  The font from
+    PyPI must be found, and every character of a Chinese label must have a glyph in it (FreeType's
+    own character map, not our code, says so)."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    monkeypatch.setattr(plots, "_FONT", {})
+    monkeypatch.setattr(plots, "_PREFERRED", ())
+    monkeypatch.setattr(plots, "_CANDIDATES", ())
+    monkeypatch.delenv("ZOO_CJK_FONT", raising=False)
+    name = plots.cjk_font()
+    path = plots._FONT.get("file")
+    assert path and path == plots._pypi_font(), "the PyPI font (noto-cjk-sans-otc) was not used"
+    assert name == font_manager.FontProperties(fname=path).get_name()
+    face = FT2Font(path)
+    label = "注意力权重 查询 键 床前明月光"
+    assert all(face.get_char_index(ord(ch)) != 0 for ch in label if not ch.isspace())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=r".*Glyph .* missing")
+        plots.save_figure(plots.attention_heatmap(torch.tensor([[0.7, 0.3], [0.4, 0.6]]), ["床", "前"]),
+                          tmp_path / "zh.png")

@@ -4,9 +4,11 @@ lazily: ``import zoo`` never loads matplotlib) and never calls ``plt.show``; sav
 :func:`save_figure`.
 
 Chinese labels need a CJK font.  :func:`cjk_font` finds one: ``$ZOO_CJK_FONT`` (a font file), then
-Noto Sans CJK (Debian/Ubuntu package ``fonts-noto-cjk``, at ``/usr/share/fonts/opentype/noto/``),
-then any installed font whose name says CJK / SC / Hei / Song.  Without one, figures still render but
-Chinese glyphs show as boxes and a single warning names the package to install.
+an installed Simplified-Chinese face (Noto Sans CJK SC from Debian's ``fonts-noto-cjk``, Source Han,
+WenQuanYi, PingFang, ...), then the font zoo depends on through PyPI (``noto-cjk-sans-otc``, installed
+with the ``ui`` / ``train`` / ``test`` extras, so no system font is needed), then well-known font
+files and any font whose name says CJK.  Without one, figures still render but Chinese glyphs show as
+boxes and a single warning names the package to install.
 """
 from __future__ import annotations
 
@@ -41,11 +43,12 @@ def cjk_font() -> str | None:
     installed = {f.name for f in font_manager.fontManager.ttflist}
     if not env:  # Simplified-Chinese faces first (a .ttc file's first face is the Japanese one)
         name = next((n for n in _PREFERRED if n in installed), None)
-    for p in [env] + list(_CANDIDATES) if name is None else []:
+    for p in [env, _pypi_font()] + list(_CANDIDATES) if name is None else []:
         if p and Path(p).is_file():
             try:
                 font_manager.fontManager.addfont(p)
                 name = font_manager.FontProperties(fname=p).get_name()
+                _FONT["file"] = p
                 break
             except (OSError, RuntimeError, ValueError):
                 continue
@@ -53,9 +56,19 @@ def cjk_font() -> str | None:
         name = next((n for n in sorted(installed) if "CJK" in n), None)
     if name is None:
         warnings.warn("no CJK font found: Chinese labels will show as boxes; install "
-                      "`fonts-noto-cjk` (apt) or set ZOO_CJK_FONT=/path/to/font.ttc", stacklevel=2)
+                      "`pip install noto-cjk-sans-otc` (or Debian's fonts-noto-cjk), or set "
+                      "ZOO_CJK_FONT=/path/to/font.ttc", stacklevel=2)
     _FONT["name"] = name
     return name
+
+
+def _pypi_font() -> str:
+    """The Noto Sans CJK collection shipped by the PyPI package ``noto-cjk-sans-otc`` ("" without it)."""
+    try:
+        import noto_cjk_sans_otc
+    except ImportError:
+        return ""
+    return str(noto_cjk_sans_otc.FONT_PATH)
 
 
 def _setup():

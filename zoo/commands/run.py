@@ -3,6 +3,10 @@
 CHECKPOINT is a checkpoint file or folder, a shipped checkpoint name, or (for a quick look at an
 untrained model) a spec / preset name, built with random weights.  Text is encoded with the
 checkpoint's own tokenizer; ``--tokenizer byte`` (or ``char:TEXT``, ``hf:PATH``) overrides it.
+
+The number of new tokens defaults to 64, capped by what the model's ``max_len`` leaves after the
+prompt (:func:`new_token_room`), so every shipped checkpoint runs with the defaults; an explicit
+``-n`` above that room is capped too, with a note on stderr.
 """
 from __future__ import annotations
 
@@ -37,11 +41,38 @@ def load_model(source: str, *, seed: int = 0, device: str | None = None, tokeniz
     return model
 
 
+DEFAULT_NEW_TOKENS = 64
+
+
+def new_token_room(model, prompt_tokens: int) -> int:
+    """How many new tokens ``model.spec.max_len`` leaves after a prompt of ``prompt_tokens`` tokens.
+
+    A decoder reads prompt + generated tokens, but the last new token is never fed back, so it may
+    generate ``max_len - prompt_tokens + 1``; an encoder-decoder's target sequence is separate from
+    the source, so it may generate ``max_len``."""
+    if model.spec.arch == "decoder":
+        return max(model.spec.max_len - prompt_tokens + 1, 0)
+    return model.spec.max_len
+
+
+def prompt_tokens(model, prompt: str) -> int:
+    """The prompt's length in tokens as generation encodes it (0 without a tokenizer)."""
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        return 0
+    n = len(tok.encode(prompt))
+    if model.spec.arch == "encoder_decoder" and tok.eos_id is not None:
+        n += 1  # a source sentence ends with eos
+    return max(n, 1)
+
+
 @click.command("run")
 @click.argument("checkpoint")
 @click.option("--prompt", "-p", required=True, help="Text to continue (or, for an encoder, text "
               "with <mask> tokens to fill / a sentence to classify).")
-@click.option("--max-new-tokens", "-n", type=int, default=64, show_default=True)
+@click.option("--max-new-tokens", "-n", type=int, default=None,
+              help=f"At most this many new tokens [default: {DEFAULT_NEW_TOKENS}, capped by what the "
+                   "model's max_len leaves after the prompt].")
 @click.option("--sample/--greedy", default=False, show_default=True, help="Sample or take the argmax.")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=None)
@@ -68,6 +99,13 @@ def command(checkpoint, prompt, max_new_tokens, sample, temperature, top_k, top_
             for c in cands:
                 click.echo(f"  {c.get('text', c['id'])!r:>12}  p={c['p']:.4f}  (id {c['id']})")
         return
+    room = new_token_room(model, prompt_tokens(model, prompt))
+    if max_new_tokens is None:
+        max_new_tokens = min(DEFAULT_NEW_TOKENS, room)
+    elif max_new_tokens > room:
+        click.secho(f"note: max_len {spec.max_len} leaves room for {room} new tokens after this "
+                    f"prompt; generating {room}, not {max_new_tokens}", fg="yellow", err=True)
+        max_new_tokens = room
     pieces = model.generate(prompt, max_new_tokens, stream_tokens=True, do_sample=sample,
                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                             use_cache=not no_cache)
