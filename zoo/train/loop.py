@@ -1,0 +1,325 @@
+"""The training loop, top-down: :func:`train` sets a run up, then repeats :func:`optimizer_step`,
+logging, evaluating and saving, until ``steps`` are done or a signal asks it to stop.
+
+Determinism: the model is initialised from ``seed``, every step's batch is drawn from a generator
+seeded by ``(seed, step)`` and dropout is re-seeded per step, so a run is reproducible and a resumed
+run takes exactly the steps an uninterrupted one would.  bf16 autocast on CUDA; float32 on CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..build import build
+from ..errors import DataError, ZooError
+from ..io import load, resolve_checkpoint, save
+from ..spec import ModelSpec, parse_spec
+from ..tokenizers import from_json as tok_from_json
+from .config import ARCH_FOR, TrainConfig, TrainResult
+from .dist import Dist, setup_dist
+from .evaluate import evaluate, exact_match_rate
+from .metrics import RunLog, plot_history
+from .objectives import Objective, Seq2SeqObjective, slice_batch, to_device, trim
+from .optim import lr_at, make_optimizer
+from .prepare import data_fingerprint, prepare
+from .state import (STATE_FILE, load_optimizer_tensors, model_from_state, read_state, save_state,
+                    saved_run_step)
+
+
+def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str | os.PathLike,
+          objective: str | None = None, steps: int | None = None, resume: bool = False,
+          overwrite: bool = False, tokenizer: Any = None, fit_vocab: bool = False,
+          device: Any = None, config: TrainConfig | None = None,
+          callback: Callable[[dict], None] | None = None, **knobs: Any) -> TrainResult:
+    """Train ``model`` (a spec source, a checkpoint, or a built zoo model) on ``data``.
+
+    ``objective``/``steps``/``**knobs`` set :class:`TrainConfig` fields.  ``out`` receives the
+    checkpoint, trainer state, ``metrics.jsonl`` and ``loss.png``.  ``resume=True`` continues the run
+    in ``out`` (``model`` and ``data`` may then be omitted: the stored spec and data path are used;
+    ``steps`` may extend it).  ``tokenizer``: a Tokenizer or a name (``"char"``, ``"byte"``); by
+    default a checkpoint's own, else a char tokenizer read off the data.  ``fit_vocab`` sets a fresh
+    spec's ``vocab_size`` to the tokenizer's.  ``callback(record)`` sees every metrics record.
+    """
+    out = Path(out)
+    dist = setup_dist(device)
+    explicit = {**knobs, **({"objective": objective} if objective is not None else {}),
+                **({"steps": steps} if steps is not None else {})}
+    state = read_state(out) if resume else None  # (meta, tensors, optimizer json)
+    cfg, data = _configure(config, explicit, state, data, out, overwrite)
+    run = _set_up(model, data, cfg, state, dist, out, tokenizer, fit_vocab)
+    log = RunLog(out, enabled=dist.main, resumed_at=run.step if state else None,
+                 progress=cfg.progress, total=cfg.steps, desc=f"{cfg.objective} {run.spec.name}",
+                 callback=callback)
+    log.add({"event": "start", "step": run.step, "world_size": dist.world, "device": str(dist.device),
+             "params": sum(p.numel() for p in run.net.parameters()), "spec": run.spec.name,
+             **run.info}, notify=False)
+    del state
+
+    t0 = time.perf_counter()
+
+    def elapsed() -> float:  # wall time, including the earlier parts of a resumed run
+        return run.elapsed0 + time.perf_counter() - t0
+
+    interrupted = False
+    with _Stop() as stop:
+        while run.step < cfg.steps:
+            loss, gnorm, lr, n_tokens = optimizer_step(run)
+            run.step += 1
+            run.tokens_seen += n_tokens
+            if not math.isfinite(loss):
+                raise ZooError(f"the loss became {loss} at step {run.step}", where="train",
+                               fix="lower the learning rate (--lr) or keep gradient clipping on")
+            last = run.step == cfg.steps
+            if dist.main:
+                rec = log.train_step(run.step, loss, n_tokens, due=run.step % cfg.log_every == 0 or last,
+                                     lr=lr, grad_norm=gnorm, elapsed_s=elapsed())
+                if run.step % cfg.eval_every == 0 or last:
+                    rec = {**(rec or {"step": run.step}), **_evaluate_and_keep_best(run)}
+                if rec is not None:
+                    log.add(rec)
+                    log.show(loss, rec, run.last_eval)
+            stop_now = stop.flag if dist.world == 1 else dist.sum(float(stop.flag)) > 0
+            if run.step % cfg.save_every == 0 or last or stop_now:
+                if dist.main:
+                    save_state(out, run.net, run.opt, run.tok, cfg, run.spec, run.info, run.step,
+                               elapsed(), run.tokens_seen, run.last_eval, best=run.best)
+                dist.barrier()
+            if stop_now:
+                interrupted = run.step < cfg.steps
+                break
+    wall = elapsed()
+    log.close()
+    final = dict(run.last_eval)
+    if dist.main and not interrupted:
+        final.update(_final_metrics(run, wall))
+        log.add({"event": "end", "step": run.step, **final}, notify=False)
+        try:
+            plot_history(log.history, out / "loss.png", title=f"{run.spec.name} ({cfg.objective})")
+        except ImportError:  # matplotlib is optional
+            pass
+    dist.close()
+    run.net.eval()
+    return TrainResult(model=run.net, tokenizer=run.tok, final=final, history=log.history, out=out,
+                       step=run.step, interrupted=interrupted, wall_time=wall)
+
+
+# ====================================================================== setting a run up
+@dataclass
+class Run:
+    """Everything one run works with, and its counters (restored on resume)."""
+
+    cfg: TrainConfig
+    dist: Dist
+    out: Path
+    spec: ModelSpec
+    tok: Any
+    objective: Objective
+    info: dict                 # data facts: path, fingerprint, sizes, tokenizer, baseline loss
+    net: nn.Module             # the model itself (saved, evaluated)
+    ddp: nn.Module             # what the loss runs through: ``net``, or its DDP wrapper
+    opt: torch.optim.Optimizer
+    micro: int                 # sequences per micro-batch on one rank
+    autocast: Callable = contextlib.nullcontext
+    step: int = 0
+    tokens_seen: int = 0
+    elapsed0: float = 0.0      # wall time of the earlier parts of a resumed run
+    last_eval: dict = field(default_factory=dict)
+    best: dict = field(default_factory=lambda: {"eval_loss": math.inf, "step": None})
+
+
+def _configure(config, explicit: dict, state, data, out: Path, overwrite: bool):
+    """The run's config (a resumed run's stored one, with ``explicit`` knobs on top) and data path."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    unknown = set(explicit) - set(names)
+    if unknown:
+        raise ZooError(f"unknown training option(s) {sorted(unknown)}", where="train", options=names)
+    cfg = dataclasses.replace(config) if config is not None else TrainConfig()
+    if state is not None:
+        meta = state[0]
+        cfg = TrainConfig.from_dict(meta["config"])
+        data = meta["data"]["data"] if data is None else data
+        if Path(data).is_file() and data_fingerprint(data) != meta["data"]["data_sha256"]:
+            raise DataError("the data file changed since this run started", where=str(data),
+                            fix="resume with the original data, or start a new run in a new --out")
+    elif (at := saved_run_step(out)) is not None and not overwrite:
+        raise ZooError(f"'{out}' already holds a training run (step {at})", where="train.out",
+                       fix="pass resume=True (--resume) to continue it, overwrite=True (--overwrite) "
+                           "to start over, or another out folder")
+    cfg = dataclasses.replace(cfg, **explicit).validate()
+    if data is None:
+        raise DataError("no training data given", where="train.data", fix="pass --data FILE")
+    return cfg, data
+
+
+def _set_up(source, data, cfg: TrainConfig, state, dist: Dist, out: Path, tokenizer,
+            fit_vocab: bool) -> Run:
+    """Model, tokenizer and objective; the optimizer; on resume, the saved weights, moments and
+    counters; DDP when there are several ranks."""
+    if state is not None:
+        meta, tensors, ojson = state
+        net, spec, tok = None, parse_spec(meta["spec"]), tok_from_json(meta["tokenizer"])
+    else:
+        net, spec, tok = _resolve_model(source, dist) if source is not None else (None, None, None)
+        if spec is None:
+            raise ZooError("no model given", where="train.model", fix="pass a spec or a checkpoint")
+        tok = tokenizer if tokenizer is not None else tok
+    if spec.arch not in ARCH_FOR[cfg.objective]:
+        want = ARCH_FOR[cfg.objective][0]
+        raise ZooError(f"objective '{cfg.objective}' needs an {want} model, this spec is "
+                       f"'{spec.arch}'", where="train.objective",
+                       options=[o for o, a in ARCH_FOR.items() if spec.arch in a],
+                       fix=f"pick an objective for a {spec.arch} model, or a {want} spec")
+    per_rank = cfg.batch_size // dist.world
+    if per_rank * dist.world != cfg.batch_size or per_rank % cfg.grad_accum:
+        raise ZooError(f"batch_size {cfg.batch_size} does not split into {dist.world} rank(s) x "
+                       f"{cfg.grad_accum} accumulation step(s)", where="train.batch_size",
+                       fix="make batch_size a multiple of world_size * grad_accum")
+
+    objective, tok, fitted, info = prepare(data, cfg, spec, tok, fit_vocab=fit_vocab and net is None)
+    if net is not None and fitted != spec:
+        raise DataError("the data needs a different vocabulary than the model has",
+                        where="train.data", fix="train a fresh model from a spec on this data")
+    spec = fitted
+    if state is not None:
+        net = model_from_state(spec, tensors, ojson, where=str(out / STATE_FILE))
+    elif net is None:
+        net = build(spec, seed=cfg.seed)
+    net.tokenizer = tok
+    net = net.to(dist.device)
+    net.train()
+    ddp = net
+    if dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP  # only under torchrun
+
+        ddp = DDP(net, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
+    autocast = contextlib.nullcontext
+    if cfg.bf16 and dist.device.type == "cuda":
+        autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
+    run = Run(cfg=cfg, dist=dist, out=out, spec=spec, tok=tok, objective=objective, info=info,
+              net=net, ddp=ddp, opt=make_optimizer(net, cfg), micro=per_rank // cfg.grad_accum,
+              autocast=autocast)
+    if state is not None:
+        load_optimizer_tensors(run.opt, tensors, ojson)
+        run.step, run.elapsed0 = meta["step"], meta.get("elapsed_s", 0.0)
+        run.tokens_seen, run.best = meta.get("tokens_seen", 0), meta.get("best") or run.best
+    return run
+
+
+def _resolve_model(source, dist: Dist):
+    """``source`` -> (model or None, spec, tokenizer or None): a zoo model, a checkpoint (file,
+    folder or shipped name, loaded with its tokenizer) or a spec (built later, after the vocab is
+    known)."""
+    if isinstance(source, nn.Module):
+        return source, source.spec, getattr(source, "tokenizer", None)
+    if isinstance(source, (str, os.PathLike)) and not isinstance(source, ModelSpec):
+        try:
+            resolve_checkpoint(source)
+        except ZooError:
+            pass
+        else:
+            m = load(source, device=dist.device)
+            return m, m.spec, getattr(m, "tokenizer", None)
+    return None, parse_spec(source), None
+
+
+# ====================================================================== one step, evaluation, the end
+def batch_generator(cfg: TrainConfig, step: int) -> torch.Generator:
+    """The generator that draws step ``step``'s global batch (the same on every rank)."""
+    return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+
+
+def optimizer_step(run: Run) -> tuple[float, float, float, int]:
+    """One update: draw the global batch, run this rank's share in ``grad_accum`` micro-batches,
+    clip, step.  Returns ``(mean loss per predicted token over all ranks, grad norm, lr, tokens in
+    the global batch)``."""
+    cfg, dist, net = run.cfg, run.dist, run.net
+    lr = lr_at(run.step, cfg)
+    for g in run.opt.param_groups:
+        g["lr"] = lr
+    batch = run.objective.train_batch(batch_generator(cfg, run.step), cfg.batch_size)
+    n_global = run.objective.n_tokens(batch)  # the loss is normalised by the global count
+    torch.manual_seed(cfg.seed * 7_919 + run.step * 104_729 + dist.rank)  # dropout, per step
+    per_rank = run.micro * cfg.grad_accum
+    mine = slice_batch(batch, dist.rank * per_rank, (dist.rank + 1) * per_rank)
+    loss_sum = 0.0
+    for a in range(cfg.grad_accum):
+        mb = to_device(trim(slice_batch(mine, a * run.micro, (a + 1) * run.micro)), dist.device)
+        sync = a == cfg.grad_accum - 1 or dist.world == 1  # DDP all-reduces on the last one only
+        with contextlib.nullcontext() if sync else run.ddp.no_sync():
+            with run.autocast():
+                s, _ = run.objective.loss(run.ddp, mb)
+            (s * (dist.world / max(1, n_global))).backward()  # DDP averages: times world = sum
+        loss_sum += float(s.detach())
+    if cfg.grad_clip:
+        gnorm = float(torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip))
+    else:
+        gnorm = float(torch.linalg.vector_norm(torch.stack(
+            [p.grad.norm() for p in net.parameters() if p.grad is not None])))
+    run.opt.step()
+    run.opt.zero_grad(set_to_none=True)
+    return dist.sum(loss_sum) / max(1, n_global), gnorm, lr, int(batch["labels"].numel())
+
+
+def _evaluate_and_keep_best(run: Run) -> dict:
+    """Evaluate on the held-out set; with ``keep_best``, save a new best model to ``out/best``."""
+    cfg = run.cfg
+    run.last_eval = evaluate(run.net, run.objective, run.dist.device, autocast=run.autocast,
+                             exact_match=cfg.exact_match_samples)
+    if cfg.keep_best and run.last_eval.get("eval_loss", math.inf) < run.best["eval_loss"]:
+        run.best = {"eval_loss": run.last_eval["eval_loss"], "step": run.step}
+        save(run.net, run.out / "best", tokenizer=run.tok, metadata={"train": {
+            "step": run.step, "objective": cfg.objective, "metrics": run.last_eval}})
+    return run.last_eval
+
+
+def _final_metrics(run: Run, wall: float) -> dict:
+    """What the end record adds to the last evaluation: the baseline, exact match on every held-out
+    example (seq2seq), the best step, wall time and steps."""
+    final: dict = {}
+    if "unigram_baseline_loss" in run.info:
+        final["unigram_baseline_loss"] = run.info["unigram_baseline_loss"]
+    obj = run.objective
+    if isinstance(obj, Seq2SeqObjective) and obj.eval.sources:
+        final["eval_exact_match"] = exact_match_rate(run.net, run.tok, obj.eval.sources,
+                                                     obj.eval.targets)
+        final["eval_exact_match_n"] = len(obj.eval.sources)
+    if run.cfg.keep_best and run.best["step"] is not None:
+        final["best_step"], final["best_eval_loss"] = run.best["step"], run.best["eval_loss"]
+    final["wall_time_s"] = wall
+    final["steps"] = run.step
+    return final
+
+
+class _Stop:
+    """SIGTERM / SIGINT set a flag; the loop saves and returns at the next step boundary."""
+
+    def __init__(self):
+        self.flag = False
+        self.old = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self.old[sig] = signal.signal(sig, self._set)
+        return self
+
+    def _set(self, signum, frame):
+        if self.flag:  # second Ctrl-C: give up at once
+            raise KeyboardInterrupt
+        self.flag = True
+
+    def __exit__(self, *exc):
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+        return False

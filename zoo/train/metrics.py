@@ -1,0 +1,132 @@
+"""Metrics: ``out/metrics.jsonl`` (one JSON object per line), the progress bar, the user's callback
+and the loss plot.
+
+A record is a start event (run facts), a log line (mean train loss over the last ``log_every``
+steps, learning rate, gradient norm, tokens/s), an evaluation (``eval_loss``, ...) or the end event
+(final metrics).  On resume, records after the saved step are dropped: those steps are redone.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+from ..io import _atomic_write
+
+METRICS = "metrics.jsonl"
+
+
+class RunLog:
+    """Collects a run's records: the history list, ``metrics.jsonl``, the tqdm bar and the
+    callback.  A log that is not ``enabled`` (ranks other than 0) keeps and writes nothing."""
+
+    def __init__(self, out: Path, *, enabled: bool, resumed_at: int | None, progress: bool,
+                 total: int, desc: str, callback=None):
+        self.out, self.enabled, self.callback = out, enabled, callback
+        self.history: list[dict] = []
+        self.bar = None
+        self._loss, self._tokens, self._steps = 0.0, 0, 0  # sums over the current log window
+        self._t = time.perf_counter()
+        if not enabled:
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        if resumed_at is not None:
+            self.history = [r for r in read_metrics(out)
+                            if r.get("step", 0) <= resumed_at and r.get("event") != "end"]
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.history)
+        _atomic_write(out / METRICS, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        if progress:
+            try:
+                from tqdm.auto import tqdm  # the `train` extra; without it, metrics.jsonl records all
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, initial=resumed_at or 0, desc=desc, unit="step",
+                            dynamic_ncols=True)
+
+    def add(self, rec: dict, notify: bool = True) -> None:
+        """Append ``rec`` to the history and the file; ``notify``: also pass it to the callback."""
+        if not self.enabled:
+            return
+        self.history.append(rec)
+        with open(self.out / METRICS, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        if notify and self.callback is not None:
+            self.callback(rec)
+
+    def train_step(self, step: int, loss: float, tokens: int, *, due: bool, **fields) -> dict | None:
+        """Count one optimizer step; when ``due``, return the log record of the window (mean loss,
+        tokens/s and ``fields``) and start a new window."""
+        self._loss += loss
+        self._tokens += tokens
+        self._steps += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        if not due:
+            return None
+        dt = time.perf_counter() - self._t
+        rec = {"step": step, "loss": self._loss / self._steps, **fields,
+               "tokens_per_s": self._tokens / max(dt, 1e-9)}
+        self._loss = self._tokens = self._steps = 0
+        self._t = time.perf_counter()
+        return rec
+
+    def show(self, loss: float, rec: dict, last_eval: dict) -> None:
+        """Loss, tokens/s and the last held-out loss on the bar."""
+        if self.bar is None:
+            return
+        post = {"loss": f"{rec.get('loss', loss):.3f}"}
+        if "tokens_per_s" in rec:
+            post["tok/s"] = f"{rec['tokens_per_s']:.0f}"
+        if last_eval:
+            post["eval"] = f"{last_eval.get('eval_loss', math.nan):.3f}"
+        self.bar.set_postfix(post, refresh=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def read_metrics(out: str | os.PathLike) -> list[dict]:
+    """The records of ``out/metrics.jsonl`` (a truncated last line, from a kill, is skipped)."""
+    path = Path(out) / METRICS
+    if not path.is_file():
+        return []
+    recs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            recs.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return recs
+
+
+def plot_history(history: list[dict], path: str | os.PathLike, title: str = "") -> Path:
+    """Training loss (per log window) and held-out loss against steps, with the unigram baseline
+    when known.  Imports matplotlib only here (``import zoo`` stays light)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    tr = [(r["step"], r["loss"]) for r in history if "loss" in r]
+    ev = [(r["step"], r["eval_loss"]) for r in history if "eval_loss" in r and r.get("event") != "end"]
+    base = next((r["unigram_baseline_loss"] for r in history if "unigram_baseline_loss" in r), None)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    if tr:
+        ax.plot(*zip(*tr), label="train loss", lw=1.2)
+    if ev:
+        ax.plot(*zip(*ev), "o-", label="held-out loss", lw=1.5, ms=3)
+    if base is not None:
+        ax.axhline(base, ls="--", color="gray", label=f"unigram baseline ({base:.2f})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats / token)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
