@@ -1,0 +1,672 @@
+"""The machinery every family mapping shares: typed config reading, tensor bookkeeping, assembly,
+the reverse direction and the parity certificate.
+
+A family module (``zoo/convert/llama.py``, ...) only says *what* maps to what, through a
+:class:`Source`; this module does the reading, checking and building.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from ..errors import ZooError
+from ..trust import confine, read_text, short
+
+_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+         "relu": "relu", "silu": "silu", "swish": "silu"}
+_INV_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+_REQUIRED = object()
+MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KB
+
+
+class ConvertError(ZooError):
+    """A source checkpoint cannot be converted exactly (an unsupported config value or tensor)."""
+
+
+# ---------------------------------------------------------------------- a family
+@dataclass(frozen=True)
+class Family:
+    """One ``config.model_type``: how to read it (``read(src, attention) -> (spec dict, tensors)``)
+    and how to write a zoo spec back as a transformers config (``write(spec) -> config kwargs``).
+
+    ``refuses`` lists the config fields whose unsupported values are refused (for the docs and the
+    tests); ``model_class`` names the transformers class :func:`to_transformers` builds."""
+
+    model_type: str
+    read: Callable
+    write: Callable
+    config_class: str
+    model_class: Callable | str
+    refuses: tuple[str, ...] = ()
+
+    def hf_model_class(self, spec) -> str:
+        return self.model_class(spec) if callable(self.model_class) else self.model_class
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    FAMILIES[family.model_type] = family
+    return family
+
+
+# ---------------------------------------------------------------------- reading a source
+class Source:
+    """A Hugging Face checkpoint as plain data: its config dict and its tensors by name.
+
+    Config values are read through typed accessors (:meth:`int`, :meth:`float`, :meth:`flag`,
+    :meth:`text`) that check type and range and name the field in a :class:`ConvertError`.
+    ``take(name)`` hands a tensor out once and remembers it, so whatever is left over at the end is
+    either dropped on purpose or reported."""
+
+    def __init__(self, config: Mapping[str, Any], state: Mapping[str, torch.Tensor], family: str):
+        self.config, self.state, self.family = dict(config), dict(state), family
+        self.used: set[str] = set()
+        self.dropped: list[str] = []
+
+    # -------------------------------------------------------------- typed config reading
+    def _value(self, key: str, default: Any) -> Any:
+        v = self.config.get(key)
+        if v is None:
+            if default is _REQUIRED:
+                raise ConvertError(f"{self.family} config.json has no '{key}'", where=f"config.{key}",
+                                   fix="pass the config.json written by save_pretrained with these weights")
+            return default
+        return v
+
+    def _bad(self, key: str, v: Any, expected: str) -> ConvertError:
+        return ConvertError(f"expected {expected}, got {short(v)}", where=f"config.{key}",
+                            fix="repair config.json (it does not look like one transformers wrote)")
+
+    def int(self, key: str, default: Any = _REQUIRED, *, lo: int = 1, hi: int = 2 ** 31) -> Any:
+        """An integer in ``[lo, hi]`` (``default`` when absent or null)."""
+        v = self._value(key, default)
+        if v is default and default is not _REQUIRED:
+            return v
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self._bad(key, v, "an integer")
+        if not lo <= v <= hi:
+            raise self._bad(key, v, f"an integer in [{lo}, {hi}]")
+        return v
+
+    def float(self, key: str, default: Any = _REQUIRED, *, lo: float = -math.inf, hi: float = math.inf,
+              positive: bool = False) -> Any:
+        """A finite number in ``[lo, hi]`` (``> 0`` when ``positive``)."""
+        v = self._value(key, default)
+        if v is default and default is not _REQUIRED:
+            return v
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise self._bad(key, v, "a finite number")
+        if not lo <= v <= hi or (positive and v <= 0):
+            raise self._bad(key, v, f"a number in {'(0' if positive else f'[{lo}'}, {hi}]")
+        return float(v)
+
+    def flag(self, key: str, default: bool) -> bool:
+        v = self._value(key, default)
+        if not isinstance(v, bool):
+            raise self._bad(key, v, "true or false")
+        return v
+
+    def text(self, key: str, default: Any = _REQUIRED) -> Any:
+        v = self._value(key, default)
+        if v is not default and not isinstance(v, str):
+            raise self._bad(key, v, "a string")
+        return v
+
+    def mapping(self, key: str) -> dict:
+        v = self.config.get(key)
+        if v is None:
+            return {}
+        if not isinstance(v, Mapping):
+            raise self._bad(key, v, "a mapping")
+        return dict(v)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """An untyped value (prefer the typed accessors)."""
+        v = self.config.get(key, default)
+        return default if v is None else v
+
+    def refuse(self, key: str, value: Any, why: str, fix: str, options=None) -> None:
+        raise ConvertError(f"{self.family} config {key}={short(value)} is not supported: {why}",
+                           where=f"config.{key}", options=options, fix=fix)
+
+    def act(self, key: str, allowed=tuple(_ACTS), default: Any = _REQUIRED) -> str:
+        v = self._value(key, default)
+        if v not in allowed:
+            self.refuse(key, v, "zoo has no exact equivalent of this activation", options=allowed,
+                        fix="convert a model using one of the listed activations")
+        return _ACTS[v]
+
+    def expect(self, key: str, ok: Callable[[Any], bool], why: str, fix: str) -> None:
+        """Refuse ``key`` when it is set to a value for which ``ok`` is false."""
+        v = self.config.get(key)
+        if v is not None and not ok(v):
+            self.refuse(key, v, why, fix)
+
+    # -------------------------------------------------------------- tensors
+    def has(self, name: str) -> bool:
+        return name in self.state
+
+    def take(self, name: str) -> torch.Tensor:
+        if name not in self.state:
+            raise ConvertError(f"the {self.family} checkpoint has no tensor '{name}'", where="weights",
+                               fix="check that the weights belong to this config.json")
+        self.used.add(name)
+        return self.state[name]
+
+    def take_t(self, name: str) -> torch.Tensor:
+        """A transposed tensor (GPT-2's ``Conv1D`` stores ``(in, out)``)."""
+        return self.take(name).t()
+
+    def cat(self, *names: str) -> torch.Tensor:
+        """Row-stacked tensors: separate q, k, v -> zoo's fused ``qkv``."""
+        return torch.cat([self.take(n) for n in names], dim=0)
+
+    def split(self, name: str, sizes: list[int]) -> list[torch.Tensor]:
+        """The row blocks of one fused tensor: Phi-3's ``gate_up_proj`` -> zoo's ``gate``, ``up``."""
+        t = self.take(name)
+        if t.shape[0] != sum(sizes):
+            raise ConvertError(f"tensor '{name}' has {t.shape[0]} rows, the config implies {sum(sizes)}",
+                               where="weights", fix="check that config.json belongs to these weights")
+        return list(t.split(sizes, dim=0))
+
+    def permute(self, name: str, fwd: Callable, inv: Callable) -> torch.Tensor:
+        """A tensor whose rows are re-ordered by ``fwd`` (``inv`` undoes it, for the reverse)."""
+        return fwd(self.take(name))
+
+    def drop(self, prefix: str) -> None:
+        """Tensors under ``prefix`` that do not affect the outputs (BERT's pooler): listed, unused."""
+        for n in self.state:
+            if n.startswith(prefix) and n not in self.used:
+                self.used.add(n)
+                self.dropped.append(n)
+
+    def ignore(self, name: str) -> None:
+        """A tensor that carries nothing of its own (a tied alias, a constant buffer)."""
+        if name in self.state:
+            self.used.add(name)
+
+    def zero(self, name: str, why: str) -> None:
+        """A tensor zoo has no place for, accepted only when it is all zeros (no effect)."""
+        if name not in self.state:
+            return
+        t = self.state[name]
+        if not t.is_meta and bool(t.count_nonzero()):
+            raise ConvertError(f"tensor '{name}' is not zero: {why}", where=f"weights.{name}",
+                               fix="zoo cannot reproduce this checkpoint exactly")
+        self.used.add(name)
+
+    def prefix(self, *candidates: str) -> str:
+        """The name prefix of the base model inside a head model (``transformer.``, ``bert.``...)."""
+        for p in candidates:
+            if any(k.startswith(p) for k in self.state):
+                return p
+        return ""
+
+    def tied(self, head: str, embedding: torch.Tensor) -> bool:
+        """Whether the output projection ``head`` is (absent or) equal to the embedding matrix."""
+        if head not in self.state:
+            return True
+        w = self.state[head]
+        if w.is_meta or embedding.is_meta:  # a model without values (device="meta"): trust the config
+            same = self.config.get("tie_word_embeddings", True) is not False
+        else:
+            same = w is embedding or (w.shape == embedding.shape and bool(torch.equal(w, embedding)))
+        if same:
+            self.ignore(head)
+        return same
+
+
+def convert_state(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], *,
+                  attention: str = "sdpa") -> tuple[dict, dict, list[str]]:
+    """``(spec dict, zoo state dict, dropped tensor names)`` from a Hugging Face config dict and its
+    tensors.  Raises :class:`ConvertError` for an unsupported family, config value or tensor."""
+    if not isinstance(config, Mapping):
+        raise ConvertError(f"config.json must be a JSON object, got {type(config).__name__}",
+                           where="config.json", fix="pass the config.json written by save_pretrained")
+    family = config.get("model_type")
+    if family not in FAMILIES:
+        raise ConvertError(f"model_type {short(family)} cannot be converted", where="config.model_type",
+                           options=list(FAMILIES), fix="convert one of the supported families")
+    src = Source(config, state, family)
+    spec, st = FAMILIES[family].read(src, attention)
+    left = sorted(set(src.state) - src.used)
+    if left:
+        raise ConvertError(f"tensors zoo does not know how to map: {left[:8]}{' ...' if len(left) > 8 else ''}",
+                           where="weights", fix=f"this {family} variant has parts zoo lacks; "
+                                                "it cannot be converted exactly")
+    return spec, st, src.dropped
+
+
+# ---------------------------------------------------------------------- building the zoo model
+def check_shapes(spec_dict: dict, state: Mapping[str, torch.Tensor]):
+    """Build the model on the meta device (no memory) and compare every tensor's name and shape
+    with ``state``; returns ``(meta model, names to load)``."""
+    from ..build import build
+    from ..spec import parse_spec
+
+    model = build(parse_spec(spec_dict), device="meta", init=False)
+    model.tie_weights()
+    expected = model.state_dict(keep_vars=True)
+    seen, need = set(), set()
+    for name, t in expected.items():  # a tied tensor is the same object under two names: keep one
+        if id(t) not in seen:
+            seen.add(id(t))
+            need.add(name)
+    missing, extra = sorted(need - set(state)), sorted(set(state) - need)
+    if missing or extra:
+        raise ConvertError(f"converted tensors do not match the spec: missing {missing[:6]}, "
+                           f"unexpected {extra[:6]}", where="weights",
+                           fix="report this: the converter and the engine disagree")
+    for name in sorted(need):
+        if tuple(state[name].shape) != tuple(expected[name].shape):
+            raise ConvertError(f"tensor '{name}' has shape {tuple(state[name].shape)}, the spec needs "
+                               f"{tuple(expected[name].shape)}", where="weights",
+                               fix="check that config.json belongs to these weights")
+    return model, need
+
+
+def assemble(spec_dict: dict, state: dict, dtype=None) -> torch.nn.Module:
+    """Check shapes on the meta device, then load ``state`` into the model (no random init)."""
+    from ..io import _materialize
+
+    model, need = check_shapes(spec_dict, state)
+    dt = dtype or state["tok_emb.weight"].dtype
+    device = state["tok_emb.weight"].device
+    # contiguous copies: a transposed view (GPT-2's Conv1D weights) would make every matmul slower
+    model.load_state_dict({k: state[k].detach().to(dt).clone(memory_format=torch.contiguous_format)
+                           for k in need}, strict=False, assign=True)
+    model.tie_weights()
+    _materialize(model, device)
+    model.reset_buffers()
+    return model.to(device=device, dtype=dt).eval()  # buffers follow the weights
+
+
+def from_transformers(hf_model: Any, *, attention: str = "sdpa", dtype: Any = None,
+                      certify: bool = True) -> torch.nn.Module:
+    """An equivalent zoo model (spec + weights) of a ``transformers`` model object.
+
+    ``attention`` picks the zoo kernel (``sdpa``, ``eager``, ...); ``dtype`` converts the weights
+    (default: keep the source's).  With ``certify`` (default) both models run a fixed probe batch and
+    ``model.convert_info["parity"]`` records how closely they agree (see :func:`certify`); ``zoo.save``
+    stores it in the checkpoint.  The model comes back in eval mode with ``model.convert_info``.
+    """
+    from ..build import resolve_dtype
+
+    config = getattr(hf_model, "config", None)
+    if config is None or not hasattr(hf_model, "state_dict") or not hasattr(config, "to_dict"):
+        raise ConvertError(f"expected a transformers model, got {type(hf_model).__name__}",
+                           where="hf_model", fix="pass e.g. a GPT2LMHeadModel, or use from_pretrained(dir)")
+    cfg = config.to_dict()
+    spec, st, dropped = convert_state(cfg, hf_model.state_dict(), attention=attention)
+    model = assemble(spec, st, resolve_dtype(dtype))
+    model.convert_info = {"source": type(hf_model).__name__, "model_type": cfg["model_type"],
+                          "dropped": dropped}
+    if certify:
+        model.convert_info["parity"] = certify_parity(hf_model, model)
+    return model
+
+
+# ---------------------------------------------------------------------- folders
+def read_config(d: Path) -> dict:
+    """``config.json`` of a folder, size-limited, as a dict (a ConvertError otherwise)."""
+    if not (d / "config.json").is_file():
+        raise ConvertError(f"no config.json in '{d.name}'", where=str(d),
+                           fix="pass a folder written by save_pretrained")
+    text = read_text(d / "config.json", where="config.json", max_bytes=MAX_CONFIG_BYTES, error=ConvertError)
+    try:
+        config = json.loads(text)
+    except ValueError as exc:
+        raise ConvertError(f"config.json is not valid JSON: {exc}", where="config.json",
+                           fix="pass the config.json written by save_pretrained") from exc
+    if not isinstance(config, dict):
+        raise ConvertError(f"config.json must be a JSON object, got {type(config).__name__}",
+                           where="config.json", fix="pass the config.json written by save_pretrained")
+    return config
+
+
+def weight_files(d: Path) -> list[Path]:
+    """The safetensors files of a folder: ``model.safetensors`` or the shards its index names
+    (each confined to the folder)."""
+    index = d / "model.safetensors.index.json"
+    if (d / "model.safetensors").is_file():
+        return [d / "model.safetensors"]
+    if index.is_file():
+        where = "model.safetensors.index.json"
+        try:
+            data = json.loads(read_text(index, where=where, max_bytes=64 * MAX_CONFIG_BYTES, error=ConvertError))
+            names = data["weight_map"].values()
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConvertError(f"not a shard index ({short(exc)})", where=where,
+                               fix="pass the index written by save_pretrained") from exc
+        return sorted({confine(d, n, where=f"{where}.weight_map", error=ConvertError) for n in names})
+    pickled = [p.name for p in d.glob("*.bin")]
+    raise ConvertError(f"no safetensors weights in '{d.name}'" + (f" (found {pickled})" if pickled else ""),
+                       where=str(d), fix="zoo never loads pickle: re-save the model with "
+                                         "save_pretrained(..., safe_serialization=True)")
+
+
+def read_hf_dir(path: str | os.PathLike, *, meta: bool = False) -> tuple[dict, dict[str, torch.Tensor]]:
+    """``(config dict, tensors)`` of a ``save_pretrained`` folder (safetensors, single or sharded).
+    With ``meta`` the tensors are shape-only (read from the headers; nothing is loaded)."""
+    from safetensors import SafetensorError, safe_open
+
+    d = Path(path)
+    config = read_config(d)
+    state: dict[str, torch.Tensor] = {}
+    for f in weight_files(d):
+        try:
+            with safe_open(str(f), framework="pt") as fh:
+                for name in fh.keys():
+                    if meta:
+                        sl = fh.get_slice(name)
+                        dt = getattr(torch, {"F32": "float32", "F16": "float16", "BF16": "bfloat16",
+                                             "F64": "float64"}.get(sl.get_dtype(), "float32"))
+                        state[name] = torch.empty(sl.get_shape(), dtype=dt, device="meta")
+                    else:
+                        state[name] = fh.get_tensor(name)
+        except (SafetensorError, OSError) as exc:
+            raise ConvertError(f"unreadable safetensors file: {short(str(exc))}", where=f.name,
+                               fix="re-save the model with save_pretrained") from exc
+    return config, state
+
+
+def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: Any = None,
+                    tokenizer: bool = True, certify: bool = False) -> torch.nn.Module:
+    """Convert a local ``save_pretrained`` folder (config.json + safetensors) without transformers.
+
+    The config is mapped and every tensor's shape (from the file headers) checked against the spec
+    before any weight is read.  A ``tokenizer.json`` in the folder becomes ``model.tokenizer`` (the
+    ``hf`` tokenizer), so ``zoo.save`` stores it inside the checkpoint.  ``certify`` (needs
+    transformers) also loads the folder with transformers and records the parity certificate."""
+    from ..build import resolve_dtype
+
+    config, header = read_hf_dir(path, meta=True)
+    spec, st, _ = convert_state(config, header, attention=attention)
+    check_shapes(spec, st)  # before reading a single weight
+    config, state = read_hf_dir(path)
+    spec, st, dropped = convert_state(config, state, attention=attention)
+    model = assemble(spec, st, resolve_dtype(dtype))
+    model.convert_info = {"source": Path(path).name, "model_type": config.get("model_type"),
+                          "architectures": config.get("architectures"), "dropped": dropped}
+    if certify:
+        model.convert_info["parity"] = certify_folder(path, config, model)
+    tj = Path(path) / "tokenizer.json"
+    if tokenizer and tj.is_file():
+        from ..tokenizers import tokenizer as make_tokenizer
+
+        model.tokenizer = make_tokenizer("hf", path=str(tj))
+    return model
+
+
+# ---------------------------------------------------------------------- the parity certificate
+PROBE_SEED, PROBE_SHAPE = 1234, (2, 12)
+
+
+def probe_batch(vocab_size: int) -> torch.Tensor:
+    """The fixed probe: ``(2, 12)`` token ids from a seeded generator (ids >= 3 avoid special tokens)."""
+    g = torch.Generator().manual_seed(PROBE_SEED)
+    return torch.randint(3, max(4, min(vocab_size, 32000)), PROBE_SHAPE, generator=g)
+
+
+@torch.no_grad()
+def certify_parity(hf_model: Any, model: torch.nn.Module) -> dict:
+    """Run the probe batch through the transformers model and the zoo model and say how closely they
+    agree: ``max_abs_diff``, ``mean_abs_diff``, ``top1_agreement`` (share of positions with the same
+    arg-max), the dtype compared, both libraries' versions and the date (UTC)."""
+    import datetime
+    import importlib.metadata as md
+
+    from .. import __version__
+
+    spec = model.spec
+    p = next(model.parameters())
+    ids = probe_batch(spec.vocab_size).to(p.device)
+    hf_dev = next(hf_model.parameters()).device
+    was = hf_model.training
+    hf_model.eval()
+    if spec.arch == "encoder_decoder":
+        out = hf_model(input_ids=ids.to(hf_dev), decoder_input_ids=ids.to(hf_dev))
+    else:
+        out = hf_model(input_ids=ids.to(hf_dev))
+    hf_model.train(was)
+    ref, compared = out[0], next(iter(out.keys()))  # the logits (or a base model's hidden states)
+    hidden = compared == "last_hidden_state"
+    ours = model(ids, ids, return_hidden=hidden) if spec.arch == "encoder_decoder" else \
+        model(ids, return_hidden=hidden)
+    a, b = ref.float().cpu(), ours.float().cpu()
+    d = (a - b).abs()
+    lib = type(hf_model).__module__.split(".")[0]
+    try:
+        lib_version = md.version(lib)
+    except md.PackageNotFoundError:
+        lib_version = "unknown"
+    return {"max_abs_diff": float(d.max()), "mean_abs_diff": float(d.mean()),
+            "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean()),
+            "dtype": str(p.dtype).replace("torch.", ""), "probe": f"{PROBE_SHAPE[0]}x{PROBE_SHAPE[1]} "
+            f"token ids, seed {PROBE_SEED}", "compared": compared, "reference": f"{lib} {lib_version} {type(hf_model).__name__}",
+            "zoo": __version__, "torch": torch.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def certify_folder(path, config: dict, model: torch.nn.Module) -> dict | str:
+    """The certificate against ``transformers`` loading the same folder, or why there is none."""
+    try:
+        import transformers
+    except ImportError:
+        return "no certificate: transformers is not installed"
+    archs = config.get("architectures") or []
+    cls = getattr(transformers, archs[0], None) if archs and isinstance(archs[0], str) else None
+    if cls is None:
+        return f"no certificate: transformers has no class {short(archs[:1])}"
+    hf = cls.from_pretrained(str(path), dtype=next(model.parameters()).dtype, local_files_only=True)
+    return certify_parity(hf, model)
+
+
+def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
+    """What ``zoo.save`` writes about a converted model: ``converted_from`` and ``parity`` (JSON),
+    from ``model.convert_info`` or, for a model loaded from a converted checkpoint, its metadata."""
+    info = getattr(model, "convert_info", None)
+    if info is not None:
+        out = {"converted_from": json.dumps({k: v for k, v in info.items() if k != "parity"})}
+        if isinstance(info.get("parity"), dict):
+            out["parity"] = json.dumps(info["parity"])
+        return out
+    meta = getattr(model, "checkpoint_metadata", None) or {}
+    return {k: meta[f"zoo.extra.{k}"] for k in ("converted_from", "parity") if f"zoo.extra.{k}" in meta}
+
+
+def certificate(meta: Mapping[str, str]) -> dict | None:
+    """The parity certificate in a checkpoint's metadata (``zoo.read_metadata(path)``), or None."""
+    raw = meta.get("zoo.extra.parity")
+    try:
+        cert = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return cert if isinstance(cert, dict) else None
+
+
+def certificate_text(meta: Mapping[str, str]) -> str | None:
+    """One line for a model card: the certificate, a converted checkpoint's lack of one, or None
+    for a model zoo trained itself."""
+    cert = certificate(meta)
+    if cert is not None:
+        return (f"Parity with {cert.get('reference', '?')}: max |Δlogit| {cert.get('max_abs_diff', float('nan')):.2e}, "
+                f"mean |Δ| {cert.get('mean_abs_diff', float('nan')):.2e}, top-1 agreement "
+                f"{100 * cert.get('top1_agreement', 0):.1f}% ({cert.get('dtype')}, {cert.get('probe')}; "
+                f"zoo {cert.get('zoo')}, torch {cert.get('torch')}, {cert.get('date')})")
+    if "zoo.extra.converted_from" in meta:
+        return ("Converted from transformers without a parity certificate (the source model was not "
+                "available at conversion: run `zoo convert --certify`)")
+    return None
+
+
+# ---------------------------------------------------------------------- the reverse direction
+class _Ref:
+    """Where one zoo tensor lives in a Hugging Face checkpoint: one or more (row-stacked) tensors,
+    possibly transposed, a row block ``part = (index, sizes)`` of one, or permuted (``inv``)."""
+
+    def __init__(self, names: list[str], transpose: bool = False, part=None, inv=None):
+        self.names, self.transpose, self.part, self.inv = names, transpose, part, inv
+
+
+class _Recorder(Source):
+    """Runs a family's forward mapping on names and shapes only, recording where each zoo tensor
+    comes from, so the reverse mapping is derived from the same code (never a second table)."""
+
+    def __init__(self, config, state, family, tie: bool):
+        super().__init__(config, state, family)
+        self.tie = tie
+
+    def take(self, name):
+        super().take(name)
+        return _Ref([name])
+
+    def take_t(self, name):
+        super().take(name)
+        return _Ref([name], transpose=True)
+
+    def cat(self, *names):
+        for n in names:
+            super().take(n)
+        return _Ref(list(names))
+
+    def split(self, name, sizes):
+        super().take(name)
+        return [_Ref([name], part=(i, list(sizes))) for i in range(len(sizes))]
+
+    def permute(self, name, fwd, inv):
+        super().take(name)
+        return _Ref([name], inv=inv)
+
+    def tied(self, head, embedding):
+        if head not in self.state:
+            return True
+        if self.tie:
+            self.ignore(head)
+        return self.tie
+
+
+def _guess_family(spec) -> str:
+    if spec.name in FAMILIES:
+        return spec.name
+    kind = spec.stack(spec.roles[-1]).positions.kind
+    fam = {("decoder", "learned"): "gpt2", ("encoder", "learned"): "bert", ("decoder", "rope"): "llama",
+           ("encoder_decoder", "t5_relative"): "t5"}.get((spec.arch, kind))
+    if fam is None:
+        raise ConvertError(f"a {spec.arch} model with '{kind}' positions is none of the families "
+                           f"transformers can run", where="spec", options=list(FAMILIES),
+                           fix="convert a model shaped like one of the families, or pass family=")
+    return fam
+
+
+def _comparable(spec) -> dict:
+    d = spec.to_dict()
+    for k in ("name", "attention", "pad_id", "dropout", "encoder", "decoder"):
+        d.pop(k, None)
+    for role in spec.roles:  # resolved per-stack values, not how they were written
+        st = spec.stack(role)
+        d[role] = tuple(str(getattr(st, f)) if not isinstance(getattr(st, f), (int, float, bool, type(None)))
+                        else getattr(st, f) for f in st.__dataclass_fields__
+                        if f not in ("role", "dropout", "attention"))
+    return d
+
+
+def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any:
+    """The equivalent ``transformers`` model of a zoo model shaped like one of the families
+    (needs the ``transformers`` library).  ``family`` is guessed from the spec when omitted.
+
+    The reverse mapping is derived from the forward converter, and the result is checked by
+    converting its config back: any spec field transformers cannot express is a
+    :class:`ConvertError` naming it."""
+    import transformers
+
+    from ..spec import parse_spec
+
+    spec = model.spec
+    family = family or _guess_family(spec)
+    if family not in FAMILIES:
+        raise ConvertError(f"unknown family {family!r}", where="family", options=list(FAMILIES))
+    fam = FAMILIES[family]
+    model_name = fam.hf_model_class(spec)
+    try:
+        kwargs = fam.write(spec)
+        hf = getattr(transformers, model_name)(getattr(transformers, fam.config_class)(**kwargs))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConvertError(f"transformers cannot build {model_name} from this spec: {exc}",
+                           where="spec", fix=f"convert a spec shaped like {family}") from exc
+    rec = _Recorder(hf.config.to_dict(), hf.state_dict(), family, tie=spec.tie_embeddings)
+    try:
+        spec2, refs = fam.read(rec, "sdpa")
+        spec2 = parse_spec(spec2)
+    except ZooError as exc:
+        raise ConvertError(f"the zoo model cannot be expressed as {model_name}: {exc.what}",
+                           where=exc.where, fix="only models shaped like the family convert") from exc
+    a, b = _comparable(spec), _comparable(spec2)
+    diff = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if diff:
+        raise ConvertError(f"spec field(s) {diff} have no equivalent in {model_name} "
+                           f"(zoo: {[a.get(k) for k in diff]}, {family}: {[b.get(k) for k in diff]})",
+                           where="spec", fix=f"convert a spec shaped like {family}")
+    zs = model.state_dict()
+    shapes = {n: t.shape for n, t in rec.state.items()}
+    out, parts = {}, {}
+    for zname, ref in refs.items():
+        t = zs[zname].detach().cpu()
+        if ref.part is not None:
+            parts.setdefault(ref.names[0], {})[ref.part[0]] = t
+        elif ref.inv is not None:
+            out[ref.names[0]] = ref.inv(t).contiguous()
+        elif len(ref.names) == 1:
+            out[ref.names[0]] = t.t().contiguous() if ref.transpose else t.clone()
+        else:
+            for n, piece in zip(ref.names, t.split([shapes[n][0] for n in ref.names], dim=0)):
+                out[n] = piece.clone()
+    for name, pieces in parts.items():
+        out[name] = torch.cat([pieces[i] for i in sorted(pieces)], dim=0)
+    head = getattr(hf, "lm_head", None)
+    if head is not None and "lm_head.weight" in out and not spec.tie_embeddings:
+        emb = hf.get_input_embeddings().weight
+        if head.weight is emb:  # transformers 5 may tie it regardless of the config
+            head.weight = torch.nn.Parameter(out["lm_head.weight"])
+    with torch.no_grad():
+        hf.load_state_dict(out, strict=False)
+    not_set = sorted(set(hf.state_dict()) - set(out) - rec.used)
+    if not_set:
+        raise ConvertError(f"transformers tensors left unset: {not_set[:6]}", where="weights",
+                           fix="report this: the reverse mapping is incomplete")
+    return hf.to(zs["tok_emb.weight"].dtype).eval()
+
+
+# ---------------------------------------------------------------------- helpers for families
+def norm_entry(kind: str, eps: float, placement: str) -> dict:
+    return {"kind": kind, "eps": eps, "placement": placement}
+
+
+def lm_head(src: Source, spec: dict, st: dict, wte, name: str = "lm_head.weight") -> None:
+    """A separate output matrix, unless it is (absent or) the embedding matrix."""
+    if not src.tied(name, wte):
+        spec["tie_embeddings"], st["lm_head.weight"] = False, src.take(name)
+
+
+def linears(src: Source, st: dict, hf_prefix: str, zoo_prefix: str, pairs, bias: bool = True) -> None:
+    """Copy ``(hf name, zoo name)`` pairs of weights (and biases) under two prefixes."""
+    for hf, zn in pairs:
+        st[f"{zoo_prefix}{zn}.weight"] = src.take(f"{hf_prefix}{hf}.weight")
+        if bias:
+            st[f"{zoo_prefix}{zn}.bias"] = src.take(f"{hf_prefix}{hf}.bias")
+
+
+def qkv(src: Source, st: dict, a: str, z: str, names=("q_proj", "k_proj", "v_proj"), bias: bool = False,
+        into: str = "attn.qkv") -> None:
+    """Separate q, k, v projections under ``a`` -> zoo's fused ``qkv`` under ``z``."""
+    st[f"{z}{into}.weight"] = src.cat(*(f"{a}{n}.weight" for n in names))
+    if bias:
+        st[f"{z}{into}.bias"] = src.cat(*(f"{a}{n}.bias" for n in names))

@@ -1,0 +1,127 @@
+"""Llama (``LlamaForCausalLM``, ``LlamaModel``): rotary positions, RMSNorm pre-norm, SwiGLU,
+grouped-query attention.  :func:`read_decoder` is shared by the Llama-shaped families (Qwen2,
+Mistral, Qwen3, Phi-3, Gemma), which add or refuse a few fields each.
+
+Refused: rope types other than default / linear / llama3, activations without an exact equivalent.
+"""
+from __future__ import annotations
+
+from .core import _INV_ACTS, Family, Source, lm_head, norm_entry, qkv, register
+
+
+def rope(src: Source, fraction: float = 1.0) -> dict:
+    """Rotary settings (transformers 5 ``rope_parameters`` or 4.x ``rope_theta`` + ``rope_scaling``)
+    as a zoo ``rope`` entry."""
+    scaling, rp = src.mapping("rope_scaling"), src.mapping("rope_parameters")
+    p = {**rp, **scaling}  # a legacy rope_scaling, when present, says what the model was trained with
+    kind = p.get("rope_type") or p.get("type") or "default"
+    where = "rope_scaling" if scaling else "rope_parameters"
+    sub = Source(p, {}, src.family)  # the same typed reading for the nested fields
+    sub.config.setdefault("rope_theta", src.get("rope_theta", 10000.0))
+    out = {"kind": "rope", "base": sub.float("rope_theta", lo=1.0001)}
+    if fraction != 1.0:
+        out["fraction"] = fraction
+    if kind == "linear":
+        out.update(scaling="linear", factor=sub.float("factor", positive=True))
+    elif kind == "llama3":
+        out.update(scaling="llama3", factor=sub.float("factor", positive=True),
+                   low_freq_factor=sub.float("low_freq_factor", positive=True),
+                   high_freq_factor=sub.float("high_freq_factor", positive=True),
+                   original_max_len=sub.int("original_max_position_embeddings",
+                                            src.int("max_position_embeddings")))
+    elif kind != "default":
+        src.refuse(where, kind, "zoo's rope implements default, linear and llama3 frequencies only "
+                   "(not yarn, dynamic, longrope)", options=["default", "linear", "llama3"],
+                   fix="convert a model with one of the listed rope types")
+    return out
+
+
+def read_decoder(src: Source, attention: str, name: str, *, qkv_bias=None, out_bias=None,
+                 mask="causal", norm="rmsnorm", ffn="swiglu", act_key="hidden_act", **extra):
+    """Spec and tensors of a Llama-shaped decoder; the keyword arguments are what a family changes."""
+    act = src.act(act_key, default="silu")
+    p = src.prefix("model.")
+    L, D, H = src.int("num_hidden_layers"), src.int("hidden_size"), src.int("num_attention_heads")
+    hd = src.int("head_dim", D // H)
+    bias = src.flag("attention_bias", False)
+    qkv_bias = bias if qkv_bias is None else qkv_bias
+    out_bias = bias if out_bias is None else out_bias
+    mlp_bias = src.flag("mlp_bias", False)
+    spec = dict(name=name, arch="decoder", vocab_size=src.int("vocab_size"),
+                max_len=src.int("max_position_embeddings", 2048), d_model=D, num_layers=L, num_heads=H,
+                num_kv_heads=src.int("num_key_value_heads", H), head_dim=hd if hd * H != D else None,
+                d_ff=src.int("intermediate_size"), dropout=src.float("attention_dropout", 0.0, lo=0, hi=0.999),
+                qkv_bias=qkv_bias, out_bias=out_bias, tie_embeddings=True, scale_embeddings=False,
+                attention=attention, mask=mask, positions=rope(src),
+                norm=norm_entry(norm, src.float("rms_norm_eps", 1e-6, positive=True), "pre"),
+                ffn={"kind": ffn, "activation": act, "bias": mlp_bias})
+    spec.update(extra)
+    wte = src.take(f"{p}embed_tokens.weight")
+    st = {"tok_emb.weight": wte}
+    for i in range(L):
+        h, z = f"{p}layers.{i}.", f"decoder.blocks.{i}."
+        a = f"{h}self_attn."
+        if src.has(f"{a}qkv_proj.weight"):  # Phi-3: already fused q|k|v
+            st[f"{z}attn.qkv.weight"] = src.take(f"{a}qkv_proj.weight")
+        else:
+            qkv(src, st, a, z, bias=qkv_bias)
+        st[f"{z}attn.out.weight"] = src.take(f"{a}o_proj.weight")
+        if out_bias:
+            st[f"{z}attn.out.bias"] = src.take(f"{a}o_proj.bias")
+        for hf, zn in (("q_norm", "q_norm"), ("k_norm", "k_norm")):  # Qwen3: per-head q/k RMSNorm
+            if src.has(f"{a}{hf}.weight"):
+                st[f"{z}attn.{zn}.weight"] = src.take(f"{a}{hf}.weight")
+        src.ignore(f"{a}rotary_emb.inv_freq")
+        st[f"{z}attn_res.norm.weight"] = src.take(f"{h}input_layernorm.weight")
+        st[f"{z}ffn_res.norm.weight"] = src.take(f"{h}post_attention_layernorm.weight")
+        m = f"{h}mlp."
+        if src.has(f"{m}gate_up_proj.weight"):  # Phi-3: fused [gate; up]
+            d_ff = spec["d_ff"]
+            st[f"{z}ffn.gate.weight"], st[f"{z}ffn.up.weight"] = src.split(f"{m}gate_up_proj.weight", [d_ff, d_ff])
+            names = (("down_proj", "down"),)
+        else:
+            names = (("gate_proj", "gate"), ("up_proj", "up"), ("down_proj", "down"))
+        for hf, zn in names:
+            st[f"{z}ffn.{zn}.weight"] = src.take(f"{m}{hf}.weight")
+            if mlp_bias:
+                st[f"{z}ffn.{zn}.bias"] = src.take(f"{m}{hf}.bias")
+    src.ignore(f"{p}rotary_emb.inv_freq")
+    st["decoder.final_norm.weight"] = src.take(f"{p}norm.weight")
+    lm_head(src, spec, st, wte)
+    return spec, st
+
+
+def rope_parameters(rc) -> dict:
+    out = {"rope_type": "default" if rc.scaling == "none" else rc.scaling, "rope_theta": rc.base}
+    if rc.scaling != "none":
+        out["factor"] = rc.factor
+    if rc.scaling == "llama3":
+        out.update(low_freq_factor=rc.low_freq_factor, high_freq_factor=rc.high_freq_factor,
+                   original_max_position_embeddings=rc.original_max_len)
+    return out
+
+
+def decoder_config(spec) -> dict:
+    """The config fields every Llama-shaped family shares."""
+    st = spec.stack("decoder")
+    return dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, intermediate_size=st.d_ff,
+                num_hidden_layers=st.num_layers, num_attention_heads=st.num_heads,
+                num_key_value_heads=st.num_kv_heads, head_dim=st.head_dim,
+                hidden_act=_INV_ACTS.get(st.ffn.config.activation, "?"),
+                max_position_embeddings=spec.max_len, rms_norm_eps=st.norm.config.eps,
+                attention_dropout=spec.dropout, tie_word_embeddings=spec.tie_embeddings,
+                rope_parameters=rope_parameters(st.positions.config))
+
+
+def read(src: Source, attention: str):
+    # partial_rotary_factor is ignored by transformers' Llama (it rotates whole heads), and so here
+    return read_decoder(src, attention, "llama")
+
+
+def write(spec) -> dict:
+    st = spec.stack("decoder")
+    return dict(decoder_config(spec), attention_bias=st.qkv_bias, mlp_bias=st.ffn.config.bias)
+
+
+register(Family("llama", read, write, "LlamaConfig", "LlamaForCausalLM",
+                refuses=("hidden_act", "rope_parameters", "rope_scaling")))
