@@ -33,20 +33,41 @@ UNITS = ("", "十", "百", "千")
 MAX_NUMERAL = 99_999_999
 
 
+def _group(g: int) -> str:
+    """``1 <= g <= 9999`` in Chinese numerals: each non-zero digit with its unit 十 百 千, one 零
+    for each run of zeros *between* non-zero digits, trailing zeros not read
+    (``1001 -> 一千零一``, ``1010 -> 一千零一十``, ``1200 -> 一千二百``)."""
+    out: list[str] = []
+    zero_pending = False  # a run of zeros seen since the last non-zero digit
+    for power, ch in zip(range(3, -1, -1), f"{g:04d}"):
+        d = int(ch)
+        if d == 0:
+            zero_pending = bool(out)  # leading zeros of the group are not "between" anything
+            continue
+        if zero_pending:
+            out.append(DIGITS[0])
+            zero_pending = False
+        out.append(DIGITS[d] + UNITS[power])
+    return "".join(out)
+
+
 def to_chinese_numeral(n: int) -> str:
     """Write ``0 <= n <= 99,999,999`` in Chinese numerals (the reading form, simplified script).
 
-    Rules, in the order they apply:
+    The standard rule (it agrees with ``cn2an.an2cn(n, "low")`` on every number in range):
 
-    1. split the number into groups of four digits; the high group is followed by 万;
-    2. each non-zero digit is written with its unit 十 百 千 (``2345 -> 二千三百四十五``; 二, never 两);
-    3. one 零 stands for each run of zeros *between* non-zero digits, across the 万 boundary too
-       (``1001 -> 一千零一``, ``1000001 -> 一百万零一``, ``10010000 -> 一千零一万``);
-    4. trailing zeros, of the whole number or of the 万 group, are not written (``20 -> 二十``,
-       ``100000 -> 十万``);
-    5. a leading 一十 is written 十 (``15 -> 十五``, ``150000 -> 十五万``) but stays 一十 inside a
-       number (``110 -> 一百一十``, ``100010 -> 十万零一十``);
-    6. ``0 -> 零``.
+    1. split the number into the 万 group (``n // 10000``) and the low group of four digits;
+    2. inside a group, each non-zero digit is written with its unit 十 百 千 (``2345 ->
+       二千三百四十五``; 二, never 两); one 零 stands for each run of zeros *between* non-zero
+       digits (``1001 -> 一千零一``, ``10010000 -> 一千零一万``); zeros at the end of a group are
+       not read (``20 -> 二十``, ``100000 -> 十万``);
+    3. across the boundary, 零 is written only when the low group is non-zero and has fewer than
+       four digits, i.e. starts with a zero (``100100 -> 十万零一百``, ``1000001 -> 一百万零一``,
+       ``100010 -> 十万零一十``), never otherwise (``101000 -> 十万一千``, ``901867 ->
+       九十万一千八百六十七``);
+    4. a leading 一十 is written 十 only at the very start (``15 -> 十五``, ``150000 -> 十五万``;
+       ``110 -> 一百一十``, ``100010 -> 十万零一十``);
+    5. ``0 -> 零``.
     """
     if isinstance(n, bool) or not isinstance(n, int):
         raise DataError(f"expected an integer, got {n!r}", where="to_chinese_numeral",
@@ -56,22 +77,14 @@ def to_chinese_numeral(n: int) -> str:
                         fix="pass an int between 0 and 99,999,999 (万 is the largest unit used)")
     if n == 0:
         return DIGITS[0]
-    s = str(n)
-    out: list[str] = []
-    zero_pending = False  # a run of zeros seen since the last non-zero digit
-    for i, ch in enumerate(s):
-        power = len(s) - 1 - i  # 10 ** power
-        d = int(ch)
-        if d == 0:
-            zero_pending = bool(out)  # zeros before anything was written are not zeros "between"
-        else:
-            if zero_pending:
-                out.append(DIGITS[0])
-                zero_pending = False
-            out.append(DIGITS[d] + UNITS[power % 4])
-        if power == 4:  # end of the 万 group: n >= 10000 here, so the group is non-zero
-            out.append("万")
-    text = "".join(out)
+    high, low = divmod(n, 10_000)
+    text = ""
+    if high:
+        text = _group(high) + "万"
+        if 0 < low < 1000:  # the low group starts with a zero: read it once at the boundary
+            text += DIGITS[0]
+    if low:
+        text += _group(low)
     return text[1:] if text.startswith("一十") else text
 
 
@@ -137,12 +150,34 @@ def write_pairs(path: str | Path, pairs: Iterable[tuple[str, str]]) -> Path:
 
 
 # ---------------------------------------------------------------------- reading files
+MAX_UNPACKED = 256 * 1024 * 1024  # bytes an .xz data file may unpack to
+
+
+def _unxz(raw: bytes, path: Path) -> bytes:
+    """Decompress an ``.xz`` file, refusing one that unpacks to more than ``MAX_UNPACKED`` bytes."""
+    import lzma
+
+    dec = lzma.LZMADecompressor()
+    try:
+        out = dec.decompress(raw, max_length=MAX_UNPACKED + 1)
+    except lzma.LZMAError as exc:
+        raise DataError(f"not a valid .xz file: {exc}", where=str(path),
+                        fix="re-create it with `xz -k FILE`, or pass the uncompressed text") from exc
+    if len(out) > MAX_UNPACKED or not dec.eof:
+        raise DataError(f"unpacks to more than {MAX_UNPACKED // 2**20} MiB, or is truncated",
+                        where=str(path), fix="pass a smaller or complete file")
+    return out
+
+
 def read_text(path: str | Path) -> str:
-    """The whole file as text, with a :class:`DataError` for a missing, empty or non-UTF-8 file."""
+    """The whole file as text (``.xz`` files are decompressed), with a :class:`DataError` for a
+    missing, empty, corrupt or non-UTF-8 file."""
     path = Path(path)
     if not path.is_file():
         raise DataError("no such data file", where=str(path), fix="check the --data path")
     raw = path.read_bytes()
+    if path.suffix == ".xz":  # a compressed corpus (data/tang_train.txt.xz) is read as it is
+        raw = _unxz(raw, path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
