@@ -109,7 +109,9 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
 
         tokenizers.check_fits(tokenizer, spec.vocab_size)
         meta[tokenizers.META_KEY] = tokenizers.to_json(tokenizer)
-    for k, v in (metadata or {}).items():
+    from .convert.core import conversion_metadata  # a converted model's source and parity certificate
+
+    for k, v in {**conversion_metadata(model), **(metadata or {})}.items():
         meta[f"zoo.extra.{k}"] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
     tensors = {k: v.cpu() for k, v in tensors.items()}
     _atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata=meta))

@@ -1,6 +1,4 @@
 """``zoo convert HF_DIR OUT_DIR``: a Hugging Face ``save_pretrained`` folder -> a zoo checkpoint."""
-import json
-
 import click
 
 
@@ -11,17 +9,24 @@ import click
               help="zoo attention kernel of the converted model (sdpa, eager, ...).")
 @click.option("--dtype", default=None, help="Convert the weights (float32, bfloat16, ...); default: as stored.")
 @click.option("--no-tokenizer", is_flag=True, help="Do not store HF_DIR/tokenizer.json in the checkpoint.")
-def command(hf_dir, out_dir, attention, dtype, no_tokenizer):
-    """Convert HF_DIR (config.json + *.safetensors of a GPT-2, BERT, Llama or T5 model, written by
-    save_pretrained) into a zoo checkpoint in OUT_DIR (model.safetensors + spec.yaml).  Offline; the
-    transformers library is not needed.  A tokenizer.json beside the weights travels inside the
-    checkpoint (model.tokenizer after zoo.load)."""
-    import zoo
-    from zoo.convert import from_pretrained
+@click.option("--certify/--no-certify", default=None,
+              help="Also load HF_DIR with transformers, run a probe batch through both models and store "
+                   "the parity certificate in the checkpoint (default: when transformers is installed).")
+def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify):
+    """Convert HF_DIR (config.json + *.safetensors written by save_pretrained; the supported
+    families are listed in docs/CONVERT.md) into a zoo checkpoint in OUT_DIR (model.safetensors + spec.yaml).  Offline; transformers is needed only to certify.  A
+    tokenizer.json beside the weights travels inside the checkpoint (model.tokenizer after zoo.load)."""
+    import importlib.util
 
-    model = from_pretrained(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer)
+    import zoo
+    from zoo.convert import certificate_text, from_pretrained
+
+    if certify is None:
+        certify = importlib.util.find_spec("transformers") is not None
+    model = from_pretrained(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer,
+                            certify=certify)
     info = model.convert_info
-    path = zoo.save(model, out_dir, metadata={"converted_from": json.dumps(info)})
+    path = zoo.save(model, out_dir)
     n = sum(p.numel() for p in model.parameters())
     click.echo(f"converted {info['model_type']} ({', '.join(info.get('architectures') or []) or 'model'}) "
                f"-> {path}  [{n:,} parameters, spec {model.spec.name}]")
@@ -29,3 +34,8 @@ def command(hf_dir, out_dir, attention, dtype, no_tokenizer):
         click.echo("tokenizer: tokenizer.json stored in the checkpoint")
     if info["dropped"]:
         click.echo(f"dropped (unused by the outputs): {', '.join(info['dropped'])}")
+    parity = info.get("parity")
+    if isinstance(parity, str):
+        click.echo(parity)
+    else:
+        click.echo(certificate_text(zoo.read_metadata(path)))

@@ -1,0 +1,134 @@
+"""Random-init 2-layer ``transformers`` models of every convertible family, and how to run them.
+
+Shared by tests/test_convert_families.py and scripts/parity_table.py.  Every model is built from a
+config object (offline, never downloaded) and every trainable tensor is randomised, so a swapped
+weight, a missed bias or a wrong norm offset shows in the outputs.
+"""
+from __future__ import annotations
+
+import torch
+
+V, B, L = 101, 3, 9
+TOL = 1e-5
+
+
+@torch.no_grad()
+def randomize(model, seed=0):
+    """Every trainable tensor random (norm weights near 1, or near 0 for ``1 + weight`` norms)."""
+    g = torch.Generator().manual_seed(seed)
+    zero_centred = type(model).__name__.startswith("Gemma")
+    for name, p in model.named_parameters():
+        if not p.requires_grad:  # constants stored as parameters (Marian's sinusoids)
+            continue
+        r = torch.randn(p.shape, generator=g)
+        low = name.lower()
+        is_norm = p.dim() == 1 and name.endswith("weight") and any(
+            k in low for k in ("norm", "ln_", "layernorm", "layer_norm"))
+        if is_norm:
+            p.copy_((0.0 if zero_centred else 1.0) + 0.2 * r)
+        else:
+            p.copy_(0.3 * r if p.dim() == 1 else 0.15 * r)
+    for name, b in model.named_buffers():
+        if name.endswith("final_logits_bias"):  # BART / Marian: a persistent buffer in the head
+            b.copy_(0.3 * torch.randn(b.shape, generator=g))
+    return model.eval()
+
+
+def padded(seed=1, left=False, pad_id=None, length=L):
+    """``(ids, attention_mask, positions)`` of a batch of three rows of lengths L, L-3 and 4."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, V, (B, length), generator=g)
+    am = torch.ones(B, length, dtype=torch.long)
+    for b, n in enumerate([length, length - 3, 4]):
+        if left:
+            am[b, : length - n] = 0
+        else:
+            am[b, n:] = 0
+    if pad_id is not None:
+        ids = ids.masked_fill(am == 0, pad_id)
+    pos = (am.cumsum(-1) - 1).clamp(min=0)
+    return ids, am, pos
+
+
+def run(kind, hf, z, pad_id=None):
+    """(hf output, zoo output, mask of positions that must agree) on a padded batch."""
+    if kind == "decoder":
+        ids, am, pos = padded(left=True)  # left padding: HF needs the positions zoo derives itself
+        return hf(ids, attention_mask=am, position_ids=pos).logits, z(ids, attention_mask=am), am
+    if kind in ("encoder", "encoder_hidden"):
+        ids, am, _ = padded(pad_id=pad_id)
+        out = hf(ids, attention_mask=am)
+        ref = out.logits if kind == "encoder" else out.last_hidden_state
+        return ref, z(ids, attention_mask=am, return_hidden=kind == "encoder_hidden"), am
+    src, sm, _ = padded(pad_id=pad_id)
+    tgt, tm, _ = padded(seed=2, pad_id=pad_id, length=6)
+    ref = hf(input_ids=src, attention_mask=sm, decoder_input_ids=tgt, decoder_attention_mask=tm).logits
+    return ref, z(src, tgt, src_mask=sm, tgt_mask=tm), tm
+
+
+def maxdiff(a, b, mask):
+    return (a - b).abs()[mask.bool()].max().item()
+
+
+def greedy(kind, hf, z, start_id=0, new=6):
+    """Greedy tokens of transformers' ``generate`` and of zoo's, from the same left-padded prompts
+    (decoders) or sources (encoder-decoders)."""
+    kw = dict(max_new_tokens=new, do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=0)
+    if kind == "decoder":
+        src, am, _ = padded(left=True)
+        ref = hf.generate(input_ids=src, attention_mask=am, **kw)
+        return ref, z.generate(src, max_new_tokens=new, attention_mask=am)
+    src = padded()[0]  # unpadded sources (padding is checked by run(); BART's positions ignore it)
+    ref = hf.generate(input_ids=src, decoder_start_token_id=start_id, forced_bos_token_id=None,
+                      forced_eos_token_id=None, **kw)
+    return ref, z.generate(src, max_new_tokens=new, decoder_start_id=start_id)
+
+
+# ---------------------------------------------------------------------- the families
+def _T():
+    import transformers
+    return transformers
+
+
+def gpt2(**kw):
+    T = _T()
+    cfg = dict(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64, **kw)
+    return randomize(T.GPT2LMHeadModel(T.GPT2Config(**cfg, attn_implementation="eager")))
+
+
+def bert(**kw):
+    T = _T()
+    return randomize(T.BertForMaskedLM(T.BertConfig(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, attn_implementation="eager", **kw)))
+
+
+def llama(**kw):
+    T = _T()
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64,
+               rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    cfg.update(kw)
+    return randomize(T.LlamaForCausalLM(T.LlamaConfig(**cfg, attn_implementation="eager")))
+
+
+def t5(**kw):
+    T = _T()
+    cfg = dict(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+               relative_attention_num_buckets=8, relative_attention_max_distance=16,
+               feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+    cfg.update(kw)
+    hf = randomize(T.T5ForConditionalGeneration(T.T5Config(**cfg, attn_implementation="eager")))
+    with torch.no_grad():  # transformers 5 ties T5's head whatever the config says: untie it
+        hf.lm_head.weight = torch.nn.Parameter(torch.randn_like(hf.lm_head.weight) * 0.15)
+    return hf
+
+
+#: case -> (builder, kind, extra): kind says how to run it; ``pad_id`` pads encoder inputs with
+#: the pad token (RoBERTa derives positions from it), ``start`` is the decoder start token.
+CASES = {
+    "gpt2": (gpt2, "decoder", {}),
+    "bert": (bert, "encoder", {}),
+    "llama": (llama, "decoder", {}),
+    "t5": (t5, "encoder_decoder", {}),
+}
