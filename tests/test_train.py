@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import zoo
 from zoo.data import (is_heldout_number, numeral_pairs, read_documents, read_pairs, sample_numbers,
                       split_holdout, to_chinese_numeral, write_pairs)
-from zoo.train import TrainConfig, lr_at, read_metrics, train
+from zoo.train import (CLMObjective, TrainConfig, exact_match_rate, greedy_seq2seq, lr_at,
+                       read_metrics, train)
 
 ROOT = Path(__file__).resolve().parents[1]
 POEMS = ROOT / "data" / "poems.txt"
@@ -182,6 +184,59 @@ def test_lr_schedule_warmup_then_cosine():
     assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
     assert lrs[60] == pytest.approx(0.55, abs=0.01) and lrs[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+def test_clm_window_is_split_into_input_and_next_token_labels():
+    w = torch.tensor([[11, 12, 13, 14, 15], [21, 22, 23, 24, 25]])  # two windows of block + 1
+    b = CLMObjective.shift(w)
+    assert b["ids"].tolist() == [[11, 12, 13, 14], [21, 22, 23, 24]]
+    assert b["labels"].tolist() == [[12, 13, 14, 15], [22, 23, 24, 25]]
+
+
+def test_clm_loss_scores_each_position_against_the_next_character(tmp_path):
+    """The first logged loss of a run is the initial model's loss on the first batch.  With one
+    possible window, that batch is known; the loss is recomputed here with F.cross_entropy on targets
+    written out by hand (the next character of each position), and differs from the unshifted one."""
+    text = "春眠不觉晓"  # 5 characters + <eos> = one window of block_size 5 + 1
+    r = train(_spec(), _text(tmp_path, text), out=tmp_path / "o", objective="clm", steps=1,
+              batch_size=2, block_size=5, **{**Q, "holdout": 0.0})
+    first = next(h["loss"] for h in r.history if h.get("step") == 1 and "loss" in h)
+    tok = r.tokenizer
+    ids = torch.tensor([tok.encode("春眠不觉晓")])  # (1, 5)
+    next_chars = torch.tensor(tok.encode("眠不觉晓") + [tok.eos_id])  # what follows each position
+    with torch.no_grad():
+        logits = zoo.build(_spec(), seed=0)(ids)[0]  # (5, V) the model train() starts from
+    shifted = float(F.cross_entropy(logits, next_chars))
+    unshifted = float(F.cross_entropy(logits, ids[0]))
+    assert first == pytest.approx(shifted, rel=1e-5)
+    assert abs(shifted - unshifted) > 1e-2, (shifted, unshifted)  # the check can tell them apart
+
+
+def test_seq2seq_exact_match_decodes_like_a_naive_greedy_loop(tmp_path):
+    """Exact match decodes with model.generate (KV cache, left padding, batches); reference: greedy
+    argmax of the full forward pass, one source at a time, no cache, no padding."""
+    pairs = [("12", "十二"), ("305", "三百零五"), ("7", "七"), ("10086", "一万零八十六")]
+    r = train(_spec("encoder_decoder"), write_pairs(tmp_path / "p.tsv", pairs), out=tmp_path / "o",
+              objective="seq2seq", steps=40, batch_size=4, lr=1e-2, warmup=5,
+              **{**Q, "holdout": 0.0, "eval_every": 1000})
+    model, tok = r.model, r.tokenizer
+    sources = [tok.encode(s) + [tok.eos_id] for s, _ in pairs]
+
+    def naive(src):
+        out = [tok.bos_id]
+        with torch.no_grad():
+            for _ in range(model.spec.max_len - 1):
+                nxt = int(model(torch.tensor([src]), torch.tensor([out]))[0, -1].argmax())
+                if nxt == tok.eos_id:
+                    break
+                out.append(nxt)
+        return out[1:]
+
+    want = [naive(s) for s in sources]
+    assert len(set(map(tuple, want))) > 1, want  # a model that says something
+    assert greedy_seq2seq(model, tok, sources, batch_size=3) == want
+    targets = want[:2] + [want[2] + [tok.bos_id], [tok.bos_id]]  # two right, two wrong
+    assert exact_match_rate(model, tok, sources, targets) == 0.5
 
 
 @pytest.mark.parametrize("arch, objective", [("decoder", "clm"), ("encoder_decoder", "seq2seq")])
