@@ -37,7 +37,8 @@ from .objectives import (IGNORE, CLMObjective, MLMObjective, Objective, PrefixDo
                          PrefixPairsObjective, Seq2SeqObjective)
 from .optim import lr_at, make_optimizer
 from .prepare import data_fingerprint, prepare, unigram_loss
-from .state import STATE_FILE, STATE_JSON, load_optimizer_tensors, optimizer_tensors, read_state, save_state
+from .state import (STATE_FILE, STATE_JSON, load_optimizer_tensors, optimizer_tensors, read_state,
+                    save_state)
 
 # The objectives were called tasks; ``zoo.tasks`` (fill-mask, classify) is unrelated, so the training
 # side was renamed.  The old names stay importable.

@@ -64,7 +64,7 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
     log.add({"event": "start", "step": run.step, "world_size": dist.world, "device": str(dist.device),
              "params": sum(p.numel() for p in run.net.parameters()), "spec": run.spec.name,
              **run.info}, notify=False)
-    del state
+    del state  # the saved tensors now live in the model and optimizer: free the copies
 
     t0 = time.perf_counter()
 

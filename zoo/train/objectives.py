@@ -174,7 +174,7 @@ class PrefixDocObjective(_Stream):
         return ce_sum(model(b["ids"], prefix_lengths=b["prefix"]), b["labels"]), {}
 
 
-# ---------------------------------------------------------------------- objectives on (source, target) pairs
+# ------------------------------------------------------------ objectives on (source, target) pairs
 class _Pairs(Objective):
     def __init__(self, tok, cfg, spec, train_pairs, eval_pairs):
         super().__init__(tok, cfg, spec)
@@ -245,7 +245,7 @@ STREAM_OBJECTIVES = {"clm": CLMObjective, "mlm": MLMObjective, "prefix_lm": Pref
 PAIRS_OBJECTIVES = {"seq2seq": Seq2SeqObjective, "prefix_lm": PrefixPairsObjective}
 
 
-# ---------------------------------------------------------------------- batch helpers (loop and evaluation)
+# ------------------------------------------------------------ batch helpers (loop and evaluation)
 def slice_batch(batch: dict, lo: int, hi: int) -> dict:
     """Rows ``lo:hi`` of every tensor (a rank's share, or a micro-batch)."""
     return {k: v[lo:hi] for k, v in batch.items()}
