@@ -124,6 +124,27 @@ def t5(**kw):
     return hf
 
 
+def _decoder(cls, config, **kw):
+    T = _T()
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64)
+    cfg.update(kw)
+    return randomize(getattr(T, cls)(getattr(T, config)(**cfg, attn_implementation="eager")))
+
+
+def qwen2(**kw):
+    return _decoder("Qwen2ForCausalLM", "Qwen2Config", **kw)
+
+
+def mistral(**kw):
+    return _decoder("MistralForCausalLM", "MistralConfig", **{"sliding_window": 4, "head_dim": 16, **kw})
+
+
+def phi3(**kw):
+    return _decoder("Phi3ForCausalLM", "Phi3Config", pad_token_id=None, **{
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}, **kw})
+
+
 #: case -> (builder, kind, extra): kind says how to run it; ``pad_id`` pads encoder inputs with
 #: the pad token (RoBERTa derives positions from it), ``start`` is the decoder start token.
 CASES = {
@@ -131,4 +152,7 @@ CASES = {
     "bert": (bert, "encoder", {}),
     "llama": (llama, "decoder", {}),
     "t5": (t5, "encoder_decoder", {}),
+    "qwen2": (qwen2, "decoder", {}),
+    "mistral": (mistral, "decoder", {}),
+    "phi3": (phi3, "decoder", {}),
 }
