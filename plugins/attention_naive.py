@@ -1,7 +1,7 @@
 """``naive``: attention as a per-query Python loop, the reference every other kernel is checked against.
 
 For each batch row, head and query position ``i``: score every key ``j`` with a dot product, scale,
-drop the keys the mask forbids, take a numerically stable softmax by hand (subtract the max,
+drop the keys the mask forbids (the engine guarantees each row allows at least one), take a numerically stable softmax by hand (subtract the max,
 exponentiate, divide by the sum) and average the values with those weights.  Nothing is vectorised
 across queries, so there is nowhere for a broadcasting bug to hide.  Slow on purpose: use it to check
 and to teach, never to train.
@@ -17,7 +17,7 @@ from zoo.components import AttentionKernel, Capabilities
 class NaiveAttention(AttentionKernel):
     capabilities = Capabilities(returns_weights=True)
 
-    def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+    def forward(self, q, k, v, mask=None, bias=None, need_weights=False):
         B, h, Tq, hd = q.shape
         h_kv, Tk = k.size(1), k.size(2)
         group = h // h_kv  # grouped-query: query head `head` reads kv head `head // group`
@@ -27,19 +27,14 @@ class NaiveAttention(AttentionKernel):
             for head in range(h):
                 kh, vh = k[b, head // group], v[b, head // group]  # (Tk, hd)
                 for i in range(Tq):
-                    qpos = Tk - Tq + i  # absolute position of query i (queries end with the keys)
                     allowed = []
                     for j in range(Tk):
-                        if is_causal and j > qpos:
-                            continue
                         if mask is not None and not bool(_at(mask, b, head, i, j)):
                             continue
                         s = (q[b, head, i] * kh[j]).sum() * self.scale
                         if bias is not None:
                             s = s + _at(bias, b, head, i, j)
                         allowed.append((j, s))
-                    if not allowed:
-                        continue  # a fully masked row attends to nothing: zeros, not NaN
                     top = max(float(s.detach()) for _, s in allowed)
                     exps = [(j, torch.exp(s - top)) for j, s in allowed]
                     total = sum(e for _, e in exps)

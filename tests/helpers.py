@@ -4,16 +4,32 @@ from __future__ import annotations
 
 import zoo
 from zoo.components import BuildContext
+from zoo.layers import attend
+
+
+class Attend:
+    """A registered attention kernel, called the way a model calls it (``zoo.layers.attend``: the
+    engine turns ``is_causal`` into a mask and zeroes fully masked rows)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __call__(self, q, k, v, **kw):
+        return attend(self.module, q, k, v, **kw)
+
+    def cuda(self):
+        self.module.cuda()
+        return self
 
 
 def kernel(name: str, head_dim: int, heads: int = 2, kv_heads: int | None = None, scale=None):
-    """Instantiate a registered attention kernel outside a model (eval mode, no dropout)."""
+    """A registered attention kernel outside a model (eval mode, no dropout), as :class:`Attend`."""
     comp = zoo.get_registry().get("attention", name)
     ctx = BuildContext(d_model=heads * head_dim, num_heads=heads, num_kv_heads=kv_heads or heads,
                        head_dim=head_dim, d_ff=4, max_len=64, num_layers=1, dropout=0.0,
                        role="decoder", causal=True,
                        scale=scale if scale is not None else head_dim ** -0.5)
-    return comp.cls(comp.config() if comp.config else None, ctx).eval()
+    return Attend(comp.cls(comp.config() if comp.config else None, ctx).eval())
 
 
 def mask_rule(name: str, **params):

@@ -5,7 +5,7 @@ import torch
 
 import zoo
 
-from helpers import shrunk
+from helpers import kernel, shrunk
 from zoo.inspection import trace
 
 PRESETS = zoo.list_presets()
@@ -62,13 +62,18 @@ def test_captured_weights_equal_eager_kernel(positions):
                   mask=["causal", {"kind": "sliding_window", "window": 4}])
     eager.load_state_dict(sd.state_dict())
     ids = inputs(sd, T=9)
-    attns = [b.attn for b in eager.decoder.blocks]
-    for a in attns:
-        a.need_weights = True
-    eager(ids)
     tr = trace(sd, ids)
-    for i, a in enumerate(attns):
-        torch.testing.assert_close(tr.attention(i), a.last_weights, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(tr.logits, eager(ids), atol=1e-5, rtol=1e-5)
+    naive = kernel("naive", head_dim=sd.spec.stack("decoder").head_dim,
+                   heads=sd.spec.stack("decoder").num_heads)
+    i_, j_ = torch.arange(9)[:, None], torch.arange(9)[None, :]
+    window = (j_ <= i_) & (j_ > i_ - 4)  # causal & sliding window 4, by hand  (Tq, Tk)
+    for i in range(len(sd.decoder.blocks)):
+        p = f"decoder.blocks.{i}.attn"
+        bias = tr[f"{p}.bias"] if f"{p}.bias" in tr else None
+        _, ref = naive(tr[f"{p}.q"], tr[f"{p}.k"], tr[f"{p}.v"], mask=window[None, None], bias=bias,
+                       need_weights=True)  # the per-query loop on the captured inputs
+        torch.testing.assert_close(tr.attention(i), ref, atol=1e-6, rtol=1e-5)
         masked = tr[f"decoder.blocks.{i}.attn.scores_masked"]
         torch.testing.assert_close(masked.softmax(-1), tr.attention(i))
         # causal & window 4: query 8 sees keys 5..8 only

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.components import BuildContext
+from zoo.layers import attend
 from zoo.registry import get_registry
 
 NEW = {"position": ["rope", "alibi", "t5_relative"], "norm": ["rmsnorm"], "placement": ["sandwich"],
@@ -254,7 +255,7 @@ def test_every_attention_kernel_with_grouped_query_attention(kv):
             mask, kwargs = causal, {"is_causal": True}
         bias = torch.randn(1, h, T, T, generator=g, dtype=dt) if caps.supports_bias else None
         kern = comp.cls(comp.config() if comp.config else None, ctx(heads=h, kv=kv, hd=hd)).eval()
-        out, _ = kern(q, k, v, bias=bias, **kwargs)
+        out, _ = attend(kern, q, k, v, bias=bias, **kwargs)  # as a model calls it
         torch.testing.assert_close(out, _reference(q, k, v, mask, bias, hd ** -0.5), rtol=tol, atol=tol,
                                    msg=f"kernel {comp.name}")
         tested.append(comp.name)

@@ -370,8 +370,8 @@ def test_require_names_the_component_lacking_a_capability(cap_registry):
 
 # ---------------------------------------------------------------------- the kit catches bugs
 class _Leaky(AttentionKernel):
-    """Ignores the causal flag: a decoder sees the future."""
-    capabilities = Capabilities(returns_weights=False)
+    """Declares a fused causal path, then ignores the causal flag: a decoder sees the future."""
+    capabilities = Capabilities(returns_weights=False, fused_causal=True)
 
     def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
         k, v = (t.repeat_interleave(q.size(1) // t.size(1), 1) for t in (k, v))

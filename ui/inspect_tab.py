@@ -92,12 +92,13 @@ def calculate(q: Any, k: Any, v: Any, mask: Any, lang: str = "en") -> dict[str, 
     # the same numbers from the kernel models use
     comp = zoo.get_registry().get("attention", "eager")
     from zoo.components import BuildContext
+    from zoo.layers import attend
 
     ctx = BuildContext(d_model=d_k, num_heads=1, num_kv_heads=1, head_dim=d_k, d_ff=d_k, max_len=Q.size(0),
                        num_layers=1, dropout=0.0, role="encoder", causal=False, scale=scale)
     kernel = comp.cls(comp.config() if comp.config else None, ctx).eval()
     with torch.no_grad():
-        k_out, k_w = kernel(Q[None, None], K[None, None], V[None, None], mask=M[None, None],
+        k_out, k_w = attend(kernel, Q[None, None], K[None, None], V[None, None], mask=M[None, None],
                             need_weights=True)
     err = float((k_out[0, 0] - out).abs().max())
 

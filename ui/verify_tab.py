@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.components import BuildContext, MaskContext
+from zoo.layers import attend
 
 from .common import handler
 from .i18n import t
@@ -88,7 +89,8 @@ def attention_checks(dtype=torch.float64, seed: int = 0) -> list[dict]:
         v = torch.randn(B, h_kv, T, hd, generator=gen, dtype=dtype)
         ctx = _ctx(h, h_kv, hd)
         with torch.no_grad():
-            ref_out, ref_w = _kernel("naive", ctx)(q, k, v, mask=mask, is_causal=is_causal, need_weights=True)
+            ref_out, ref_w = attend(_kernel("naive", ctx), q, k, v, mask=mask, is_causal=is_causal,
+                                    need_weights=True)
             # SDPA reference: expand kv heads, True = may attend; empty rows compared with zero
             kk, vv = k.repeat_interleave(h // h_kv, 1), v.repeat_interleave(h // h_kv, 1)
             sdpa = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, is_causal=is_causal,
@@ -106,8 +108,8 @@ def attention_checks(dtype=torch.float64, seed: int = 0) -> list[dict]:
                 continue
             try:
                 with torch.no_grad():
-                    out, w = _kernel(comp.name, ctx)(q, k, v, mask=mask, is_causal=is_causal,
-                                                     need_weights=caps.returns_weights)
+                    out, w = attend(_kernel(comp.name, ctx), q, k, v, mask=mask, is_causal=is_causal,
+                                    need_weights=caps.returns_weights)
             except Exception as exc:  # noqa: BLE001 - a failing kernel is a failed check, not a crash
                 rows.append({**base, "reference": "naive loop", "error": None, "tol": TOL[dtype],
                              "status": "fail", "note": f"{type(exc).__name__}: {exc}"})

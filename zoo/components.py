@@ -25,6 +25,8 @@ class Capabilities:
     supports_bias:   the kernel accepts an additive score bias (ALiBi, T5 relative positions).
     supports_mask:   the kernel honours arbitrary boolean masks (not just causal / none).
     supports_kv_cache: works when queries are a suffix of the keys (incremental decoding).
+    fused_causal:    the kernel has its own causal path: it may be called with ``is_causal=True``
+                     (and no mask, no bias) instead of a causal mask tensor.
     exact:           computes the same function as softmax attention (checked against the naive loop).
     causal_only:     only meaningful with a causal mask.
     dtypes / devices: where the component is known to work.
@@ -34,6 +36,7 @@ class Capabilities:
     supports_bias: bool = True
     supports_mask: bool = True
     supports_kv_cache: bool = True
+    fused_causal: bool = False
     exact: bool = True
     causal_only: bool = False
     dtypes: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
@@ -65,16 +68,23 @@ class BuildContext:
 class AttentionKernel(nn.Module):
     """The attention maths, after the projections and before the output projection.
 
-    ``forward(q, k, v, mask=None, bias=None, is_causal=False, need_weights=False)`` with
+    ``forward(q, k, v, mask=None, bias=None, need_weights=False) -> (out, weights or None)`` with
     ``q (B, h, Tq, hd)``, ``k, v (B, h_kv, Tk, hd)``, ``mask`` boolean broadcastable to
     ``(B, h, Tq, Tk)`` (True = may attend) or None, ``bias`` additive float broadcastable to the same
-    shape or None, and ``is_causal`` meaning "the mask is exactly lower-triangular with Tq == Tk" (a
-    fast path; ``mask`` is then None).  Returns ``(out (B, h, Tq, hd), weights (B, h, Tq, Tk) or
-    None)``.  When ``h_kv < h`` (grouped-query attention) each k/v head serves ``h // h_kv`` query
-    heads.  A query row whose mask is all False must produce zeros, never NaN.
+    shape or None; ``out (B, h, Tq, hd)``, ``weights (B, h, Tq, Tk)`` when asked and
+    ``capabilities.returns_weights``.  When ``h_kv < h`` (grouped-query attention) each k/v head
+    serves ``h // h_kv`` query heads.  Queries are the *last* ``Tq`` positions of the keys.
+
+    The engine keeps the rest out of the kernel: a causal rule arrives as a ``mask`` (unless the
+    kernel declares ``Capabilities(fused_causal=True)``: then it may instead get ``is_causal=True``
+    with no mask and no bias, and must accept that keyword); no mask row is ever fully False (the
+    engine opens such rows and zeroes their outputs afterwards), and a ``bias`` only reaches kernels
+    with ``supports_bias``.  ``zoo.layers.attend(kernel, q, k, v, ...)`` runs a kernel outside a
+    model under the same rules.
 
     ``self.scale`` (from the context) multiplies q·k; ``self.dropout_p`` applies to weights in
-    training.
+    training.  A kernel may also override :meth:`steps` to show its intermediate tensors to
+    ``zoo.trace``.
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities()
@@ -84,6 +94,14 @@ class AttentionKernel(nn.Module):
         self.config = config
         self.scale = ctx.scale
         self.dropout_p = ctx.dropout
+
+    def steps(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+              bias: torch.Tensor | None = None) -> dict[str, torch.Tensor] | None:
+        """For inspection: the named intermediates of one call, ``scores`` (``q·kᵀ·scale + bias``),
+        ``scores_masked`` (``-inf`` where forbidden), ``weights`` and ``heads`` (the output), or None
+        when the kernel does not show them (``zoo.trace`` then runs softmax attention through the
+        ``eager`` kernel, which does)."""
+        return None
 
 
 @dataclass

@@ -26,9 +26,11 @@ What is captured (``S`` is the stack, ``encoder`` or ``decoder``; ``p = S.blocks
 ``S.output``                       the stack's final hidden states
 =================================  ==============================================================
 
-Kernels that cannot return weights (``sdpa``) are swapped for the registry's ``eager`` kernel for
-the inspected run only (same function, so the logits equal the plain forward's); the model is left
-exactly as it was, even when the run raises.  A kernel that is not softmax attention
+The eager kernel shows its steps (:meth:`~zoo.components.AttentionKernel.steps`), so the trace
+records them as computed, without a second attention pass.  Softmax kernels that do not (``sdpa``,
+``naive``) are replaced by the registry's ``eager`` kernel for the inspected run only (same
+function, so the logits equal the plain forward's); the model is left exactly as it was, even when
+the run raises.  A kernel that is not softmax attention
 (``capabilities.exact`` False, e.g. linear attention) is never swapped: its trace records q, k, v
 and the head outputs (and weights if it returns any), but no scores.
 """
@@ -42,8 +44,9 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from .components import Norm, causal_mask, repeat_kv
+from .components import AttentionKernel, Norm, causal_mask
 from .errors import ZooError
+from .layers import AttnArgs, call_kernel
 
 Edit = Callable[[torch.Tensor], torch.Tensor]
 #: capture points whose value an edit may replace
@@ -111,41 +114,41 @@ def _round(t: torch.Tensor, nd: int = 5):
     return torch.round(t.detach().float().cpu(), decimals=nd).tolist()
 
 
-# ---------------------------------------------------------------------- recording kernel
-class _Recorder(nn.Module):
-    """Stands in for an attention kernel during a trace: records its inputs, the scores before and
-    after masking, the weights and the per-head outputs, and applies edits to the head outputs."""
+# ---------------------------------------------------------------------- recording attention
+class _AttentionRecorder:
+    """Stands in for one ``Attention.attend`` during a trace: runs the kernel (``eager`` for softmax
+    attention whose kernel does not show its steps), records its inputs and every intermediate the
+    kernel's :meth:`~zoo.components.AttentionKernel.steps` returns, and applies edits to the
+    per-head outputs."""
 
-    def __init__(self, inner: nn.Module, name: str, sink: dict, edits: dict[str, Edit]):
-        super().__init__()
-        self.inner, self.name, self.sink, self.edits = inner, name, sink, edits
+    def __init__(self, kernel: nn.Module, name: str, sink: dict, edits: dict[str, Edit]):
+        self.kernel, self.name, self.sink, self.edits = kernel, name, sink, edits
 
-    def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs) -> torch.Tensor:
         n, sink = self.name, self.sink
         sink[f"{n}.q"], sink[f"{n}.k"], sink[f"{n}.v"] = q, k, v
-        if not self.inner.capabilities.exact:  # not softmax attention: its own output, no scores
-            out, weights = self.inner(q, k, v, mask=mask, bias=bias, is_causal=is_causal,
-                                      need_weights=True)
+        if a.bias is not None:
+            sink[f"{n}.bias"] = a.bias
+        mask = a.mask
+        if a.is_causal:  # the model's kernel had a fused causal path; the stand-in may not
+            mask = causal_mask(q.size(-2), k.size(-2), q.device)[None, None]  # (1, 1, Tq, Tk)
+        steps = self.kernel.steps(q, k, v, mask, a.bias)
+        if steps is None:  # not softmax attention: its own output (and weights, if any)
+            out, weights = call_kernel(self.kernel, q, k, v, a, need_weights=True)
             if weights is not None:
                 sink[f"{n}.weights"] = weights
-            if f"{n}.heads" in self.edits:
-                out = _apply(self.edits[f"{n}.heads"], out, f"{n}.heads")
-            sink[f"{n}.heads"] = out
-            return out, (weights if need_weights else None)
-        kr, _ = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
-        scores = torch.matmul(q, kr.transpose(-2, -1)) * self.inner.scale  # (B, h, Tq, Tk)
-        if bias is not None:
-            sink[f"{n}.bias"] = bias
-            scores = scores + bias
-        sink[f"{n}.scores"] = scores
-        full = causal_mask(q.size(-2), k.size(-2), q.device) if is_causal else mask
-        sink[f"{n}.scores_masked"] = scores if full is None else scores.masked_fill(~full, float("-inf"))
-        out, weights = self.inner(q, k, v, mask=mask, bias=bias, is_causal=is_causal, need_weights=True)
-        sink[f"{n}.weights"] = weights
+        else:
+            if a.empty is not None:  # fully masked rows: -inf scores, zero weights and output
+                steps["scores_masked"] = steps["scores_masked"].masked_fill(a.empty, float("-inf"))
+                steps["weights"] = steps["weights"].masked_fill(a.empty, 0.0)
+                steps["heads"] = steps["heads"].masked_fill(a.empty, 0.0)
+            for key in ("scores", "scores_masked", "weights"):
+                sink[f"{n}.{key}"] = steps[key]
+            out = steps["heads"]
         if f"{n}.heads" in self.edits:
             out = _apply(self.edits[f"{n}.heads"], out, f"{n}.heads")
         sink[f"{n}.heads"] = out  # (B, h, Tq, hd)
-        return out, (weights if need_weights else None)
+        return out
 
 
 def _apply(edit: Edit | torch.Tensor, x: torch.Tensor, name: str) -> torch.Tensor:
@@ -157,11 +160,10 @@ def _apply(edit: Edit | torch.Tensor, x: torch.Tensor, name: str) -> torch.Tenso
 
 
 def _eager_for(kernel: nn.Module) -> nn.Module:
-    """``kernel`` itself if it returns weights or is not softmax attention (swapping would change
-    the model; such a kernel's trace has q/k/v and head outputs but no scores), else the
-    registry's eager kernel with the same scale."""
-    caps = kernel.capabilities
-    if caps.returns_weights or not caps.exact:
+    """``kernel`` itself if it shows its steps or is not softmax attention (swapping would change
+    the model; such a kernel's trace has q/k/v, head outputs and any weights it returns, but no
+    scores), else the registry's eager kernel with the same scale."""
+    if type(kernel).steps is not AttentionKernel.steps or not kernel.capabilities.exact:
         return kernel
     from .registry import get_registry
 
@@ -277,9 +279,9 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
                     if module is None:
                         continue
                     if sub != "ffn":
-                        swaps.append((module, module.kernel))
-                        module.kernel = _Recorder(_eager_for(module.kernel), f"{p}.{sub}", acts,
-                                                  all_edits)
+                        swaps.append(module)
+                        module.attend = _AttentionRecorder(_eager_for(module.kernel), f"{p}.{sub}",
+                                                           acts, all_edits)
                     handles.append(module.register_forward_hook(
                         lambda m, a, out, n=f"{p}.{sub}.out": edited(n, out)))
                     placement = getattr(block, res)
@@ -299,8 +301,8 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
     finally:
         for h in handles:
             h.remove()
-        for module, kernel in swaps:
-            module.kernel = kernel
+        for module in swaps:
+            del module.attend
         for placement in wrapped:
             del placement.exit
     unknown = [n for n in all_edits if n not in acts]

@@ -11,12 +11,14 @@ back (``transpose`` + ``reshape``) and project.  The projection of all heads tog
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from .components import BuildContext, MaskContext, PositionScheme
+from .components import BuildContext, MaskContext, PositionScheme, causal_mask, guard_empty_rows
+from .errors import ZooError
 from .spec import StackSpec
 
 
@@ -50,13 +52,6 @@ class LayerCache:
         self.k, self.v = k, v
         return k, v
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (beam search, dropping finished rows)."""
-        if self.k is not None:
-            self.k, self.v = self.k[index], self.v[index]
-        if self.cross is not None:
-            self.cross = (self.cross[0][index], self.cross[1][index])
-
 
 class KVCache:
     """Incremental-decoding state of one stack: a :class:`LayerCache` per block, the number of tokens
@@ -68,13 +63,72 @@ class KVCache:
         self.key_pos: torch.Tensor | None = None  # (B|1, T_cached)
         self.key_padding: torch.Tensor | None = None  # (B, T_cached) bool, or None if no padding
 
-    def reorder(self, index: torch.Tensor) -> None:
-        for layer in self.layers:
-            layer.reorder(index)
-        if self.key_pos is not None and self.key_pos.size(0) > 1:
-            self.key_pos = self.key_pos[index]
-        if self.key_padding is not None:
-            self.key_padding = self.key_padding[index]
+
+@dataclass
+class AttnArgs:
+    """What every attention layer of one stack forward shares, computed once by :class:`Stack`.
+
+    ``mask (B|1, 1, Tq, Tk)`` bool, True = may attend, or None; never has a fully masked row (those
+    rows are opened and listed in ``empty (…, Tq, 1)``, whose outputs the engine zeroes).
+    ``is_causal``: the plain causal fast path (then ``mask`` and ``bias`` are None); only kernels
+    declaring ``Capabilities(fused_causal=True)`` ever see it, the others get the causal ``mask``.
+    ``bias``: additive score bias ``(B|1, h, Tq, Tk)`` or None.  ``rotary``/``rot_state``: the q/k
+    rotation (RoPE) of self-attention.  ``memory``: the encoder output, for cross-attention.
+    """
+
+    mask: torch.Tensor | None = None
+    empty: torch.Tensor | None = None
+    is_causal: bool = False
+    bias: torch.Tensor | None = None
+    rotary: PositionScheme | None = None
+    rot_state: Any = None
+    memory: torch.Tensor | None = None
+
+    @classmethod
+    def make(cls, q_len: int, k_len: int, device, *, mask=None, bias=None, is_causal=False,
+             fused_causal=False, **rest) -> "AttnArgs":
+        """The kernel-facing part of the contract, in one place: a causal flag becomes a mask unless
+        the kernel has a fused causal path (and no bias rides along), and fully masked rows are
+        opened here and zeroed after the kernel, so no kernel has to guard them."""
+        if is_causal and (not fused_causal or bias is not None or mask is not None):
+            causal = causal_mask(q_len, k_len, device)[None, None]  # (1, 1, Tq, Tk)
+            mask = causal if mask is None else mask & causal
+            is_causal = False
+        mask, empty = guard_empty_rows(mask)
+        return cls(mask=mask, empty=empty, is_causal=is_causal, bias=bias, **rest)
+
+
+def call_kernel(kernel: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs,
+                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Call an attention kernel under the engine's contract: ``is_causal`` only for a fused causal
+    path, rows listed in ``a.empty`` zeroed in the output (and the weights)."""
+    if a.is_causal:
+        out, weights = kernel(q, k, v, is_causal=True, need_weights=need_weights)
+    else:
+        out, weights = kernel(q, k, v, mask=a.mask, bias=a.bias, need_weights=need_weights)
+    if a.empty is not None:
+        out = out.masked_fill(a.empty, 0.0)  # fully masked rows attend to nothing
+        if weights is not None:
+            weights = weights.masked_fill(a.empty, 0.0)
+    return out, weights
+
+
+def attend(kernel: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+           mask: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+           is_causal: bool = False, need_weights: bool = False
+           ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Run one attention kernel outside a model exactly as a model would (tests, the conformance
+    kit, the UI): ``q (B, h, Tq, hd)``, ``k, v (B, h_kv, Tk, hd)``; ``mask`` bool, True = may attend;
+    ``is_causal`` the causal rule (queries aligned with the last keys).  Returns ``(out (B, h, Tq,
+    hd), weights (B, h, Tq, Tk) or None)``; weights only when asked and the kernel returns them."""
+    caps = kernel.capabilities
+    if bias is not None and not caps.supports_bias:
+        raise ZooError(f"{type(kernel).__name__} takes no additive score bias",
+                       where="attend(bias=...)", fix="pass bias=None, or use a kernel with "
+                       "supports_bias=True (eager, sdpa)")
+    a = AttnArgs.make(q.size(-2), k.size(-2), q.device, mask=mask, bias=bias, is_causal=is_causal,
+                      fused_causal=caps.fused_causal)
+    return call_kernel(kernel, q, k, v, a, need_weights=need_weights and caps.returns_weights)
 
 
 class Attention(nn.Module):
@@ -96,20 +150,19 @@ class Attention(nn.Module):
             self.qkv = nn.Linear(d, inner + 2 * kv_inner, bias=st.qkv_bias)
         self.out = nn.Linear(inner, d, bias=st.out_bias)
         self.kernel = kernel
-        self.need_weights = False  # set by inspection tools; the weights land in ``last_weights``
-        self.last_weights: torch.Tensor | None = None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                bias: torch.Tensor | None = None, is_causal: bool = False,
-                rotary: PositionScheme | None = None, rot_state: Any = None,
-                cache: LayerCache | None = None, memory: torch.Tensor | None = None) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs) -> torch.Tensor:
+        """The kernel call, ``(B, h, Tq, hd)`` per-head outputs (``zoo.trace`` records it)."""
+        return call_kernel(self.kernel, q, k, v, a)[0]
+
+    def forward(self, x: torch.Tensor, a: AttnArgs, cache: LayerCache | None = None) -> torch.Tensor:
         B, T, _ = x.shape
         h, h_kv, hd = self.h, self.h_kv, self.hd
-        if memory is None:
+        if a.memory is None:
             qkv = self.qkv(x).view(B, T, h + 2 * h_kv, hd).transpose(1, 2)  # (B, h + 2 h_kv, T, hd)
             q, k, v = qkv.split([h, h_kv, h_kv], dim=1)  # (B, h, T, hd), (B, h_kv, T, hd) x 2
-            if rotary is not None:
-                q, k = rotary.rotate(q, k, rot_state)
+            if a.rotary is not None:
+                q, k = a.rotary.rotate(q, k, a.rot_state)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, h_kv, T_cached + T, hd)
         else:
@@ -117,16 +170,13 @@ class Attention(nn.Module):
             if cache is not None and cache.cross is not None:
                 k, v = cache.cross
             else:
-                S = memory.size(1)
-                k, v = self.kv(memory).split([h_kv * hd, h_kv * hd], dim=-1)
+                S = a.memory.size(1)
+                k, v = self.kv(a.memory).split([h_kv * hd, h_kv * hd], dim=-1)
                 k = k.view(B, S, h_kv, hd).transpose(1, 2)  # (B, h_kv, S, hd)
                 v = v.view(B, S, h_kv, hd).transpose(1, 2)
                 if cache is not None:
                     cache.cross = (k, v)
-        out, weights = self.kernel(q, k, v, mask=mask, bias=bias, is_causal=is_causal,
-                                   need_weights=self.need_weights)
-        if self.need_weights:
-            self.last_weights = weights
+        out = self.attend(q, k, v, a)  # (B, h, T, hd)
         out = out.transpose(1, 2).reshape(B, T, h * hd)  # merge heads: (B, T, h * hd)
         return self.out(out)
 
@@ -149,14 +199,14 @@ class Block(nn.Module):
         self.drop = nn.Dropout(st.dropout)
         self.has_dropout = st.dropout > 0  # static: forward skips three no-op module calls
 
-    def forward(self, x, mask=None, bias=None, is_causal=False, rotary=None, rot_state=None,
-                cache: LayerCache | None = None, memory=None, memory_mask=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, a: AttnArgs, cross: AttnArgs | None = None,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        """``a``: the self-attention arguments; ``cross``: the cross-attention ones (with memory)."""
         drop = self.drop if self.has_dropout and self.training else _identity
-        y = self.attn(self.attn_res.enter(x), mask=mask, bias=bias, is_causal=is_causal,
-                      rotary=rotary, rot_state=rot_state, cache=cache)
+        y = self.attn(self.attn_res.enter(x), a, cache)
         x = self.attn_res.exit(x, drop(y))
         if self.cross is not None:
-            y = self.cross(self.cross_res.enter(x), mask=memory_mask, cache=cache, memory=memory)
+            y = self.cross(self.cross_res.enter(x), cross, cache)
             x = self.cross_res.exit(x, drop(y))
         y = self.ffn(self.ffn_res.enter(x))
         return self.ffn_res.exit(x, drop(y))
@@ -170,7 +220,7 @@ class _Parts:
     """Factories for one stack's components, resolved from the registry once."""
 
     def __init__(self, st: StackSpec, ctx: BuildContext, registry):
-        self.st, self.ctx, self.reg = st, ctx, registry
+        self.st, self.ctx = st, ctx
         self._get = lambda fam, cs: registry.get(fam, cs.kind).cls
 
     def kernel(self):
@@ -212,6 +262,7 @@ class Stack(nn.Module):
         self.plain_causal = all(type(m).is_causal for m in self.masks)
         self.rotates = type(self.positions).acts_on_qk
         self.biases = type(self.positions).acts_on_scores
+        self.fused_causal = registry.get("attention", st.attention.kind).capabilities.fused_causal
         self.num_layers = st.num_layers
 
     def build_mask(self, mctx: MaskContext) -> tuple[torch.Tensor | None, bool]:
@@ -256,14 +307,17 @@ class Stack(nn.Module):
         mctx = MaskContext(q_len=T, k_len=offset + T, device=x.device, q_offset=offset,
                            batch_size=B, key_padding=key_padding, prefix_lengths=prefix_lengths)
         mask, is_causal = self.build_mask(mctx)
-        bias = self.positions.score_bias(pos, key_pos) if self.biases else None
-        rotary = self.positions if self.rotates else None
-        rot_state = self.positions.qk_state(pos) if self.rotates else None
-        memory_mask = memory_padding[:, None, None, :] if memory_padding is not None else None
+        a = AttnArgs.make(T, offset + T, x.device, mask=mask, is_causal=is_causal,
+                          fused_causal=self.fused_causal,
+                          bias=self.positions.score_bias(pos, key_pos) if self.biases else None,
+                          rotary=self.positions if self.rotates else None,
+                          rot_state=self.positions.qk_state(pos) if self.rotates else None)
+        cross = None
+        if memory is not None:
+            memory_mask = memory_padding[:, None, None, :] if memory_padding is not None else None
+            cross = AttnArgs.make(T, memory.size(1), x.device, mask=memory_mask, memory=memory)
         for i, block in enumerate(self.blocks):
-            x = block(x, mask=mask, bias=bias, is_causal=is_causal, rotary=rotary,
-                      rot_state=rot_state, cache=cache.layers[i] if cache is not None else None,
-                      memory=memory, memory_mask=memory_mask)
+            x = block(x, a, cross, cache.layers[i] if cache is not None else None)
         if cache is not None:
             cache.length = offset + T
         return self.final_norm(x)

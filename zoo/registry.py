@@ -520,15 +520,6 @@ def set_registry(registry: Registry | None) -> Registry | None:
     return old
 
 
-def reload_plugins() -> Registry:
-    """Rebuild the process-wide registry now (after installing a plugin, or changing the
-    ``ZOO_PLUGINS`` / ``ZOO_DISABLE_PLUGIN_AUTOLOAD`` environment); returns the new registry."""
-    global _REGISTRY
-    with _LOCK:
-        _REGISTRY = Registry()
-    return _REGISTRY
-
-
 def plugin_sources(plugin_names) -> dict[str, str]:
     """``{plugin: distribution name or "builtin"}`` for plugins of the process registry; stored in
     checkpoints so that loading one without the plugin can say what to ``pip install``."""

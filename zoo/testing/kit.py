@@ -49,6 +49,7 @@ import torch
 
 from ..components import BuildContext, MaskContext, causal_mask, repeat_kv
 from ..errors import IncompatibleComponentsError, UnknownComponentError, ZooError
+from ..layers import attend
 from ..registry import Component, Registry, get_registry, set_registry
 
 #: architecture -> the preset its models start from
@@ -614,8 +615,8 @@ def check_reference(kit: Kit, comp: Component):
     for name, kw, Tq, Tk in _attention_cases(caps):
         q, k, v, kw = _mv(kit.device, *_qkv(Tq=Tq, Tk=Tk), kw)
         with torch.no_grad():
-            out, w = kernel(q, k, v, need_weights=caps.returns_weights, **kw)
-            ref, rw = naive(q, k, v, need_weights=True, **kw)
+            out, w = attend(kernel, q, k, v, need_weights=caps.returns_weights, **kw)
+            ref, rw = attend(naive, q, k, v, need_weights=True, **kw)
         err = _maxdiff(out, ref)
         if caps.returns_weights:
             if w is None:
@@ -632,7 +633,7 @@ def check_masked_rows(kit: Kit, comp: Component):
         raise Skip("arbitrary masks not supported (declared)")
     kernel = _kernel(comp, kit)
     q, k, v = (t.requires_grad_() for t in _mv(kit.device, *_qkv()))
-    out, _ = kernel(q, k, v, mask=_random_mask(2, 7, 7, empty_row=2).to(kit.device))
+    out, _ = attend(kernel, q, k, v, mask=_random_mask(2, 7, 7, empty_row=2).to(kit.device))
     _finite(out, "output")
     out.pow(2).sum().backward()
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -649,7 +650,7 @@ def check_weights(kit: Kit, comp: Component):
     for name, kw, Tq, Tk in _attention_cases(caps):
         q, k, v, kw = _mv(kit.device, *_qkv(Tq=Tq, Tk=Tk), kw)
         with torch.no_grad():
-            out, w = kernel(q, k, v, need_weights=True, **kw)
+            out, w = attend(kernel, q, k, v, need_weights=True, **kw)
         if w is None or tuple(w.shape) != (2, 4, Tq, Tk):
             raise Fail(f"{name}: weights {None if w is None else tuple(w.shape)}, expected "
                        f"{(2, 4, Tq, Tk)}")

@@ -6,6 +6,8 @@ import torch
 
 import zoo
 from zoo.components import BuildContext
+from zoo.errors import ZooError
+from zoo.layers import attend
 from zoo_linear_attention import LinearAttention, LinearAttentionConfig, ScaleNorm, ScaleNormConfig
 from zoo_linear_attention.linear_attention import feature_map
 
@@ -87,8 +89,8 @@ def test_not_softmax_and_no_bias():
     assert LinearAttention.capabilities.supports_bias is False
     kernel = LinearAttention(LinearAttentionConfig(), ctx())
     q, k, v = qkv(T=5)
-    with pytest.raises(ValueError):
-        kernel(q, k, v, bias=torch.zeros(1, 4, 5, 5))
+    with pytest.raises(ZooError, match="no additive score bias"):
+        attend(kernel, q, k, v, bias=torch.zeros(1, 4, 5, 5))
 
 
 def test_bfloat16_is_computed_in_float32():

@@ -21,7 +21,8 @@ is exact and keeps memory at ``O(T · hd + hd²)`` per head.
 
 What it is *not*: it is not softmax attention (``exact = False``: the conformance kit does not compare
 it with the naive softmax loop), its "weights" ``φ(q)·φ(k) / Σ`` are flatter than softmax ones, and an
-additive score bias (ALiBi, T5 buckets) has no meaning in it (``supports_bias = False``).  Arbitrary
+additive score bias (ALiBi, T5 buckets) has no meaning in it (``supports_bias = False``: zoo never
+passes one).  Arbitrary
 boolean masks (padding, prefix, sliding window) are honoured through the quadratic form
 ``(φ(Q) φ(K)ᵀ ⊙ mask) V``, which is exact but ``O(T²)``; plain causal and unmasked attention take the
 linear paths.  Under zoo's KV cache the new queries attend to all cached keys through the same
@@ -74,11 +75,9 @@ def causal_linear(fq, fk, v, eps: float, chunk: int) -> torch.Tensor:
 
 class LinearAttention(AttentionKernel):
     capabilities = Capabilities(returns_weights=True, supports_bias=False, supports_mask=True,
-                                supports_kv_cache=True, exact=False)
+                                supports_kv_cache=True, fused_causal=True, exact=False)
 
     def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
-        if bias is not None:  # the spec parser rejects score-bias positions; guard direct calls
-            raise ValueError("linear attention cannot take an additive score bias")
         dtype = q.dtype
         k, v = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
         fq, fk, v = feature_map(q.float()), feature_map(k.float()), v.float()  # (B, h, T, hd)
@@ -88,7 +87,7 @@ class LinearAttention(AttentionKernel):
             if is_causal:
                 mask = causal_mask(q.size(-2), k.size(-2), q.device)
             if mask is not None:
-                A = A.masked_fill(~mask, 0.0)  # a fully masked row stays all-zero -> out 0
+                A = A.masked_fill(~mask, 0.0)  # (B, h, Tq, Tk)
             weights = A / (A.sum(-1, keepdim=True) + eps)  # rows sum to ~1   (B, h, Tq, Tk)
             out = weights @ v  # (B, h, Tq, hd)
             return out.to(dtype), (weights.to(dtype) if need_weights else None)
