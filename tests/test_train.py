@@ -47,8 +47,9 @@ def _one_thread():
     # one 零 per run of zeros between non-zero digits
     (101, "一百零一"), (1001, "一千零一"), (10086, "一万零八十六"), (100100, "十万零一百"),
     (30005, "三万零五"), (1020304, "一百零二万零三百零四"),
-    # ... across the 万 boundary too
-    (1000001, "一百万零一"), (10010000, "一千零一万"), (10000001, "一千万零一"), (20003000, "二千万零三千"),
+    # ... across the 万 boundary only when the low group starts with a zero (cn2an agrees;
+    # 20003000 was "二千万零三千" here before issue 13 fixed the rule)
+    (1000001, "一百万零一"), (10010000, "一千零一万"), (10000001, "一千万零一"), (20003000, "二千万三千"),
     (500600, "五十万零六百"),
     # trailing zeros are dropped (of the number and of the 万 group)
     (10000, "一万"), (1200, "一千二百"), (120000, "十二万"), (20000000, "二千万"),
