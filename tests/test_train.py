@@ -200,7 +200,7 @@ def test_clm_loss_scores_each_position_against_the_next_character(tmp_path):
     written out by hand (the next character of each position), and differs from the unshifted one."""
     text = "春眠不觉晓"  # 5 characters + <eos> = one window of block_size 5 + 1
     r = train(_spec(), _text(tmp_path, text), out=tmp_path / "o", objective="clm", steps=1,
-              batch_size=2, block_size=5, **{**Q, "holdout": 0.0})
+              batch_size=2, block_size=5, device="cpu", **{**Q, "holdout": 0.0})  # float32
     first = next(h["loss"] for h in r.history if h.get("step") == 1 and "loss" in h)
     tok = r.tokenizer
     ids = torch.tensor([tok.encode("春眠不觉晓")])  # (1, 5)
@@ -218,7 +218,7 @@ def test_seq2seq_exact_match_decodes_like_a_naive_greedy_loop(tmp_path):
     argmax of the full forward pass, one source at a time, no cache, no padding."""
     pairs = [("12", "十二"), ("305", "三百零五"), ("7", "七"), ("10086", "一万零八十六")]
     r = train(_spec("encoder_decoder"), write_pairs(tmp_path / "p.tsv", pairs), out=tmp_path / "o",
-              objective="seq2seq", steps=40, batch_size=4, lr=1e-2, warmup=5,
+              objective="seq2seq", steps=40, batch_size=4, lr=1e-2, warmup=5, device="cpu",
               **{**Q, "holdout": 0.0, "eval_every": 1000})
     model, tok = r.model, r.tokenizer
     sources = [tok.encode(s) + [tok.eos_id] for s, _ in pairs]
