@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from . import budget as budgets
 from .errors import SpecError, ZooError
 from .models import ARCH_CLASSES, init_weights
 from .registry import get_registry
@@ -67,20 +68,24 @@ def spec(source: Any, **overrides: Any) -> ModelSpec:
 
 
 def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | None = None,
-          init: bool = True, **overrides: Any) -> torch.nn.Module:
+          init: bool = True, budget: float | None = None, **overrides: Any) -> torch.nn.Module:
     """Build a model from a spec.
 
     ``source``: a YAML path, a preset name (``"gpt_tiny"`` finds ``checkpoints/gpt_tiny.yaml`` when no
     such file exists here), YAML text, a dict or a :class:`~zoo.spec.ModelSpec`.  ``overrides``
     replace spec fields (``num_layers=2``).  ``seed`` makes the initial weights reproducible without
     touching the global RNG.  ``init=False`` skips the initialisation (used when weights are loaded
-    right after).  Returns an ``nn.Module`` with ``.spec``.
+    right after).  ``budget``: the most bytes the build may allocate (default: the memory available
+    on the device; see :mod:`zoo.budget`) -- a spec that needs more is refused, naming the field,
+    before the big tensor is allocated.  Returns an ``nn.Module`` with ``.spec``.
     """
     model_spec = parse_spec(source, **overrides)
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     registry = get_registry()
     registry.check_runtime(model_spec, dtype=dt, device=dev)  # declared dtypes / devices
     cls = ARCH_CLASSES[model_spec.arch]
+    # the meta path below allocates (uninitialised) on the CPU first, so that is what is budgeted
+    guard = budgets.guard(model_spec, budget, dev if dev is not None and dev.type != "meta" else None)
     rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
     with rng:
         if seed is not None:
@@ -89,11 +94,12 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
             # Built on the CPU with every random initialiser skipped (parameters stay
             # uninitialised ``torch.empty``, which costs no time), then moved to meta: zoo.load of
             # GPT-2 small spends milliseconds here instead of a second of random numbers.
-            with _SkipRandomInit():
+            with _SkipRandomInit(), guard:
                 model = cls(model_spec, registry)
         else:
             with torch.device(dev) if dev is not None else contextlib.nullcontext():
-                model = cls(model_spec, registry)
+                with guard:
+                    model = cls(model_spec, registry)
                 if init:
                     init_weights(model)
     if dev is not None and dev.type == "meta":
