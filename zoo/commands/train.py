@@ -5,7 +5,7 @@ Runs :func:`zoo.train.train`.  The same command trains data-parallel under ``tor
 """
 import click
 
-from zoo.train import OBJECTIVES, TrainConfig
+from zoo.train import DEFAULT_OBJECTIVE, OBJECTIVES, TrainConfig
 
 _D = TrainConfig()
 
@@ -68,7 +68,7 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
         model = zoo.spec(source, **parse_sets(sets))
     if objective is None and source is not None and not resume:
         arch = _arch_of(source if not sets else model)
-        objective = {"decoder": "clm", "encoder": "mlm", "encoder_decoder": "seq2seq"}[arch]
+        objective = DEFAULT_OBJECTIVE[arch]
     result = train(model if not resume else None, data, out=out, objective=objective, steps=steps,
                    resume=resume, overwrite=overwrite, fit_vocab=fit_vocab, device=device, **knobs)
     if int(os.environ.get("RANK", "0")) == 0:

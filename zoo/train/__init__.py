@@ -28,7 +28,7 @@ The package, read in this order:
 """
 from __future__ import annotations
 
-from .config import ARCH_FOR, OBJECTIVES, TrainConfig, TrainResult
+from .config import ARCH_FOR, DEFAULT_OBJECTIVE, OBJECTIVES, TrainConfig, TrainResult
 from .dist import Dist, setup_dist
 from .evaluate import evaluate, exact_match_rate, greedy_seq2seq
 from .loop import train
@@ -46,7 +46,7 @@ Task, CLMTask, MLMTask, PrefixDocTask = Objective, CLMObjective, MLMObjective, P
 Seq2SeqTask, PrefixPairsTask = Seq2SeqObjective, PrefixPairsObjective
 
 __all__ = [
-    "train", "TrainConfig", "TrainResult", "OBJECTIVES", "ARCH_FOR", "Objective", "CLMObjective",
+    "train", "TrainConfig", "TrainResult", "OBJECTIVES", "ARCH_FOR", "DEFAULT_OBJECTIVE", "Objective", "CLMObjective",
     "MLMObjective", "PrefixDocObjective", "Seq2SeqObjective", "PrefixPairsObjective", "IGNORE",
     "prepare", "data_fingerprint", "unigram_loss", "lr_at", "make_optimizer", "Dist", "setup_dist",
     "evaluate", "greedy_seq2seq", "exact_match_rate", "save_state", "read_state", "optimizer_tensors",

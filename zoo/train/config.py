@@ -20,6 +20,9 @@ OBJECTIVES = ("clm", "mlm", "prefix_lm", "seq2seq")
 #: the model architectures each objective can train
 ARCH_FOR = {"clm": ("decoder",), "prefix_lm": ("decoder",), "mlm": ("encoder",),
             "seq2seq": ("encoder_decoder",)}
+#: what ``zoo train`` learns when no objective is named: the first objective that fits the arch
+DEFAULT_OBJECTIVE = {arch: next(o for o, archs in ARCH_FOR.items() if arch in archs)
+                     for arch in ("decoder", "encoder", "encoder_decoder")}
 
 
 @dataclass
