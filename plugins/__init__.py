@@ -23,6 +23,8 @@ BUILTINS = (
     "norm_rmsnorm",
     "placement_sandwich",
     "ffn_glu",
+    "pos_learned_offset",
+    "norm_rmsnorm_plus1",
     "tok_char",
     "tok_byte",
     "tok_hf",

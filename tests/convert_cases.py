@@ -145,6 +145,35 @@ def phi3(**kw):
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}, **kw})
 
 
+def gemma(**kw):
+    return _decoder("GemmaForCausalLM", "GemmaConfig", **{"num_key_value_heads": 1, "head_dim": 16, **kw})
+
+
+def opt(seed=0, **kw):
+    T = _T()
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=48,
+               max_position_embeddings=64, word_embed_proj_dim=32, **kw)
+    return randomize(T.OPTForCausalLM(T.OPTConfig(**cfg, attn_implementation="eager")), seed)
+
+
+def _encoder(cls, config, **kw):
+    T = _T()
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+               intermediate_size=64, max_position_embeddings=66)
+    cfg.update(kw)
+    return randomize(getattr(T, cls)(getattr(T, config)(**cfg, attn_implementation="eager")))
+
+
+def roberta(**kw):
+    return _encoder("RobertaForMaskedLM", "RobertaConfig", **{"pad_token_id": 1, "type_vocab_size": 1, **kw})
+
+
+def distilbert(**kw):
+    T = _T()
+    cfg = dict(vocab_size=V, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64, **kw)
+    return randomize(T.DistilBertForMaskedLM(T.DistilBertConfig(**cfg, attn_implementation="eager")))
+
+
 #: case -> (builder, kind, extra): kind says how to run it; ``pad_id`` pads encoder inputs with
 #: the pad token (RoBERTa derives positions from it), ``start`` is the decoder start token.
 CASES = {
@@ -155,4 +184,9 @@ CASES = {
     "qwen2": (qwen2, "decoder", {}),
     "mistral": (mistral, "decoder", {}),
     "phi3": (phi3, "decoder", {}),
+    "gemma": (gemma, "decoder", {}),
+    "opt": (opt, "decoder", {}),
+    "opt_post_norm": (lambda: opt(seed=2, do_layer_norm_before=False), "decoder", {}),
+    "roberta": (roberta, "encoder", {"pad_id": 1}),
+    "distilbert": (distilbert, "encoder", {}),
 }

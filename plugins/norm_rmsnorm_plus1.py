@@ -1,0 +1,47 @@
+"""``rmsnorm_plus1``: RMSNorm whose scale is stored as an offset from 1 (Gemma, Gemma 2).
+
+    y = x / sqrt(mean(x²) + eps) * (1 + w)
+
+The same function as ``rmsnorm`` with ``gamma = 1 + w``; only the parameterisation differs.  The
+weight starts at zero, so weight decay pulls the scale towards 1 (the identity) rather than towards
+0, which would shrink every normalised activation.  Gemma's checkpoints store ``w``, so zoo stores
+it too (converting ``1 + w`` into a plain RMSNorm weight would round in bf16 and no longer give back
+the original tensors).  As Gemma does, the sum ``1 + w`` and the product are taken in float32.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+import zoo
+from zoo.components import Norm
+
+
+@dataclass(frozen=True)
+class RMSNormPlus1Config:
+    eps: float = 1e-6
+
+    def __post_init__(self):
+        if not self.eps > 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+
+
+class RMSNormPlus1(Norm):
+    def __init__(self, config, ctx):
+        super().__init__(config, ctx)
+        self.weight = nn.Parameter(torch.zeros(ctx.d_model))
+
+    def reset_parameters(self):
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x):
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.config.eps)  # (…, D)
+        return (y * (1.0 + self.weight.float())).to(x.dtype)
+
+
+@zoo.hookimpl
+def register_norms(register):
+    register("rmsnorm_plus1", RMSNormPlus1, config=RMSNormPlus1Config)
