@@ -176,10 +176,11 @@ def _set_up(source, data, cfg: TrainConfig, state, dist: Dist, out: Path, tokeni
         tok = tokenizer if tokenizer is not None else tok
     if spec.arch not in ARCH_FOR[cfg.objective]:
         want = ARCH_FOR[cfg.objective][0]
-        raise ZooError(f"objective '{cfg.objective}' needs an {want} model, this spec is "
+        a_want, a_have = ("an" if w[0] in "aeiou" else "a" for w in (want, spec.arch))
+        raise ZooError(f"objective '{cfg.objective}' needs {a_want} {want} model, this spec is "
                        f"'{spec.arch}'", where="train.objective",
                        options=[o for o, a in ARCH_FOR.items() if spec.arch in a],
-                       fix=f"pick an objective for a {spec.arch} model, or a {want} spec")
+                       fix=f"pick an objective for {a_have} {spec.arch} model, or {a_want} {want} spec")
     per_rank = cfg.batch_size // dist.world
     if per_rank * dist.world != cfg.batch_size or per_rank % cfg.grad_accum:
         raise ZooError(f"batch_size {cfg.batch_size} does not split into {dist.world} rank(s) x "
