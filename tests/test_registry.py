@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.components import AttentionKernel
+from zoo.components import FAMILIES, AttentionKernel
 from zoo.registry import Registry
 
 from helpers import tiny
@@ -98,8 +98,7 @@ def _every_component():
     return out
 
 
-FIELD = {"attention": "attention", "mask": "mask", "position": "positions", "norm": "norm",
-         "ffn": "ffn"}
+FIELD = {f.name: f.field for f in FAMILIES if f.field}  # family -> spec field, from the table
 
 
 @pytest.mark.parametrize("family,name", _every_component())
@@ -122,3 +121,32 @@ def test_every_component_builds_runs_forward_and_backward(family, name):
     grads = [p.grad for p in model.parameters() if p.requires_grad]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
     assert any(g.abs().sum() > 0 for g in grads)
+
+
+def test_the_family_table_is_the_one_description():
+    """Each family is one row: its hookspec exists (and no hookspec lacks a row), its spec field is a
+    field of ModelSpec and StackSpec, and what the registry, spec parser and checkpoint metadata
+    use is derived from it."""
+    import importlib
+
+    from zoo import hookspecs, registry
+    from zoo.components import FAMILY_BASES, SPEC_FAMILIES
+
+    spec = importlib.import_module("zoo.spec")  # the module (zoo.spec is also a function)
+    hooks = {n for n in dir(hookspecs) if n.startswith("register_")}
+    assert hooks == {f.hook for f in FAMILIES}
+    assert registry.FAMILY_HOOKS == {f.name: f.hook for f in FAMILIES}
+    assert FAMILY_BASES == {f.name: f.base for f in FAMILIES}
+    model_fields = {f.name for f in dataclasses.fields(spec.ModelSpec)}
+    stack_fields = {f.name for f in dataclasses.fields(spec.StackSpec)}
+    for fam in SPEC_FAMILIES:
+        assert fam.field in model_fields and fam.field in stack_fields, fam.name
+        if fam.per_stack and fam.parent is None:
+            assert fam.field in spec.STACK_FIELDS
+    assert dict(registry.STACK_COMPONENTS) == {"attention": "attention", "positions": "position",
+                                               "norm": "norm", "placement": "placement", "ffn": "ffn"}
+    # checkpoint metadata names the plugin of every component the spec uses, masks included
+    d = tiny(mask=["causal", {"kind": "sliding_window", "window": 4}])
+    assert set(zoo.io.plugins_used(zoo.spec(d))) == {
+        "zoo.attention_sdpa", "zoo.masks", "zoo.pos_sinusoidal", "zoo.norm_layernorm", "zoo.placements",
+        "zoo.ffn_mlp"}

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 import zoo
+from zoo.components import SPEC_FAMILIES
 from zoo.errors import SpecError, ZooError
 from zoo.summary import parameter_table
 
@@ -28,9 +29,8 @@ from .i18n import format_error, t
 #: form field -> (kind of widget, i18n key)
 SCALARS = ("name", "vocab_size", "max_len", "d_model", "num_layers", "num_heads", "num_kv_heads", "d_ff",
            "dropout")
-#: form field -> registry family
-COMPONENTS = {"attention": "attention", "mask": "mask", "positions": "position", "norm": "norm",
-              "placement": "placement", "ffn": "ffn"}
+#: form field -> registry family: every per-stack family of the one family table
+COMPONENTS = {f.field: f.name for f in SPEC_FAMILIES if f.per_stack}
 FORM_FIELDS = ("arch",) + SCALARS + tuple(COMPONENTS)
 _DEFAULT_MASK = {"encoder": "bidirectional", "decoder": "causal"}
 

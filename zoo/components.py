@@ -258,15 +258,49 @@ class Tokenizer:
         raise NotImplementedError
 
 
-FAMILY_BASES: dict[str, type] = {
-    "attention": AttentionKernel,
-    "mask": MaskRule,
-    "position": PositionScheme,
-    "norm": Norm,
-    "placement": Placement,
-    "ffn": FeedForward,
-    "tokenizer": Tokenizer,
-}
+# ---------------------------------------------------------------------- the family table
+@dataclass(frozen=True)
+class Family:
+    """One component family, described once.  The spec parser, the registry, checkpoint metadata,
+    the conformance kit and the UI all read :data:`FAMILIES`; adding a family is one row here plus
+    its hook in :mod:`zoo.hookspecs` (and the engine code that uses it).
+
+    name:      the registry family (``zoo components NAME``, ``registry.get(NAME, kind)``).
+    hook:      the hookspec its plugins implement, ``HOOK(register)``.
+    base:      the class every component of the family must subclass.
+    field:     the spec field holding its entry (``positions: {kind: rope}``), or None when the
+               family is not part of a model spec (tokenizers).
+    per_stack: an ``encoder:`` / ``decoder:`` section may override it (else model-wide).
+    many:      the field takes one entry or a list whose rules compose (masks: ``[causal, ...]``).
+    parent:    the field whose entry it lives in (``norm: {kind: rmsnorm, placement: post}``).
+    default:   the kind used when a spec leaves the field out (None: no default, or per arch).
+    """
+
+    name: str
+    hook: str
+    base: type
+    field: str | None
+    per_stack: bool
+    many: bool = False
+    parent: str | None = None
+    default: str | None = None
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("attention", "register_attention", AttentionKernel, "attention", True, default="sdpa"),
+    Family("mask", "register_masks", MaskRule, "mask", True, many=True),
+    Family("position", "register_positions", PositionScheme, "positions", True, default="sinusoidal"),
+    Family("norm", "register_norms", Norm, "norm", True, default="layernorm"),
+    Family("placement", "register_placements", Placement, "placement", True, parent="norm",
+           default="pre"),
+    Family("ffn", "register_ffns", FeedForward, "ffn", True, default="mlp"),
+    Family("tokenizer", "register_tokenizers", Tokenizer, None, False),
+)
+#: family name -> its row
+FAMILY: dict[str, Family] = {f.name: f for f in FAMILIES}
+#: the families a model spec names, in spec order
+SPEC_FAMILIES: tuple[Family, ...] = tuple(f for f in FAMILIES if f.field is not None)
+FAMILY_BASES: dict[str, type] = {f.name: f.base for f in FAMILIES}
 
 
 # ---------------------------------------------------------------------- helpers for kernel authors

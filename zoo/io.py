@@ -23,6 +23,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from .components import SPEC_FAMILIES
 from .errors import CheckpointError, SpecError, UnknownComponentError
 from .spec import ModelSpec, parse_spec, preset_dirs
 
@@ -61,11 +62,11 @@ def plugins_used(spec: ModelSpec) -> dict[str, str]:
     out = {}
     for role in spec.roles:
         st = spec.stack(role)
-        for fam, cs in (("attention", st.attention), ("position", st.positions), ("norm", st.norm),
-                        ("placement", st.placement), ("ffn", st.ffn),
-                        *(("mask", m) for m in st.mask)):
-            c = reg.get(fam, cs.kind)
-            out[c.plugin] = c.version
+        for fam in SPEC_FAMILIES:  # every family a spec names (the one family table)
+            value = getattr(st, fam.field)
+            for cs in (value if fam.many else (value,)):
+                c = reg.get(fam.name, cs.kind)
+                out[c.plugin] = c.version
     return out
 
 

@@ -40,27 +40,19 @@ from typing import Any, Iterable
 import pluggy
 
 from . import hookspecs
+from .components import FAMILIES as FAMILY_TABLE
 from .components import FAMILY_BASES, Capabilities
 from .errors import IncompatibleComponentsError, PluginError, UnknownComponentError, did_you_mean
 
-#: family -> hook name
-FAMILY_HOOKS = {
-    "attention": "register_attention",
-    "mask": "register_masks",
-    "position": "register_positions",
-    "norm": "register_norms",
-    "placement": "register_placements",
-    "ffn": "register_ffns",
-    "tokenizer": "register_tokenizers",
-}
+#: family -> hook name (from the one family table, :data:`zoo.components.FAMILIES`)
+FAMILY_HOOKS = {f.name: f.hook for f in FAMILY_TABLE}
 FAMILIES = tuple(FAMILY_HOOKS)
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 #: the values ``Capabilities.dtypes`` / ``.devices`` may name
 KNOWN_DTYPES = ("float32", "float64", "bfloat16", "float16")
 KNOWN_DEVICES = ("cpu", "cuda", "mps", "xpu")
-#: spec field (per stack) -> family, for compatibility messages
-STACK_COMPONENTS = (("attention", "attention"), ("positions", "position"), ("norm", "norm"),
-                    ("placement", "placement"), ("ffn", "ffn"))
+#: (spec field, family) of the one-per-stack components, for compatibility messages
+STACK_COMPONENTS = tuple((f.field, f.name) for f in FAMILY_TABLE if f.per_stack and not f.many)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any, Literal, Mapping, Union
 import yaml
 
 from . import trust
+from .components import FAMILY, SPEC_FAMILIES
 from .errors import SpecError, did_you_mean
 from .trust import short
 
@@ -208,10 +209,17 @@ class StackSpec:
     cross_attention: bool
 
 
-#: Fields an ``encoder:`` / ``decoder:`` section may override.
+#: Fields an ``encoder:`` / ``decoder:`` section may override: these scalars and the field of every
+#: per-stack component family (from the family table, :data:`zoo.components.FAMILIES`; a placement
+#: rides inside its ``norm:`` entry).
 STACK_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "d_ff", "dropout", "attn_scale",
-                "qkv_bias", "out_bias", "attention", "mask", "positions", "norm", "ffn")
-_COMPONENT_FIELDS = {"attention": "attention", "positions": "position", "ffn": "ffn"}
+                "qkv_bias", "out_bias") + tuple(f.field for f in SPEC_FAMILIES
+                                                if f.per_stack and f.parent is None)
+_PARENTS = {f.parent for f in SPEC_FAMILIES if f.parent}
+#: spec field -> family, for the fields that hold one plain ``{kind: ...}`` entry (not a list of
+#: mask rules, not a norm with its placement inside)
+_COMPONENT_FIELDS = {f.field: f.name for f in SPEC_FAMILIES
+                     if not f.many and f.parent is None and f.field not in _PARENTS}
 
 
 @dataclass(frozen=True)
@@ -332,8 +340,7 @@ _SCALARS: dict[str, Any] = {
 }
 _REQUIRED = ("arch", "vocab_size", "d_model", "num_layers", "num_heads")
 _ALL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSpec))
-_DEFAULTS = {"attention": "sdpa", "positions": "sinusoidal", "norm": {"kind": "layernorm"},
-             "ffn": {"kind": "mlp"}}
+_DEFAULTS = {f.field: f.default for f in SPEC_FAMILIES if f.default and f.parent is None}
 
 
 def load_yaml(source: str | os.PathLike) -> dict:
@@ -514,10 +521,10 @@ def _check_derived(key: str, value: Any, where: str) -> None:
 
 
 def _parse_norm(value: Any, where: str, registry) -> tuple[ComponentSpec, ComponentSpec]:
-    placement_raw: Any = "pre"
+    placement_raw: Any = FAMILY["placement"].default
     if isinstance(value, Mapping):
         value = dict(value)
-        placement_raw = value.pop("placement", "pre")
+        placement_raw = value.pop("placement", placement_raw)
     norm = parse_component("norm", value, where, registry)
     placement = parse_component("placement", placement_raw, f"{where}.placement", registry)
     return norm, placement

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from ..components import BuildContext, MaskContext, causal_mask, repeat_kv
+from ..components import FAMILY, BuildContext, MaskContext, causal_mask, repeat_kv
 from ..errors import IncompatibleComponentsError, UnknownComponentError, ZooError
 from ..layers import attend
 from ..registry import Component, Registry, get_registry, set_registry
@@ -307,23 +307,25 @@ class Kit:
                 raw[role]["num_layers"] = LAYERS
                 raw[role].pop("dropout", None)
         entry = {"kind": comp.name, **self.params_for(comp)}
-        field_name = {"attention": "attention", "position": "positions", "ffn": "ffn"}.get(comp.family)
+        fam = FAMILY[comp.family]
         sections = [raw[r] for r in ("encoder", "decoder") if isinstance(raw.get(r), dict)]
-        if field_name:
-            raw[field_name] = entry
-            for sec in sections:
-                sec.pop(field_name, None)
-        elif comp.family in ("norm", "placement"):
-            norm = raw.get("norm", {"kind": "layernorm"})
+        if fam.field is None:  # not a model part (tokenizers)
+            return raw
+        if fam.parent is not None or fam.name == FAMILY["placement"].parent:  # norm + placement
+            norm = raw.get("norm", FAMILY["norm"].default)
             norm = dict(norm) if isinstance(norm, dict) else {"kind": norm}
-            if comp.family == "norm":
-                norm = {**entry, "placement": norm.get("placement", "pre")}
+            if fam.parent is None:
+                norm = {**entry, "placement": norm.get("placement", FAMILY["placement"].default)}
             else:
                 norm["placement"] = entry
             raw["norm"] = norm
             for sec in sections:
                 sec.pop("norm", None)
-        elif comp.family == "mask":
+        elif not fam.many:
+            raw[fam.field] = entry
+            for sec in sections:
+                sec.pop(fam.field, None)
+        else:  # mask rules compose: a decoder keeps its causal rule
             causal_kind = comp.cls.is_causal
             dec_mask = entry if causal_kind else ["causal", entry]
             if arch == "encoder":
