@@ -10,12 +10,29 @@ target, so an interrupted save never damages an existing checkpoint.
 Layout: ``zoo.save(model, "run/")`` writes ``run/model.safetensors`` and a human-readable
 ``run/spec.yaml``; ``zoo.save(model, "m.safetensors")`` writes just that file.  Extra JSON-able
 ``metadata`` (a tokenizer, a model card summary) travels in the same header under ``zoo.extra.*``.
+
+A checkpoint may come from anyone, so loading trusts nothing in it (see docs/TRUST.md):
+
+- the header is read and checked first (:func:`read_header`: bounded size, offsets inside the file);
+- every metadata entry zoo uses is validated on its own (:func:`checked_metadata`), so a damaged
+  entry is an error naming that entry, not a ``JSONDecodeError``;
+- dtype policy: floating-point tensors only, all of one dtype -- or pass ``dtype=`` to cast
+  explicitly; an int8 or mixed checkpoint is refused at load, not at the first forward pass;
+- the spec is checked against the memory budget (:mod:`zoo.budget`) and the header's tensor shapes
+  *before* anything is built or read;
+- integrity: ``zoo.save`` writes a SHA-256 digest of the tensor bytes (``zoo.digest``);
+  ``zoo.load(..., verify=True)`` and ``zoo check PATH`` recompute it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
+import re
+import struct
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +41,30 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .components import SPEC_FAMILIES
-from .errors import CheckpointError, SpecError, UnknownComponentError
+from .errors import CheckpointError, SpecError, UnknownComponentError, ZooError
+from .trust import clip, short
 from .spec import ModelSpec, parse_spec, preset_dirs
 
 WEIGHTS = "model.safetensors"
 
 
-def _atomic_write(path: Path, write) -> None:
-    """Write through ``write(tmp_path)`` to a temp file in ``path``'s folder, then rename."""
+def atomic_write(path: str | os.PathLike, write) -> None:
+    """Write ``path`` all or nothing: ``write(tmp)`` fills a temporary file beside it, which is
+    fsynced and renamed over ``path`` (a rename is atomic), so readers see the old file or the new
+    one, never half of one.
+
+    The temporary file is named ``.NAME.PID.XXXXXXXX.tmp``.  Temporary files of that naming left by
+    a process that no longer exists (a save killed mid-write) are removed first.  The result gets
+    the permissions a new file normally gets (``0o666`` minus the umask), not ``mkstemp``'s 0600.
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -46,12 +74,72 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
+_atomic_write = atomic_write  # the old private name, still imported by zoo.train and zoo.convert
+
+#: Age after which a temp file of the pre-PID naming (``.NAME.XXXXXXXX.tmp``) counts as stale.
+STALE_AFTER_S = 3600
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove ``.NAME.PID.*.tmp`` files beside ``path`` whose process is gone (and old files of the
+    pre-PID naming); returns what was removed.  Never touches any other file."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    ours = re.compile(rf"^\.{re.escape(path.name)}\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$")
+    removed = []
+    for cand in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        m = ours.match(cand.name)
+        if not m or not cand.is_file() or cand.is_symlink():
+            continue
+        if m.group(1) is not None:
+            stale = not _alive(int(m.group(1)))
+        else:
+            with _suppress():
+                stale = time.time() - cand.stat().st_mtime > STALE_AFTER_S
+        if stale:
+            with _suppress():
+                cand.unlink()
+                removed.append(cand)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists (another user's), or cannot tell: keep the file
+    return True
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where possible (``os.umask`` sets it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 class _suppress:
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        return True
+        return exc[0] is None or issubclass(exc[0], Exception)
 
 
 def plugins_used(spec: ModelSpec) -> dict[str, str]:
@@ -70,8 +158,9 @@ def plugins_used(spec: ModelSpec) -> dict[str, str]:
     return out
 
 
-def _dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Drop tensors that share storage with an earlier one; return (tensors, {alias: source})."""
+def dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Drop tensors that share storage with an earlier one (tied weights are stored once); return
+    ``(tensors, {alias: source})`` -- the second dict is what ``zoo.tied`` records."""
     seen: dict[tuple, str] = {}
     tensors, tied = {}, {}
     for name, t in state.items():
@@ -82,6 +171,198 @@ def _dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], di
         seen[key] = name
         tensors[name] = t.detach().contiguous()
     return tensors, tied
+
+
+_dedupe = dedupe  # the old private name, still imported by zoo.train and zoo.convert
+
+
+# ---------------------------------------------------------------------- digest of the tensors
+#: safetensors' names of torch dtypes (the digest hashes the name, so a cast changes it)
+ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+             torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+             torch.uint8: "U8", torch.bool: "BOOL"}
+for _n, _s in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2")):
+    if hasattr(torch, _n):
+        ST_DTYPES[getattr(torch, _n)] = _s
+ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+            "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+FLOATS = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+DIGEST_KEY = "zoo.digest"
+
+
+def _digest_entry(h, name: str, dtype: str, shape) -> None:
+    h.update(f"{name}\0{dtype}\0{list(shape)}\0".encode("utf-8", "surrogatepass"))
+
+
+def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """``sha256:HEX`` over every tensor in name order: its name, dtype, shape and raw bytes (as
+    safetensors stores them), so renaming, casting, reshaping or flipping one bit changes it."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name]
+        _digest_entry(h, name, ST_DTYPES.get(t.dtype, str(t.dtype)), t.shape)
+        if t.numel():
+            h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return "sha256:" + h.hexdigest()
+
+
+def file_digest(source: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    """:func:`tensor_digest` of a checkpoint, streamed from the file (memory: one ``chunk``)."""
+    file = resolve_checkpoint(source)
+    entries, _, start = read_header(file)
+    h = hashlib.sha256()
+    with open(file, "rb") as fh:
+        for name in sorted(entries):
+            dtype, shape, (begin, end) = entries[name]
+            _digest_entry(h, name, dtype, shape)
+            fh.seek(start + begin)
+            left = end - begin
+            while left:
+                block = fh.read(min(chunk, left))
+                if not block:
+                    raise CheckpointError(f"the file ends inside tensor {short(name)}",
+                                          where=str(file), fix="the file is truncated; re-save it")
+                h.update(block)
+                left -= len(block)
+    return "sha256:" + h.hexdigest()
+
+
+def verify_digest(source: str | os.PathLike, meta: dict[str, str] | None = None) -> str:
+    """Recompute the digest of a checkpoint and compare it with the stored ``zoo.digest``."""
+    file = resolve_checkpoint(source)
+    meta = meta if meta is not None else read_metadata(file)
+    stored = meta.get(DIGEST_KEY)
+    if stored is None:
+        raise CheckpointError("the checkpoint stores no digest to verify", where=str(file),
+                              fix="re-save it with zoo.save (zoo >= 0.1 writes zoo.digest)")
+    if not isinstance(stored, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", stored):
+        raise CheckpointError(f"malformed digest {short(stored)}", where=f"{file}: {DIGEST_KEY}",
+                              fix="expected 'sha256:' and 64 hex digits; re-save the checkpoint")
+    actual = file_digest(file)
+    if actual != stored:
+        raise CheckpointError("the tensor bytes do not match the stored digest (the file was "
+                              "changed or damaged after saving)", where=str(file),
+                              fix="get an intact copy of the checkpoint, or re-save it")
+    return actual
+
+
+# ---------------------------------------------------------------------- the header, checked
+#: Largest safetensors header zoo reads (GPT-2 small's is 15 KB; a spec + tokenizer a few hundred).
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+
+
+def read_header(source: str | os.PathLike) -> tuple[dict[str, tuple[str, tuple[int, ...],
+                                                                        tuple[int, int]]],
+                                                       dict[str, str], int]:
+    """``({name: (dtype, shape, (begin, end))}, metadata, data_start)`` of a safetensors file,
+    every field checked: bounded header length, JSON object, known dtypes, shapes of non-negative
+    ints, byte ranges that match the shape and lie inside the file.  No tensor is read."""
+    file = Path(source)
+    where = str(file)
+    bad = "re-save it; zoo only reads valid safetensors files"
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise CheckpointError("the file is too short to be a safetensors file", where=where,
+                                      fix=bad)
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_HEADER_BYTES or n > size - 8:
+                raise CheckpointError(f"header length {n} is larger than the file or than "
+                                      f"{MAX_HEADER_BYTES // 2**20} MiB", where=where, fix=bad)
+            raw = fh.read(n)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read the file: {exc.strerror or exc}", where=where,
+                              fix="check the path and its permissions") from exc
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"the header is not valid JSON: {clip(exc, 80)}", where=where,
+                              fix=bad) from exc
+    if not isinstance(header, dict):
+        raise CheckpointError("the header is not a JSON object", where=where, fix=bad)
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in meta.items()):
+        raise CheckpointError("__metadata__ must map strings to strings", where=where, fix=bad)
+    data_len = size - 8 - n
+    entries = {}
+    for name, e in header.items():
+        at = f"{where}: tensor {short(name)}"
+        if not isinstance(e, dict) or set(e) - {"dtype", "shape", "data_offsets"}:
+            raise CheckpointError("expected {dtype, shape, data_offsets}", where=at, fix=bad)
+        dtype, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
+        if dtype not in ITEMSIZE:
+            raise CheckpointError(f"unknown dtype {short(dtype)}", where=at, options=ITEMSIZE, fix=bad)
+        if not isinstance(shape, list) or len(shape) > 16 or not all(
+                isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**48 for d in shape):
+            raise CheckpointError(f"invalid shape {short(shape)}", where=at, fix=bad)
+        if not (isinstance(offs, list) and len(offs) == 2 and all(
+                isinstance(o, int) and not isinstance(o, bool) for o in offs)
+                and 0 <= offs[0] <= offs[1] <= data_len):
+            raise CheckpointError(f"data_offsets {short(offs)} outside the data ({data_len} bytes)",
+                                  where=at, fix="the file is truncated or damaged; re-save it")
+        if offs[1] - offs[0] != math.prod(shape) * ITEMSIZE[dtype]:
+            raise CheckpointError(f"{offs[1] - offs[0]} bytes for shape {tuple(shape)} of {dtype}",
+                                  where=at, fix=bad)
+        entries[name] = (dtype, tuple(shape), (offs[0], offs[1]))
+    return entries, meta, 8 + n
+
+
+def _json_entry(meta: dict[str, str], key: str, where: str, default: Any, kind: type = dict) -> Any:
+    """One JSON metadata entry, parsed and type-checked on its own."""
+    if key not in meta:
+        return default
+    try:
+        value = json.loads(meta[key])
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(f"metadata entry {key} is not valid JSON: {clip(exc, 80)}",
+                              where=f"{where}: {key}", fix="re-save the checkpoint") from exc
+    if not isinstance(value, kind) or (kind is dict and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items())):
+        raise CheckpointError(f"metadata entry {key} must be a JSON object of strings, got "
+                              f"{short(value)}", where=f"{where}: {key}",
+                              fix="re-save the checkpoint")
+    return value
+
+
+def checked_metadata(meta: dict[str, str], where: str) -> dict[str, Any]:
+    """The metadata entries zoo reads, each validated: ``tied``, ``plugins``, ``plugin_sources``
+    (objects of strings), ``tokenizer`` (an object with a ``kind``), ``digest`` (``sha256:HEX``)."""
+    from . import tokenizers
+
+    out = {"tied": _json_entry(meta, "zoo.tied", where, {}),
+           "plugins": _json_entry(meta, "zoo.plugins", where, {}),
+           "plugin_sources": _json_entry(meta, "zoo.plugin_sources", where, {}),
+           "tokenizer": None, "digest": meta.get(DIGEST_KEY)}
+    if tokenizers.META_KEY in meta:
+        tok = _json_entry(meta, tokenizers.META_KEY, where, None, kind=object)
+        if not isinstance(tok, dict) or not isinstance(tok.get("kind"), str) \
+                or not isinstance(tok.get("data", {}), dict):
+            raise CheckpointError("the stored tokenizer must be an object with a 'kind' and a "
+                                  "'data' object", where=f"{where}: {tokenizers.META_KEY}",
+                                  fix="re-save with zoo.save(model, path, tokenizer=tok)")
+        out["tokenizer"] = tok
+    if out["digest"] is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", out["digest"]):
+        raise CheckpointError(f"malformed digest {short(out['digest'])}",
+                              where=f"{where}: {DIGEST_KEY}", fix="re-save the checkpoint")
+    return out
+
+
+def _tokenizer_from(tok: dict, where: str):
+    """Rebuild the stored tokenizer; a failure inside its plugin becomes an error naming it."""
+    from . import tokenizers
+
+    try:
+        return tokenizers.from_json(tok)
+    except ZooError:
+        raise
+    except Exception as exc:  # the plugin's from_json met data it did not expect
+        raise CheckpointError(f"the stored '{clip(tok['kind'], 40)}' tokenizer cannot be rebuilt: "
+                              f"{type(exc).__name__}: {clip(exc, 120)}",
+                              where=f"{where}: {tokenizers.META_KEY}",
+                              fix="re-save the checkpoint with a valid tokenizer") from exc
 
 
 def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str, Any] | None = None,
@@ -98,7 +379,7 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
 
     path = Path(path)
     file = path if path.suffix == ".safetensors" else path / WEIGHTS
-    tensors, tied = _dedupe(model.state_dict())
+    tensors, tied = dedupe(model.state_dict())
     meta = {"format": "pt", "zoo.version": __version__, "zoo.spec": spec.to_yaml(),
             "zoo.plugins": json.dumps(plugins_used(spec)), "zoo.tied": json.dumps(tied)}
     from .registry import plugin_sources
@@ -115,9 +396,10 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     for k, v in {**conversion_metadata(model), **(metadata or {})}.items():
         meta[f"zoo.extra.{k}"] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
     tensors = {k: v.cpu() for k, v in tensors.items()}
-    _atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata=meta))
+    meta[DIGEST_KEY] = tensor_digest(tensors)
+    atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata=meta))
     if file.name == WEIGHTS:
-        _atomic_write(file.parent / "spec.yaml",
+        atomic_write(file.parent / "spec.yaml",
                       lambda tmp: Path(tmp).write_text(spec.to_yaml(), encoding="utf-8"))
     return file
 
@@ -172,13 +454,15 @@ def load_spec(source: str | os.PathLike) -> ModelSpec:
     if "zoo.spec" not in meta:
         raise CheckpointError("no zoo spec in the checkpoint metadata", where=str(source),
                               fix="this file was not written by zoo.save; convert it first")
+    from .spec import _yaml_to_dict
+
     try:
-        return parse_spec(meta["zoo.spec"] if "\n" in meta["zoo.spec"] else meta["zoo.spec"] + "\n")
+        return parse_spec(_yaml_to_dict(meta["zoo.spec"], f"{source}: zoo.spec"))
     except UnknownComponentError as exc:
         from .registry import missing_plugins_hint
 
-        what, fix = missing_plugins_hint(json.loads(meta.get("zoo.plugins", "{}")),
-                                         json.loads(meta.get("zoo.plugin_sources", "{}")))
+        entries = checked_metadata(meta, str(source))
+        what, fix = missing_plugins_hint(entries["plugins"], entries["plugin_sources"])
         raise CheckpointError(f"the checkpoint needs a component that is not installed ({exc.what}); "
                               f"{what}", where=str(source), fix=fix) from exc
     except SpecError as exc:
@@ -201,47 +485,70 @@ def _materialize(model: torch.nn.Module, device: torch.device) -> None:
 
 
 def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
-         strict: bool = True) -> torch.nn.Module:
+         strict: bool = True, verify: bool = False, budget: float | None = None) -> torch.nn.Module:
     """Rebuild the exact model saved at ``source`` (file, folder or shipped checkpoint name).
 
-    The model is built on the meta device (no random initialisation), then the tensors are read
-    straight onto ``device``.  ``dtype`` converts floating tensors after loading.
+    Nothing in the file is trusted: the header and each metadata entry are checked, the dtype
+    policy applied (floating point only; several dtypes only with an explicit ``dtype=`` cast),
+    the spec held against the memory ``budget`` (:mod:`zoo.budget`) and the header's tensor shapes
+    before anything is built, and ``verify=True`` recomputes the stored digest of the tensor bytes.
+    The model is then built on the meta device (no random initialisation) and the tensors are read
+    straight onto ``device``.
     """
+    from . import budget as budgets
     from .build import build, resolve_device, resolve_dtype
 
     file = resolve_checkpoint(source)
+    where = str(file)
+    entries, meta, _ = read_header(file)
     spec = load_spec(file)
-    meta = read_metadata(file)
-    tied = json.loads(meta.get("zoo.tied", "{}"))
+    info = checked_metadata(meta, where)
+    tied = info["tied"]
     dev = resolve_device(device) or torch.device("cpu")
     dt = resolve_dtype(dtype)
+    _check_dtypes(entries, dt, where)
+    try:
+        budgets.check(spec, budget, dev)
+    except SpecError as exc:
+        raise CheckpointError(f"the stored spec asks for too much memory: {exc.what}",
+                              where=f"{where}: zoo.spec.{exc.where}", fix=exc.fix) from exc
+    _check_embedding(spec, entries, where)  # the one tensor that grows with vocab_size, before building
+    if verify:
+        verify_digest(file, meta)
     from .registry import get_registry
 
     get_registry().check_runtime(spec, dtype=dt, device=dev)  # declared dtypes / devices
-    model = build(spec, device="meta", init=False)
-    expected = {k: v for k, v in model.state_dict().items()}
+    model = build(spec, device="meta", init=False, budget=budget)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    bad_tied = {a: b for a, b in tied.items() if a not in expected or b not in expected
+                or a in entries or expected[a] != expected[b]}
+    if bad_tied:
+        a = next(iter(bad_tied))
+        raise CheckpointError(f"zoo.tied names {short(a)} -> {short(bad_tied[a])}, which is not a "
+                              f"pair of same-shaped model tensors (or the alias is stored too)",
+                              where=f"{where}: zoo.tied", fix="re-save the checkpoint")
+    need = set(expected) - set(tied)
+    stored = set(entries)
+    missing, unexpected = sorted(need - stored), sorted(stored - need)
+    if strict and (missing or unexpected):
+        raise CheckpointError(
+            f"tensors do not match the spec: missing {short(missing, 300)}, unexpected "
+            f"{short(unexpected, 300)}", where=where,
+            fix="load it with the spec it was saved with, or re-save it")
+    for name in sorted(need & stored):  # every shape, from the header, before reading any tensor
+        if entries[name][1] != expected[name]:
+            raise CheckpointError(
+                f"tensor '{clip(name, 80)}' has shape {entries[name][1]}, the spec needs "
+                f"{expected[name]}", where=where,
+                fix="the spec and the weights disagree; re-save the checkpoint")
     try:
         with safe_open(str(file), framework="pt", device=str(dev)) as f:
-            stored = set(f.keys())
-            need = set(expected) - set(tied)
-            missing, unexpected = sorted(need - stored), sorted(stored - need)
-            if strict and (missing or unexpected):
-                raise CheckpointError(
-                    f"tensors do not match the spec: missing {missing[:8]}"
-                    f"{' ...' if len(missing) > 8 else ''}, unexpected {unexpected[:8]}"
-                    f"{' ...' if len(unexpected) > 8 else ''}", where=str(file),
-                    fix="load it with the spec it was saved with, or re-save it")
             state = {}
             for name in sorted(need & stored):
                 t = f.get_tensor(name)
-                if tuple(t.shape) != tuple(expected[name].shape):
-                    raise CheckpointError(
-                        f"tensor '{name}' has shape {tuple(t.shape)}, the spec needs "
-                        f"{tuple(expected[name].shape)}", where=str(file),
-                        fix="the spec and the weights disagree; re-save the checkpoint")
-                state[name] = t
+                state[name] = t.to(dt) if dt is not None else t  # cast one tensor at a time
     except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"corrupt or truncated checkpoint: {exc}", where=str(file),
+        raise CheckpointError(f"corrupt or truncated checkpoint: {clip(exc)}", where=where,
                               fix="re-save it; zoo only reads valid safetensors files") from exc
     model.load_state_dict(state, strict=False, assign=True)  # the read tensors become the weights
     model.tie_weights()
@@ -251,8 +558,30 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
         model = model.to(dt)
     model.eval()
     model.checkpoint_metadata = meta
-    from . import tokenizers
-
-    if tokenizers.META_KEY in meta:
-        model.tokenizer = tokenizers.from_json(meta[tokenizers.META_KEY])
+    if info["tokenizer"] is not None:
+        model.tokenizer = _tokenizer_from(info["tokenizer"], where)
     return model
+
+
+def _check_dtypes(entries: dict, dt: torch.dtype | None, where: str) -> None:
+    """Floating point only; one dtype, or several with an explicit cast (``dtype=``)."""
+    for name, (dtype, _, _) in sorted(entries.items()):
+        if dtype not in FLOATS:
+            raise CheckpointError(f"tensor '{clip(name, 80)}' is {dtype}; zoo checkpoints hold "
+                                  f"floating-point tensors only", where=where,
+                                  options=sorted(FLOATS),
+                                  fix="dequantise / convert the weights to float before saving")
+    kinds = sorted({d for d, _, _ in entries.values()})
+    if len(kinds) > 1 and dt is None:
+        raise CheckpointError(f"the tensors mix dtypes {', '.join(kinds)}", where=where,
+                              fix="pass dtype= (e.g. zoo.load(path, dtype='float32')) to cast all "
+                                  "of them explicitly")
+
+
+def _check_embedding(spec: ModelSpec, entries: dict, where: str) -> None:
+    want = (spec.vocab_size, spec.d_model)
+    got = entries.get("tok_emb.weight")
+    if got is not None and got[1] != want:
+        raise CheckpointError(f"the spec says vocab_size x d_model = {want}, the stored token table "
+                              f"is {got[1]}", where=f"{where}: tok_emb.weight",
+                              fix="the spec and the weights disagree; re-save the checkpoint")
