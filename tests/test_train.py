@@ -289,6 +289,26 @@ def test_resume_continues_exactly(tmp_path):
         torch.testing.assert_close(resumed.model.state_dict()[k], v, atol=1e-6, rtol=1e-5)
 
 
+def test_logged_loss_is_the_mean_of_the_steps_in_its_window_even_after_a_resume(tmp_path):
+    """log_every=4, stopped at step 2 and resumed: the step-4 record averages steps 3 and 4 (the
+    only ones this process took), by the per-step losses of an uninterrupted run."""
+    kw = dict(objective="clm", steps=4, batch_size=4, block_size=16, progress=False, holdout=0.1,
+              save_every=100, lr=2e-3, warmup=1, device="cpu")
+    spec = _spec(vocab_size=3000)
+    per_step = _losses(train(spec, POEMS, out=tmp_path / "each", log_every=1, eval_every=100,
+                             **kw).out)
+
+    def stop_at_2(rec):
+        if rec.get("step") == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    part = train(spec, POEMS, out=tmp_path / "part", log_every=4, eval_every=2, callback=stop_at_2,
+                 **kw)
+    assert part.interrupted and part.step == 2
+    train(None, None, out=tmp_path / "part", resume=True, progress=False)
+    assert _losses(tmp_path / "part") == {4: pytest.approx((per_step[3] + per_step[4]) / 2, abs=1e-6)}
+
+
 def test_grad_accumulation_matches_one_big_batch(tmp_path):
     kw = dict(objective="seq2seq", steps=4, batch_size=8, progress=False, log_every=1,
               eval_every=100, holdout=0.0, lr=3e-3, warmup=1)
