@@ -42,15 +42,15 @@ def test_count_flops_matches_the_hand_count():
 
 
 @pytest.mark.parametrize("preset,tasks", [
-    ("gpt_tiny", {"forward", "generate", "train"}),
+    ("gpt_tiny", {"forward", "prefill", "generate", "train"}),
     ("bert_tiny", {"forward", "train"}),  # an encoder does not generate
-    ("t5_tiny", {"forward", "generate", "train"}),
+    ("t5_tiny", {"forward", "prefill", "generate", "train"}),
 ])
 def test_bench_runs_every_task(preset, tasks):
     model = zoo.build(preset, seed=0, **SMALL)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     rep = bench(model, batch=2, seq_len=16, prompt_len=4, new_tokens=5, train_batch=2, warmup=0,
-                repeats=2, peak=100.0)
+                repeats=2, peak=100.0, bandwidth=10.0)
     assert {r.task for r in rep.results} == tasks
     for r in rep.results:
         assert r.median_s > 0 and r.tokens > 0 and r.tokens_per_s > 0
@@ -59,7 +59,11 @@ def test_bench_runs_every_task(preset, tasks):
             assert r.fraction_of_peak == pytest.approx(r.flops / r.median_s / 1e9 / 100.0)
     gen = [r for r in rep.results if r.task == "generate"]
     if gen:
-        assert gen[0].tokens == 2 * 5 and gen[0].shape == "2x4+5"
+        assert gen[0].tokens == 2 * 5 and gen[0].shape == "2x4+5" and gen[0].steps == 5
+        assert gen[0].bytes_read > 5 * model.num_parameters() * 4 * 0.5  # every weight, per step
+        assert gen[0].fraction_of_roofline == pytest.approx(
+            gen[0].bytes_read / gen[0].median_s / 1e9 / 10.0)
+        assert "% roofline" in rep.table() and "memory bandwidth 10.0 GB/s" in rep.table()
     # the training step really trained: weights moved
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert "tokens/s" in rep.table() and preset in rep.table()
@@ -96,7 +100,8 @@ def test_cli_json_report(tmp_path):
     rep = json.loads(r.stdout)
     assert rep["model"] == "gpt_tiny" and rep["peak_gflops"] > 0 and rep["threads"] >= 1
     tasks = {x["task"]: x for x in rep["results"]}
-    assert set(tasks) == {"forward", "generate", "train"}
+    assert set(tasks) == {"forward", "prefill", "generate", "train"}
+    assert rep["bandwidth_gbs"] > 0 and 0 < tasks["generate"]["fraction_of_roofline"]
     assert tasks["forward"]["shape"] == "1x16" and tasks["forward"]["tokens"] == 16
     assert 0 < tasks["forward"]["fraction_of_peak"]
 
@@ -141,3 +146,73 @@ def test_converted_and_loaded_weights_are_contiguous(tmp_path):
     assert all(p.is_contiguous() for p in model.parameters())
     zoo.save(model, tmp_path / "m")
     assert all(p.is_contiguous() for p in zoo.load(tmp_path / "m").parameters())
+
+
+def test_decode_bytes_is_the_hand_count():
+    """One decoding step reads every weight of the decoder stack and the (tied) LM head once, one
+    embedding row per table, and 2 x layers x h_kv x hd x context floats of KV cache."""
+    from zoo.accounting import decode_bytes
+
+    L, D, F, V, h, T = 2, 32, 64, 97, 2, 64
+    m = zoo.build("gpt_tiny", seed=0, num_layers=L, d_model=D, num_heads=h, d_ff=F, vocab_size=V,
+                  max_len=T, tie_embeddings=True)
+    per_layer = (D * 3 * D + 3 * D) + (D * D + D) + (D * F + F) + (F * D + D) + 2 * (2 * D)
+    weights = L * per_layer + 2 * D + V * D + D  # final norm, tied head, token row
+    if m.spec.positions.kind in ("learned", "sinusoidal"):
+        weights += D  # the position table's row
+    got = decode_bytes(m, 10)
+    assert got["weights"] == 4 * weights
+    assert got["kv_cache"] == 4 * 2 * L * D * 10
+    assert decode_bytes(m, 20)["kv_cache"] == 2 * got["kv_cache"]  # grows with the context
+
+
+def test_memory_bandwidth_is_measured():
+    from zoo.bench import memory_bandwidth
+
+    bw = memory_bandwidth(nbytes=64 << 20, repeats=3)
+    assert 0.1 < bw < 10_000  # GB/s: a real number, not a placeholder
+
+
+def test_int8_linear_matches_the_hand_quantized_product():
+    """Per-channel int8 weights, quantized here by hand (round(W / (max|row| / 127))), times the
+    float input: FBGEMM's kernel (which also quantizes the input per call) lands within int8
+    rounding of it, and of the float32 layer."""
+    from zoo.precision import Int8Linear, int8_supported
+
+    if not int8_supported():
+        pytest.skip("no int8 engine in this PyTorch build")
+    g = torch.Generator().manual_seed(0)
+    lin = torch.nn.Linear(64, 48, bias=False)
+    rows = torch.tensor([0.01, 0.1, 1.0, 10.0]).repeat(12)[:, None]  # rows of very different size
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(48, 64, generator=g) * rows)
+    x = torch.randn(3, 5, 64, generator=g)
+    scale = lin.weight.abs().amax(1, keepdim=True) / 127  # one scale per output row
+    w_hand = (lin.weight / scale).round().clamp(-127, 127) * scale  # (48, 64)
+    ref = x @ w_hand.t()
+    got = Int8Linear(lin)(x)
+    assert got.shape == (3, 5, 48)
+    err = ((got - ref).abs().amax((0, 1)) / ref.abs().amax((0, 1))).max()  # worst output row
+    assert err < 0.06, err  # activation rounding (7 bits) only; small rows kept their precision
+    assert (got - ref).abs().max() > 0  # it did quantize the activations: not a float path
+    exact = lin(x)
+    assert ((got - exact).abs().amax((0, 1)) / exact.abs().amax((0, 1))).max() < 0.08
+
+
+def test_quantize_int8_model_generates_and_stays_close():
+    from zoo.precision import int8_supported, quantize_int8
+
+    if not int8_supported():
+        pytest.skip("no int8 engine in this PyTorch build")
+    m = zoo.build("gpt_tiny", seed=0, **SMALL).eval()
+    ids = torch.randint(0, 97, (2, 12))
+    with torch.no_grad():
+        ref = m(ids)
+        q = quantize_int8(zoo.build("gpt_tiny", seed=0, **SMALL))
+        got = q(ids)
+    assert not any(type(x) is torch.nn.Linear for x in q.modules())
+    assert (got - ref).norm() / ref.norm() < 0.05
+    out = q.generate(ids, 20)  # the LM head is an Int8Linear: generation takes the plain path
+    assert out.shape == (2, 32)
+    with pytest.raises(zoo.ZooError, match="bfloat16"):
+        quantize_int8(torch.nn.Linear(2, 2).to("meta"))

@@ -229,3 +229,63 @@ def human(n: float, unit: str = "") -> str:
             return f"{n:.2f}{prefix}{unit}"
         n /= 1000.0
     return f"{n:.2f}P{unit}"
+
+
+# ---------------------------------------------------------------------- bytes read per decoded token
+def _own_bytes(module: torch.nn.Module, seen: set) -> int:
+    """Bytes of the tensors ``module`` itself holds (not its children), each storage counted once.
+
+    An embedding table contributes one row (a lookup reads one row per token; a tied LM head reads
+    the whole table through the head module, which is counted there); an int8 linear its packed
+    weight (``weight_bytes``)."""
+    if hasattr(module, "weight_bytes"):
+        return module.weight_bytes
+    if isinstance(module, torch.nn.Embedding):
+        w = module.weight
+        return w.size(1) * w.element_size()
+    if getattr(type(module), "acts_on_embeddings", False):  # a position table: one row per token
+        tables = [t for t in module.buffers(recurse=False) if t.dim() == 2]
+        return sum(t.size(-1) * t.element_size() for t in tables)
+    total = 0
+    for t in list(module.parameters(recurse=False)) + list(module.buffers(recurse=False)):
+        key = t.untyped_storage().data_ptr() if t.device.type != "meta" else id(t)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += t.numel() * t.element_size()
+    return total
+
+
+def decode_bytes(model, context_len: int, *, batch: int = 1, src_len: int = 0) -> dict[str, int]:
+    """Bytes a decoding step must read from memory, at ``context_len`` cached tokens.
+
+    One step of batch-1 decoding multiplies a single vector by every weight matrix of the decoder
+    stack and the LM head: each weight is read once and used for one multiply-add.  So the step
+    cannot be faster than ``bytes / memory bandwidth``, the **roofline** of decoding:
+
+    - ``weights``: every tensor the decoder stack and the LM head hold (a tied head is the whole
+      embedding table), one embedding row per token; the cross-attention key/value projection is
+      not re-read (its output over the encoder memory is cached);
+    - ``kv_cache``: ``2 (k and v) x layers x batch x h_kv x hd x context_len`` elements of the
+      self-attention cache, plus the cached cross-attention keys/values over ``src_len`` tokens.
+
+    Activations (a few ``D``-vectors) are negligible at batch 1 and are not counted.  Returns
+    ``{"weights", "kv_cache", "total"}``."""
+    spec = _spec(model)
+    st = spec.stack("decoder")
+    p = next((t for t in model.parameters() if t.is_floating_point()), None)
+    itemsize = p.element_size() if p is not None else 4
+    seen: set = set()
+    weights = 0
+    skip = set()
+    for name, m in model.decoder.named_modules():
+        if name.endswith("cross.kv"):
+            skip.add(m)  # its output over the encoder memory sits in the cache
+    for m in list(model.decoder.modules()) + list(model.lm_head.modules()):
+        if m not in skip:
+            weights += _own_bytes(m, seen)
+    weights += batch * spec.d_model * itemsize  # the token's embedding row
+    kv = 2 * st.num_layers * batch * st.num_kv_heads * st.head_dim * context_len * itemsize
+    if st.cross_attention:
+        kv += 2 * st.num_layers * batch * st.num_kv_heads * st.head_dim * src_len * itemsize
+    return {"weights": weights, "kv_cache": kv, "total": weights + kv}

@@ -18,6 +18,15 @@ counted correctly; attention counts the full ``Tq x Tk`` product, the usual conv
 fraction of a **matmul peak measured in the same run** (the best of several large square matmuls in
 the model's dtype on the model's device).  A forward at 70-80% of that peak is as good as PyTorch
 gets on a CPU; a small model at 10% is dominated by per-op overhead, not by arithmetic.
+
+Decoding is judged by a different yardstick, the **roofline**.  One greedy step at batch 1 reads
+every weight once and does one multiply-add with it (two FLOPs per 4 bytes in float32), while a
+CPU can do ~50 FLOPs in the time it reads 4 bytes: the step waits on memory, it is
+*memory-bound*.  Its speed limit is ``memory bandwidth / bytes read per token`` (weights + KV cache,
+:func:`zoo.accounting.decode_bytes`), with the bandwidth **measured in the same run**
+(:func:`memory_bandwidth`); the ``% roofline`` column says how close decoding gets.  A prefill
+(the prompt's forward) multiplies a whole ``T x D`` block by each weight, reusing every byte ``T``
+times: it is *compute-bound* and judged by the fraction of the matmul peak.
 """
 from __future__ import annotations
 
@@ -99,6 +108,21 @@ def matmul_peak(device: torch.device | str = "cpu", dtype: torch.dtype = torch.f
     b = torch.randn(n, n, device=dev, dtype=dtype)
     t = time_fn(lambda: a @ b, warmup=2, repeats=repeats, device=dev)
     return 2 * n ** 3 / t.min / 1e9
+
+
+def memory_bandwidth(device: torch.device | str = "cpu", nbytes: int | None = None,
+                     repeats: int = 10) -> float:
+    """Measured read bandwidth in GB/s: the best of ``repeats`` sums over a float32 buffer far
+    larger than the caches (256 MiB on a CPU, 1 GiB on a GPU), with this process's thread count.
+
+    A sum reads each byte once and does one addition per 4 bytes, so like a decoding step it is
+    limited by memory, not arithmetic: the yardstick for "fraction of the roofline"."""
+    dev = torch.device(device)
+    if nbytes is None:
+        nbytes = (256 << 20) if dev.type == "cpu" else (1 << 30)
+    x = torch.ones(nbytes // 4, device=dev, dtype=torch.float32)
+    t = time_fn(lambda: x.sum(), warmup=2, repeats=repeats, device=dev)
+    return nbytes / t.min / 1e9
 
 
 def _attention_flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
@@ -229,6 +253,19 @@ class Result:
     flops: int | None = None
     peak_gflops: float | None = None
     repeats: int = 0
+    bytes_read: int | None = None  # memory traffic of one call (decoding: weights + KV cache)
+    steps: int = 1  # forward passes in one call (decoding: one per new token)
+    bandwidth_gbs: float | None = None  # measured in the same run
+
+    @property
+    def gbytes_per_s(self) -> float | None:
+        return None if self.bytes_read is None else self.bytes_read / self.median_s / 1e9
+
+    @property
+    def fraction_of_roofline(self) -> float | None:
+        """Achieved bytes/s over the measured bandwidth: 1.0 = as fast as memory allows."""
+        g = self.gbytes_per_s
+        return None if g is None or not self.bandwidth_gbs else g / self.bandwidth_gbs
 
     @property
     def tokens_per_s(self) -> float:
@@ -246,7 +283,8 @@ class Result:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(tokens_per_s=self.tokens_per_s, gflops=self.gflops,
-                 fraction_of_peak=self.fraction_of_peak)
+                 fraction_of_peak=self.fraction_of_peak, gbytes_per_s=self.gbytes_per_s,
+                 fraction_of_roofline=self.fraction_of_roofline)
         return d
 
 
@@ -259,6 +297,8 @@ class Report:
     parameters: int
     peak_gflops: float
     compiled: bool = False
+    bandwidth_gbs: float | None = None
+    precision: str = ""
     results: list[Result] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -268,16 +308,25 @@ class Report:
 
     def table(self) -> str:
         """A plain-text table, one row per task."""
-        head = (f"{self.model}: {self.parameters:,} parameters on {self.device} ({self.dtype}, "
+        head = (f"{self.model}: {self.parameters:,} parameters on {self.device} "
+                f"({self.precision or self.dtype}, "
                 f"{self.threads} thread{'s' if self.threads != 1 else ''}"
                 f"{', torch.compile' if self.compiled else ''}); "
-                f"matmul peak {self.peak_gflops:,.1f} GFLOP/s")
-        rows = [("task", "shape", "median", "spread", "tokens/s", "GFLOP/s", "% peak")]
+                f"matmul peak {self.peak_gflops:,.1f} GFLOP/s"
+                + (f"; memory bandwidth {self.bandwidth_gbs:,.1f} GB/s"
+                   if self.bandwidth_gbs else ""))
+        rows = [("task", "shape", "median", "spread", "tokens/s", "GFLOP/s", "% peak", "MB/step",
+                 "GB/s", "% roofline")]
         for r in self.results:
+            per_tok = None if r.bytes_read is None else r.bytes_read / r.steps
             rows.append((r.task, r.shape, _fmt_time(r.median_s), f"±{100 * r.spread / 2:.1f}%",
                          f"{r.tokens_per_s:,.0f}",
                          "-" if r.gflops is None else f"{r.gflops:,.1f}",
-                         "-" if r.fraction_of_peak is None else f"{100 * r.fraction_of_peak:.0f}%"))
+                         "-" if r.fraction_of_peak is None else f"{100 * r.fraction_of_peak:.0f}%",
+                         "-" if per_tok is None else f"{per_tok / 1e6:,.1f}",
+                         "-" if r.gbytes_per_s is None else f"{r.gbytes_per_s:,.1f}",
+                         "-" if r.fraction_of_roofline is None
+                         else f"{100 * r.fraction_of_roofline:.0f}%"))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = [head]
         for j, row in enumerate(rows):
@@ -296,11 +345,19 @@ def _fmt_time(s: float) -> str:
     return f"{s * 1e6:.0f} us"
 
 
+TASKS = ("forward", "prefill", "generate", "train")
+
+
 def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_len: int = 32,
           new_tokens: int = 64, train_batch: int | None = None, warmup: int = 2, repeats: int = 10,
-          tasks: tuple[str, ...] = ("forward", "generate", "train"), compile: bool = False,
-          peak: float | None = None, name: str | None = None, seed: int = 0) -> Report:
+          tasks: tuple[str, ...] = TASKS, compile: bool = False,
+          peak: float | None = None, bandwidth: float | None = None, name: str | None = None,
+          seed: int = 0) -> Report:
     """Time ``tasks`` on ``model`` (on its current device and dtype) and return a :class:`Report`.
+
+    ``prefill``: the prompt's forward into a fresh KV cache (``batch x prompt_len``), judged by the
+    fraction of the matmul ``peak``; ``generate``: greedy decoding of ``new_tokens`` after it,
+    judged by the fraction of the memory roofline (``bandwidth``; both measured here when None).
 
     ``seq_len`` is clipped to the spec's ``max_len``.  ``compile=True`` wraps the model in
     ``torch.compile`` (compilation happens in an untimed first call).  The training step updates
@@ -310,19 +367,22 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
     if spec is None:
         raise ZooError("the model has no zoo spec", where="model",
                        fix="benchmark models built by zoo.build / zoo.load")
-    unknown = set(tasks) - {"forward", "generate", "train"}
+    unknown = set(tasks) - set(TASKS)
     if unknown:
-        raise ZooError(f"unknown task(s) {sorted(unknown)}", where="tasks",
-                       options=["forward", "generate", "train"])
+        raise ZooError(f"unknown task(s) {sorted(unknown)}", where="tasks", options=list(TASKS))
     dev, dt = model_device(model), model_dtype(model)
     T = min(seq_len, spec.max_len)
     gen = torch.Generator().manual_seed(seed)
     if peak is None:
         peak = matmul_peak(dev, dt)
+    decodes = spec.arch != "encoder" and ("generate" in tasks or "prefill" in tasks)
+    if bandwidth is None and decodes:
+        bandwidth = memory_bandwidth(dev)
     report = Report(model=name or spec.name, device=str(dev), dtype=str(dt).replace("torch.", ""),
                     threads=torch.get_num_threads(), parameters=model.num_parameters()
                     if hasattr(model, "num_parameters") else sum(p.numel() for p in model.parameters()),
-                    peak_gflops=peak, compiled=compile)
+                    peak_gflops=peak, compiled=compile, bandwidth_gbs=bandwidth,
+                    precision=getattr(model, "quantized", ""))
     run = torch.compile(model) if compile else model
     was_training = model.training
     try:
@@ -337,17 +397,34 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
             n_tok = batch * T * (2 if spec.arch == "encoder_decoder" else 1)
             report.results.append(Result("forward", f"{batch}x{T}", t.median, t.min, t.spread, n_tok,
                                          flops, peak, len(t.times)))
-        if "generate" in tasks and spec.arch != "encoder":
+        P = max(1, min(prompt_len, spec.max_len - new_tokens))
+        n_new = min(new_tokens, spec.max_len - P)
+        prompt = random_ids(spec, batch, P, dev, gen) if decodes else None
+        if "prefill" in tasks and decodes:
             model.eval()
-            P = max(1, min(prompt_len, spec.max_len - new_tokens))
-            n_new = min(new_tokens, spec.max_len - P)
-            prompt = random_ids(spec, batch, P, dev, gen)
+            def pre(m=model):  # what generation does first: LM head on the last position only
+                if spec.arch == "encoder_decoder":  # the source through the encoder, one step
+                    h = m.decode(prompt[:, :1], *m.encode(prompt), cache=m.new_cache(),
+                                 return_hidden=True)
+                else:
+                    h = m(prompt, cache=m.new_cache(), return_hidden=True)
+                return m.lm_head(m._head_in(h[:, -1]))
+            with torch.inference_mode():
+                pre()
+                flops = count_flops(pre)
+                t = time_fn(pre, warmup=warmup, repeats=repeats, device=dev)
+            report.results.append(Result("prefill", f"{batch}x{P}", t.median, t.min, t.spread,
+                                         batch * P, flops, peak, len(t.times)))
+        if "generate" in tasks and decodes:
+            model.eval()
             src = prompt if spec.arch == "encoder_decoder" else None
             g = (lambda: greedy(model, prompt[:, :1], n_new, src)) if src is not None else \
                 (lambda: greedy(model, prompt, n_new))
             t = time_fn(g, warmup=max(1, warmup // 2), repeats=max(3, repeats // 2), device=dev)
             report.results.append(Result("generate", f"{batch}x{P}+{n_new}", t.median, t.min,
-                                         t.spread, batch * n_new, None, peak, len(t.times)))
+                                         t.spread, batch * n_new, None, peak, len(t.times),
+                                         bytes_read=generate_bytes(model, P, n_new, batch),
+                                         bandwidth_gbs=bandwidth, steps=n_new))
         if "train" in tasks:
             model.train()
             tb = train_batch or max(batch, 8)
@@ -362,6 +439,22 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
     finally:
         model.train(was_training)
     return report
+
+
+def generate_bytes(model, prompt_len: int, new_tokens: int, batch: int = 1) -> int:
+    """Bytes read from memory by greedy generation of ``new_tokens`` after ``prompt_len``.
+
+    ``new_tokens`` forward passes (the prefill, which yields the first token, then one step per
+    further token) each read every weight once; the KV cache read grows with the context.  For an
+    encoder-decoder the prompt is the source and the decoder starts from one token."""
+    from .accounting import decode_bytes
+
+    src = prompt_len if model.spec.arch == "encoder_decoder" else 0
+    start = 1 if src else prompt_len  # decoder tokens at the first pass
+    total = 0
+    for i in range(new_tokens):
+        total += decode_bytes(model, start + i, batch=batch, src_len=src)["total"]
+    return total
 
 
 def load_for_bench(source: str, *, device: Any = None, dtype: Any = None, seed: int = 0,

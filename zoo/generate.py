@@ -240,7 +240,10 @@ def _make_head(model, steps: int):
     than ``nn.Linear``'s ``(V, D)`` layout.  So for long enough runs a transposed copy is made once
     per call (it pays for itself within a few steps) and dropped afterwards; the weights
     themselves are untouched.  GPUs read both layouts alike, so they skip this."""
-    weight, bias, head_in = model.lm_head.weight, model.lm_head.bias, model._head_in
+    head_in = model._head_in
+    if not isinstance(model.lm_head, torch.nn.Linear):  # e.g. int8 weights (zoo.precision)
+        return lambda hidden: model.lm_head(head_in(hidden[:, -1]))
+    weight, bias = model.lm_head.weight, model.lm_head.bias
     if weight.device.type == "cpu" and steps >= 16 and weight.numel() >= TRANSPOSED_HEAD_MIN:
         wt = weight.detach().t().contiguous()  # (D, V)
 
