@@ -292,17 +292,18 @@ def test_resume_continues_exactly(tmp_path):
 def test_logged_loss_is_the_mean_of_the_steps_in_its_window_even_after_a_resume(tmp_path):
     """log_every=4, stopped at step 2 and resumed: the step-4 record averages steps 3 and 4 (the
     only ones this process took), by the per-step losses of an uninterrupted run."""
-    kw = dict(objective="clm", steps=4, batch_size=4, block_size=16, progress=False, holdout=0.1,
+    data = _text(tmp_path, "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n" * 4)
+    kw = dict(objective="clm", steps=4, batch_size=4, block_size=8, progress=False, holdout=0.2,
               save_every=100, lr=2e-3, warmup=1, device="cpu")
-    spec = _spec(vocab_size=3000)
-    per_step = _losses(train(spec, POEMS, out=tmp_path / "each", log_every=1, eval_every=100,
+    spec = _spec()
+    per_step = _losses(train(spec, data, out=tmp_path / "each", log_every=1, eval_every=100,
                              **kw).out)
 
     def stop_at_2(rec):
         if rec.get("step") == 2:
             os.kill(os.getpid(), signal.SIGTERM)
 
-    part = train(spec, POEMS, out=tmp_path / "part", log_every=4, eval_every=2, callback=stop_at_2,
+    part = train(spec, data, out=tmp_path / "part", log_every=4, eval_every=2, callback=stop_at_2,
                  **kw)
     assert part.interrupted and part.step == 2
     train(None, None, out=tmp_path / "part", resume=True, progress=False)
