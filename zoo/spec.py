@@ -207,13 +207,20 @@ class StackSpec:
     placement: ComponentSpec
     ffn: ComponentSpec
     cross_attention: bool
+    qk_norm: bool = False
+    parallel_residual: bool = False
+    mask_pattern: tuple[tuple[ComponentSpec, ...], ...] | None = None
+
+    def layer_mask(self, i: int) -> tuple[ComponentSpec, ...]:
+        """The mask rules of layer ``i``: ``mask_pattern[i % len]`` when a pattern is set."""
+        return self.mask_pattern[i % len(self.mask_pattern)] if self.mask_pattern else self.mask
 
 
 #: Fields an ``encoder:`` / ``decoder:`` section may override: these scalars and the field of every
 #: per-stack component family (from the family table, :data:`zoo.components.FAMILIES`; a placement
 #: rides inside its ``norm:`` entry).
 STACK_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "d_ff", "dropout", "attn_scale",
-                "qkv_bias", "out_bias") + tuple(f.field for f in SPEC_FAMILIES
+                "qkv_bias", "out_bias", "qk_norm", "parallel_residual", "mask_pattern") + tuple(f.field for f in SPEC_FAMILIES
                                                 if f.per_stack and f.parent is None)
 _PARENTS = {f.parent for f in SPEC_FAMILIES if f.parent}
 #: spec field -> family, for the fields that hold one plain ``{kind: ...}`` entry (not a list of
@@ -246,6 +253,11 @@ class ModelSpec:
     type_vocab_size: int = 0
     pad_id: int | None = None
     head_scale: float | None = None  # multiplies the final hidden states before the LM head (T5 tied: d_model**-0.5)
+    head_bias: bool = False  # the LM head of a decoder / encoder-decoder has a bias (BART, Marian)
+    logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
+    qk_norm: bool = False  # the norm type, per head, on q and k before positions (Qwen3)
+    parallel_residual: bool = False  # x + attn(n1(x)) + ffn(n2(x)) (GPT-J, GPT-NeoX)
+    mask_pattern: tuple[tuple[ComponentSpec, ...], ...] | None = None  # layer i: pattern[i % len]
     attention: ComponentSpec | None = None
     mask: tuple[ComponentSpec, ...] | None = None
     positions: ComponentSpec | None = None
@@ -285,7 +297,9 @@ class ModelSpec:
             attn_scale=scale if scale is not None else 1.0 / math.sqrt(head_dim),
             qkv_bias=get("qkv_bias"), out_bias=get("out_bias"), attention=get("attention"),
             mask=get("mask"), positions=get("positions"), norm=norm, placement=placement,
-            ffn=get("ffn"), cross_attention=(self.arch == "encoder_decoder" and role == "decoder"))
+            ffn=get("ffn"), cross_attention=(self.arch == "encoder_decoder" and role == "decoder"),
+            qk_norm=get("qk_norm"), parallel_residual=get("parallel_residual"),
+            mask_pattern=get("mask_pattern"))
 
     # -------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -295,7 +309,7 @@ class ModelSpec:
             if f.name in ("placement", "encoder", "decoder", "head"):
                 continue
             v = getattr(self, f.name)
-            if v is None:
+            if v is None or (f.name in _QUIET and v is False):
                 continue
             out[f.name] = _field_to_yaml(f.name, v, self.placement)
         if self.head is not None:
@@ -315,7 +329,13 @@ class ModelSpec:
         return parse_spec(self.to_dict(), **overrides)
 
 
+#: flags written out only when set, so the specs written before they existed stay as they were
+_QUIET = ("head_bias", "qk_norm", "parallel_residual")
+
+
 def _field_to_yaml(name: str, v: Any, placement: ComponentSpec | None) -> Any:
+    if name == "mask_pattern":
+        return [_field_to_yaml("mask", m, None) for m in v]
     if name == "mask":
         vals = [m.to_yaml_value() for m in v]
         return vals[0] if len(vals) == 1 else vals
@@ -336,7 +356,8 @@ _SCALARS: dict[str, Any] = {
     "head_dim": typing.Optional[int], "d_ff": typing.Optional[int], "dropout": float,
     "attn_scale": typing.Optional[float], "qkv_bias": bool, "out_bias": bool,
     "tie_embeddings": bool, "scale_embeddings": bool, "embed_norm": bool, "type_vocab_size": int,
-    "pad_id": typing.Optional[int], "head_scale": typing.Optional[float],
+    "pad_id": typing.Optional[int], "head_scale": typing.Optional[float], "head_bias": bool,
+    "logit_softcap": typing.Optional[float], "qk_norm": bool, "parallel_residual": bool,
 }
 _REQUIRED = ("arch", "vocab_size", "d_model", "num_layers", "num_heads")
 _ALL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSpec))
@@ -455,6 +476,8 @@ def _validate(raw: dict, registry) -> ModelSpec:
     default_mask = {"encoder": "bidirectional", "decoder": "causal", "encoder_decoder": None}[arch]
     mask_raw = raw.get("mask", default_mask)
     values["mask"] = _parse_mask(mask_raw, "mask", registry) if mask_raw is not None else None
+    if raw.get("mask_pattern") is not None:
+        values["mask_pattern"] = _parse_mask_pattern(raw["mask_pattern"], "mask_pattern", registry)
 
     # head
     if "head" in raw and raw["head"] is not None:
@@ -496,6 +519,9 @@ def _check_shared(values: dict, raw: dict) -> None:
     if pad is not None and not 0 <= pad < values["vocab_size"]:
         raise SpecError(f"pad_id {pad} is outside the vocabulary [0, {values['vocab_size']})",
                         where="pad_id", fix="use an id below vocab_size, or null for no padding")
+    if values.get("logit_softcap") is not None and not values["logit_softcap"] > 0:
+        raise SpecError(f"must be > 0, got {values['logit_softcap']}", where="logit_softcap",
+                        fix="use e.g. 30.0 (Gemma 2), or null for no soft-capping")
     if values.get("head_scale") is not None and not values["head_scale"] > 0:
         raise SpecError(f"must be > 0, got {values['head_scale']}", where="head_scale",
                         fix="use e.g. d_model ** -0.5 (T5 with tied embeddings), or null")
@@ -528,6 +554,15 @@ def _parse_norm(value: Any, where: str, registry) -> tuple[ComponentSpec, Compon
     norm = parse_component("norm", value, where, registry)
     placement = parse_component("placement", placement_raw, f"{where}.placement", registry)
     return norm, placement
+
+
+def _parse_mask_pattern(value: Any, where: str, registry) -> tuple[tuple[ComponentSpec, ...], ...]:
+    """A per-layer pattern of masks: layer ``i`` uses entry ``i % len``, each entry written like
+    ``mask`` (Gemma 2: ``[[causal, {kind: sliding_window, window: 4096}], causal]``)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise SpecError(f"expected a non-empty list of masks, got {short(value)}", where=where,
+                        fix="write e.g. [[causal, {kind: sliding_window, window: 64}], causal]")
+    return tuple(_parse_mask(v, f"{where}[{i}]", registry) for i, v in enumerate(value))
 
 
 def _parse_mask(value: Any, where: str, registry) -> tuple[ComponentSpec, ...]:
@@ -576,6 +611,8 @@ def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, An
             out[key] = parse_component(_COMPONENT_FIELDS[key], val, where, registry)
         elif key == "mask":
             out[key] = _parse_mask(val, where, registry)
+        elif key == "mask_pattern":
+            out[key] = _parse_mask_pattern(val, where, registry)
         elif key == "norm":
             out["norm"], out["placement"] = _parse_norm(val, where, registry)
         else:
