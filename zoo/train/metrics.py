@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from ..io import _atomic_write
+from ..io import atomic_write
 
 METRICS = "metrics.jsonl"
 
@@ -36,7 +36,7 @@ class RunLog:
             self.history = [r for r in read_metrics(out)
                             if r.get("step", 0) <= resumed_at and r.get("event") != "end"]
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.history)
-        _atomic_write(out / METRICS, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        atomic_write(out / METRICS, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         if progress:
             try:
                 from tqdm.auto import tqdm  # the `train` extra; without it, metrics.jsonl records all

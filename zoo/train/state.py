@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from .. import __version__
 from ..build import build
 from ..errors import CheckpointError
-from ..io import _atomic_write, _dedupe, save
+from ..io import atomic_write, dedupe, save
 from ..tokenizers import to_json as tok_json
 from .optim import lr_at
 
@@ -59,15 +59,15 @@ def save_state(out: Path, model, opt, tok, cfg, spec, info, step, elapsed, token
             "best": best}
     save(model, out, tokenizer=tok, metadata={"train": {"step": step, "objective": cfg.objective,
                                                         "data": info.get("data"), "metrics": last}})
-    weights, tied = _dedupe(model.state_dict())
+    weights, tied = dedupe(model.state_dict())
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in weights.items()}
     otensors, ojson = optimizer_tensors(opt)
     tensors.update(otensors)
     header = {"zoo.trainer": json.dumps(meta, ensure_ascii=False), "zoo.tied": json.dumps(tied),
               "zoo.optimizer": json.dumps(ojson)}
-    _atomic_write(out / STATE_FILE, lambda tmp: save_file(tensors, tmp, metadata=header))
+    atomic_write(out / STATE_FILE, lambda tmp: save_file(tensors, tmp, metadata=header))
     text = json.dumps({k: v for k, v in meta.items() if k != "tokenizer"}, ensure_ascii=False, indent=1)
-    _atomic_write(out / STATE_JSON, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write(out / STATE_JSON, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 def read_state(out: str | os.PathLike) -> tuple[dict, dict, dict]:
