@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import random
+import re
 import shutil
 import sys
 import time
@@ -25,44 +27,44 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import zoo  # noqa: E402
-from zoo.data import numeral_pairs, read_documents, split_holdout, write_pairs  # noqa: E402
+from zoo.data import (bigram_fill, encode_documents, ngram_baselines, numeral_pairs,  # noqa: E402
+                      read_documents, write_pairs)
 from zoo.train import TrainResult, read_metrics, train  # noqa: E402
 
-POEMS = ROOT / "data" / "poems.txt"
+TANG_TRAIN = ROOT / "data" / "tang_train.txt.xz"   # scripts/prepare_poems.py, data/SOURCE.md
+TANG_HELDOUT = ROOT / "data" / "tang_heldout.txt"  # never trained on: the cards' and tests' poems
 
 COMMON = dict(attention="sdpa", ffn={"kind": "mlp", "activation": "gelu"})
 
 PRESETS = {
     "poet_gpt": dict(
         spec=dict(name="poet_gpt", arch="decoder", vocab_size=8, max_len=128, d_model=160,
-                  num_layers=4, num_heads=5, d_ff=480, dropout=0.2, tie_embeddings=True,
+                  num_layers=4, num_heads=5, d_ff=640, dropout=0.1, tie_embeddings=True,
                   mask="causal", positions="learned", norm={"kind": "layernorm", "placement": "pre"},
                   **COMMON),
-        objective="clm", data=POEMS,
-        train=dict(steps=600, batch_size=16, block_size=96, lr=1e-3, warmup=60,
-                   weight_decay=0.1, holdout=0.1, eval_every=50, eval_batches=16, save_every=50,
+        objective="clm", data=TANG_TRAIN,
+        train=dict(steps=2000, batch_size=32, block_size=128, lr=2e-3, warmup=100,
+                   weight_decay=0.1, holdout=0.01, eval_every=250, eval_batches=16, save_every=250,
                    keep_best=True),
         blurb="A small GPT (decoder-only, causal, pre-norm, learned positions) trained character "
-              "by character on 300 Tang and 100 Song poems. Give it the start of a line and it "
-              "continues in the style of the corpus: its vocabulary, short lines closed by ， and "
-              "。, a title line and an author. It is 1.5 M parameters trained on 36 k characters: "
-              "expect doubled characters (叠字 are common in the corpus, and the model overuses "
-              "them) and little sense; it is a demonstration of what a small decoder learns.",
+              "by character on 49 k poems of the *Complete Tang Poems* (simplified script). Give it "
+              "the first line of a poem and it writes the next ones, in lines of the same length "
+              "closed by ， and 。; give it `《title》author` and it starts a poem.",
     ),
     "poet_bert": dict(
         spec=dict(name="poet_bert", arch="encoder", vocab_size=8, max_len=128, d_model=160,
-                  num_layers=4, num_heads=5, d_ff=480, dropout=0.1, pad_id=0, scale_embeddings=False,
+                  num_layers=4, num_heads=5, d_ff=640, dropout=0.1, pad_id=0, scale_embeddings=False,
                   embed_norm=True, mask="bidirectional", positions="learned",
                   norm={"kind": "layernorm", "placement": "post"},
                   head={"kind": "mlm", "transform": True}, **COMMON),
-        objective="mlm", data=POEMS,
-        train=dict(steps=2000, batch_size=32, block_size=64, lr=1e-3, warmup=150,
-                   weight_decay=0.01, holdout=0.1, eval_every=100, eval_batches=16, save_every=100,
+        objective="mlm", data=TANG_TRAIN,
+        train=dict(steps=2000, batch_size=32, block_size=128, lr=1e-3, warmup=150,
+                   weight_decay=0.01, holdout=0.01, eval_every=250, eval_batches=16, save_every=250,
                    keep_best=True),
         blurb="A small BERT (encoder-only, bidirectional, post-norm as in the paper, learned "
               "positions, MLM head with BERT's transform) trained with masked-language modelling on "
-              "the same poems. Hide a character with <mask> and it proposes what fits, using the "
-              "context on both sides (parallel couplets help).",
+              "the same Tang poems. Hide a character with `<mask>` and it proposes what fits, using "
+              "the context on both sides (the parallel lines of a couplet help).",
     ),
     "numerals_t5": dict(
         spec=dict(name="numerals_t5", arch="encoder_decoder", vocab_size=8, max_len=32,
@@ -80,21 +82,25 @@ PRESETS = {
     ),
 }
 
-GPT_PROMPTS = ["床前明月光", "春眠不觉晓", "白日依山尽", "《春晓》孟浩然\n", "大漠孤烟直"]
-NUMERAL_EXAMPLES = [0, 7, 10, 15, 20, 110, 1010, 10086, 100000, 100010, 150000, 1000001, 10010000,
-                    20240601, 99999999]
+GPT_PROMPTS = ["床前明月光，", "春眠不觉晓，", "白日依山尽，", "《春晓》孟浩然\n", "大漠孤烟直，"]
+UI_SAMPLING = dict(do_sample=True, temperature=0.8, top_k=20, top_p=0.95)  # ui/run_tab.py defaults
+BERT_PROBE = "床前明<mask>光，疑是地上霜。"
+NUMERAL_EXAMPLES = [0, 7, 10, 15, 20, 110, 1010, 10086, 100000, 100010, 101000, 150000, 901867,
+                    1000001, 10010000, 20240601, 99999999]
 NUMERAL_TRAIN_SIZE = 200_000
+HAN = re.compile(r"[\u4e00-\u9fff]")
 
 
 def numerals_file(run: Path) -> Path:
     """The generated training pairs (numbers reserved for evaluation are never in it)."""
     path = run / "numerals_train.tsv"
-    if not path.is_file():
-        # repeats allowed: every magnitude keeps its 1/8 share (the ten one-digit numbers included)
-        write_pairs(path, numeral_pairs(NUMERAL_TRAIN_SIZE, seed=0, distinct=False))
+    # written every time (a few seconds), so a file left by an older rule is never reused;
+    # repeats allowed: every magnitude keeps its 1/8 share (the ten one-digit numbers included)
+    write_pairs(path, numeral_pairs(NUMERAL_TRAIN_SIZE, seed=0, distinct=False))
     return path
 
 
+# ---------------------------------------------------------------------- measures (cards and tests)
 def numerals_heldout_eval(model, n: int = 1000, seed: int = 12345) -> tuple[float, list]:
     """Exact match on ``n`` fresh held-out numbers over all magnitudes (greedy, KV cache)."""
     pairs = numeral_pairs(n, seed=seed, heldout=True)
@@ -103,79 +109,298 @@ def numerals_heldout_eval(model, n: int = 1000, seed: int = 12345) -> tuple[floa
     return 1 - len(wrong) / len(pairs), wrong
 
 
+def heldout_ids(tok) -> torch.Tensor:
+    """The held-out poems as one stream ``EOS poem1 EOS poem2 EOS ...`` (the leading EOS gives the
+    first character the same "a poem starts here" context it has in training)."""
+    stream = encode_documents(tok, read_documents(TANG_HELDOUT))
+    return torch.cat([torch.tensor([tok.eos_id]), stream])
+
+
+def train_ids(tok) -> torch.Tensor:
+    return encode_documents(tok, read_documents(TANG_TRAIN))
+
+
+@torch.no_grad()
+def lm_nats(model, ids: torch.Tensor, window: int = 128, stride: int = 64) -> float:
+    """Mean nats per token of ``ids[1:]`` under a causal LM, scored in sliding windows: each token
+    is scored once, with at least ``window - stride`` tokens of context after the first window."""
+    total, count, scored = 0.0, 0, 1  # ids[0] has no context: never scored (as for the baselines)
+    for start in range(0, ids.numel() - 1, stride):
+        chunk = ids[start:start + window + 1]
+        if chunk.numel() < 2:
+            break
+        logp = model(chunk[None, :-1]).float().log_softmax(-1)[0]  # (T, V)
+        tgt = chunk[1:]
+        first = scored - (start + 1)  # targets before this index were scored by earlier windows
+        lp = logp[torch.arange(tgt.numel()), tgt][first:]
+        total -= float(lp.sum())
+        count += lp.numel()
+        scored = start + 1 + tgt.numel()
+        if scored >= ids.numel():
+            break
+    return total / count
+
+
+def first_lines(docs: list[str]) -> list[tuple[str, str]]:
+    """``(first line with its comma, the next line)`` of every poem whose first couplet is two 5- or
+    two 7-character lines: ``("白日依山尽，", "黄河入海流。")``."""
+    out = []
+    for d in docs:
+        lines = d.split("\n")
+        m = re.fullmatch(r"([\u4e00-\u9fff]{5}|[\u4e00-\u9fff]{7})，([\u4e00-\u9fff]+[。？！；])",
+                         lines[1]) if len(lines) > 1 else None
+        if m and len(m.group(2)) == len(m.group(1)) + 1:
+            out.append((m.group(1) + "，", m.group(2)))
+    return out
+
+
+def same_form(expected: str, got: str) -> bool:
+    """``got`` starts with a line of as many Chinese characters as ``expected``'s, closed by the same
+    punctuation mark."""
+    n = len(expected) - 1
+    return (len(got) > n and all(HAN.fullmatch(c) for c in got[:n]) and got[n] == expected[-1])
+
+
+def longest_run(text: str) -> int:
+    """The longest run of one repeated character (``一一一`` -> 3)."""
+    best = run = 0
+    for i, c in enumerate(text):
+        run = run + 1 if i and c == text[i - 1] else 1
+        best = max(best, run)
+    return best
+
+
+def gpt_line_form(model, pairs, seed: int = 0, batch: int = 128) -> dict:
+    """Next-line form at the UI's sampling defaults, and the longest character run under greedy."""
+    prompts = [p for p, _ in pairs]
+    sampled, greedy = [], []
+    for i in range(0, len(prompts), batch):
+        part = prompts[i:i + batch]
+        sampled += model.generate(part, max_new_tokens=9, seed=seed + i, **UI_SAMPLING)
+        greedy += model.generate(part, max_new_tokens=24)
+    ok = [same_form(e, g) for (_, e), g in zip(pairs, sampled)]
+    runs = [longest_run(p + g) for p, g in zip(prompts, greedy)]
+    worst = max(range(len(runs)), key=runs.__getitem__)
+    return {"next_line_form": sum(ok) / len(ok), "prompts": len(ok),
+            "greedy_longest_run": runs[worst], "greedy_worst": prompts[worst] + greedy[worst]}
+
+
+def mask_positions(docs: list[str], tok, max_len: int, seed: int = 0, rate: float = 0.15):
+    """Padded ``(B, T)`` ids of the held-out poems (``《title》author`` line included, as in
+    training) and the positions to hide: about ``rate`` of the Chinese characters of each poem's
+    body, never two side by side (so a bigram baseline sees the same two neighbours as the model)."""
+    gen = random.Random(seed)
+    rows, picks = [], []
+    for d in docs:
+        head, body = d.split("\n", 1)
+        ids = tok.encode(d)[: max_len - 1] + [tok.eos_id]
+        start = len(head) + 1
+        chosen: list[int] = []
+        for j in range(start, len(ids) - 1):
+            if HAN.fullmatch(d[j]) and ids[j] != tok.unk_id and gen.random() < rate and (not chosen or chosen[-1] < j - 1):
+                chosen.append(j)
+        rows.append(ids)
+        picks.append(chosen)
+    return rows, picks
+
+
+@torch.no_grad()
+def bert_masked_accuracy(model, tok, seed: int = 0) -> dict:
+    """Top-1 accuracy on hidden characters of the held-out poems, beside two baselines given the
+    same characters: the most frequent training character, and the smoothed bigram's guess from
+    both neighbours (:func:`zoo.data.bigram_fill`)."""
+    docs = read_documents(TANG_HELDOUT)
+    rows, picks = mask_positions(docs, tok, model.spec.max_len, seed)
+    tr = train_ids(tok)
+    han_ids = torch.tensor([i for c, i in tok.stoi.items() if HAN.fullmatch(c)])
+    counts = torch.bincount(tr, minlength=tok.vocab_size)
+    most = int(han_ids[counts[han_ids].argmax()])
+    hit = total = hit_most = 0
+    lefts, rights, golds = [], [], []
+    for i in range(0, len(rows), 64):
+        part_rows, part_picks = rows[i:i + 64], picks[i:i + 64]
+        T = max(len(r) for r in part_rows)
+        ids = torch.full((len(part_rows), T), tok.pad_id, dtype=torch.long)
+        for b, r in enumerate(part_rows):
+            ids[b, :len(r)] = torch.tensor(r)
+        gold = ids.clone()
+        for b, ps in enumerate(part_picks):
+            ids[b, ps] = tok.mask_id
+        pred = model(ids).argmax(-1)  # (B, T)
+        for b, ps in enumerate(part_picks):
+            for j in ps:
+                g = int(gold[b, j])
+                hit += int(pred[b, j]) == g
+                hit_most += most == g
+                total += 1
+                lefts.append(int(gold[b, j - 1]))
+                rights.append(int(gold[b, j + 1]))
+                golds.append(g)
+    guess = bigram_fill(tr, tok.vocab_size, torch.tensor(lefts), torch.tensor(rights), han_ids)
+    bigram = float((guess == torch.tensor(golds)).float().mean())
+    return {"masked_top1": hit / total, "most_frequent_baseline": hit_most / total,
+            "bigram_baseline": bigram, "masked_chars": total, "most_frequent_char": tok.decode([most])}
+
+
+def poem_metrics(name: str, model) -> dict:
+    """The measures each poem card reports beside its baselines (also checked in tests)."""
+    tok = model.tokenizer
+    if name == "poet_gpt":
+        ids = heldout_ids(tok)
+        base = ngram_baselines(train_ids(tok), ids, tok.vocab_size)
+        form = gpt_line_form(model, first_lines(read_documents(TANG_HELDOUT)))
+        return {"heldout_nats_per_char": lm_nats(model, ids), "unigram_baseline": base["unigram"],
+                "bigram_baseline": base["bigram"], "heldout_tokens": base["tokens"], **form}
+    res = bert_masked_accuracy(model, tok)
+    top = zoo.fill_mask(model, BERT_PROBE, top_k=3)[0]
+    res["probe_top3"] = " ".join(f"{c['text']}({c['p']:.2f})" for c in top)
+    return res
+
+
 def samples(name: str, model, seed: int = 0) -> list[tuple[str, str]]:
     """(input, output) pairs for the model card."""
     if name == "poet_gpt":
         out = []
         for p in GPT_PROMPTS:
-            text = model.generate(p, max_new_tokens=60, do_sample=True, temperature=0.8, top_k=20,
-                                  seed=seed)
+            text = model.generate(p, max_new_tokens=64, seed=seed, **UI_SAMPLING)
             out.append((p, p + text.split("\n\n")[0]))
-        greedy = model.generate(GPT_PROMPTS[0], max_new_tokens=40)
+        greedy = model.generate(GPT_PROMPTS[0], max_new_tokens=48)
         out.append((GPT_PROMPTS[0] + " (greedy)", GPT_PROMPTS[0] + greedy))
         return out
     if name == "poet_bert":
-        from zoo.tasks import fill_mask
-
-        docs = read_documents(POEMS)
-        _, held = split_holdout(docs, PRESETS[name]["train"]["holdout"], 0)
         out = []
-        for doc in held[:8]:  # the whole held-out poem as context (as in training), one char hidden
+        for doc in read_documents(TANG_HELDOUT)[:400:80]:  # five held-out poems, one char hidden
             lines = doc.split("\n")
-            if len(lines) < 3:
-                continue
-            line = lines[2]
-            k = 2 if len(line) > 3 else 0
-            masked_line = line[:k] + "<mask>" + line[k + 1:]
-            text = "\n".join(lines[:2] + [masked_line] + lines[3:5])[:100]  # ~ a training window
-            cands = fill_mask(model, text, top_k=5)[0]
-            shown = " ".join(f"{c.get('text', c['id'])!r}({c['p']:.2f})".replace("'", "")
-                             for c in cands)
-            out.append((f"…{lines[1]} / {masked_line}", f"{shown}  — original: {line[k]}"))
+            line = lines[1]
+            masked_line = line[:2] + "<mask>" + line[3:]
+            text = "\n".join([lines[0], masked_line] + lines[2:4])
+            cands = zoo.fill_mask(model, text, top_k=5)[0]
+            shown = " ".join(f"{c['text']}({c['p']:.2f})" for c in cands)
+            out.append((f"{lines[0]} / `{masked_line}`", f"{shown}; original: {line[2]}"))
+        top = zoo.fill_mask(model, BERT_PROBE, top_k=5)[0]
+        out.append((f"`{BERT_PROBE}`", " ".join(f"{c['text']}({c['p']:.2f})" for c in top)))
         return out
     preds = model.generate([str(n) for n in NUMERAL_EXAMPLES], max_new_tokens=24)
     return [(str(n), p) for n, p in zip(NUMERAL_EXAMPLES, preds)]
 
 
+# ---------------------------------------------------------------------- model card
+DATA_TEXT = {
+    "poet_gpt": ("`data/tang_train.txt.xz`: {train} training poems of the *Complete Tang Poems* "
+                 "(chinese-poetry 2.0.1, MIT; simplified script, cleaned, see `data/SOURCE.md`), "
+                 "{ev} of them held out by the trainer for choosing the step; measures below on the "
+                 "{held} poems of `data/tang_heldout.txt`, never trained on"),
+    "numerals_t5": ("{n:,} generated pairs (`zoo.data.numeral_pairs`, seed 0, repeats allowed; the "
+                    "numbers reserved for evaluation never appear)"),
+}
+DATA_TEXT["poet_bert"] = DATA_TEXT["poet_gpt"]
+
+ZH = {
+    "poet_gpt": ("小型 GPT（仅解码器，因果掩码，前置归一化，可学习位置编码），按字训练于《全唐诗》的四万多首诗"
+                 "（简体）。给出一首诗的第一句，它续写下一句，句长与标点与原诗一致；给出「《题目》作者」，它开始写一首诗。"),
+    "poet_bert": ("小型 BERT（仅编码器，双向注意力，后置归一化，可学习位置编码），以掩码语言模型在同一批唐诗上训练。"
+                  "用 `<mask>` 遮住一个字，它根据前后文给出候选字。"),
+    "numerals_t5": ("小型编码器-解码器（T5 式），把阿拉伯数字写成中文数字（0 到 99,999,999），"
+                    "遵循标准读法：万位组与个位组之间，只有个位组不足四位（以零开头）时才读「零」。"),
+}
+
+
 def model_card(name, preset, result, spec_yaml, extra, sample_rows, info, knobs) -> str:
     f = result.final
     cfg = {k: v for k, v in knobs.items() if k != "progress"}
+    m = extra.get("metrics", {})
+    params = sum(p.numel() for p in result.model.parameters())
+    data = (DATA_TEXT[name].format(train=info.get("train_examples"), ev=info.get("eval_examples"),
+                                   held=extra.get("heldout_poems"), n=NUMERAL_TRAIN_SIZE))
     lines = [f"# {name}", "", preset["blurb"], "",
              "Trained by `python scripts/train_shipped.py " + name + "` "
              "(see the repository README, *Training*).", "",
              "## Use", "", "```python", "import zoo", f'model = zoo.load("{name}")          '
              "# the tokenizer comes with it: model.tokenizer"]
     if name == "poet_gpt":
-        lines += ['model.generate("床前明月光", max_new_tokens=40, do_sample=True, temperature=0.8, top_k=20)']
+        lines += ['model.generate("床前明月光，", max_new_tokens=40, do_sample=True, temperature=0.8, '
+                  'top_k=20, top_p=0.95, seed=0)']
     elif name == "poet_bert":
-        lines += ['zoo.fill_mask(model, "床前明<mask>光")']
+        lines += [f'zoo.fill_mask(model, "{BERT_PROBE}")']
     else:
         lines += ['model.generate("10086")             # -> "一万零八十六"']
     lines += ["```", "", "## Training", "",
               f"- objective: `{preset['objective']}`",
-              f"- data: {info.get('data')}: {info.get('examples'):,} examples "
-              f"({info.get('train_examples')} train / {info.get('eval_examples')} held out), "
-              f"tokenizer `{info.get('tokenizer')}` with {info.get('vocab_size')} tokens",
+              f"- data: {data}; tokenizer `{info.get('tokenizer')}` with {info.get('vocab_size')} tokens",
               f"- steps: {result.step}, settings: `{json.dumps(cfg)}`",
-              *([f"- shipped weights: step {f['best_step']}, the lowest held-out loss "
-                 f"({f['best_eval_loss']:.4f}; `keep_best`)"] if f.get("best_step") else []),
+              *([f"- shipped weights: step {f['best_step']}, the lowest loss on the trainer's "
+                 f"held-out poems ({f['best_eval_loss']:.4f}; `keep_best`)"] if f.get("best_step") else []),
               f"- wall time: {result.wall_time / 60:.1f} min on {extra['hardware']}",
-              f"- parameters: {sum(p.numel() for p in result.model.parameters()):,}", "",
-              "## Final metrics (held-out data)", ""]
-    for k, v in {**f, **extra.get("metrics", {})}.items():
-        if k in ("wall_time_s", "steps"):
-            continue
-        lines.append(f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}")
-    lines += ["", "![loss curve](loss.png)", "", "## Sample outputs", "", "| input | output |",
-              "|---|---|"]
+              *([f"- {extra['cpu_note']}"] if extra.get("cpu_note") else []),
+              f"- parameters: {params:,} (float32, {params * 4 / 2**20:.1f} MiB)", ""]
+    lines += measures(name, f, m)
+    lines += ["", "![loss curve](loss.png)", "", "## Sample outputs", ""]
+    if name == "poet_gpt":
+        lines += ["Sampled at the UI's defaults (temperature 0.8, top-k 20, top-p 0.95, seed 0), and "
+                  "one greedy continuation:", ""]
+    lines += ["| input | output |", "|---|---|"]
     for a, b in sample_rows:
         cell = lambda s: s.replace("|", "\\|").replace("\n", " / ")  # noqa: E731
         lines.append(f"| {cell(a)} | {cell(b)} |")
     if extra.get("wrong"):
         lines += ["", "Some held-out mistakes (number, expected, got):", ""]
         lines += [f"- {s}: {t} / {p}" for s, t, p in extra["wrong"][:10]]
+    lines += ["", "## 中文", "", ZH[name], "",
+              f"- 训练命令：`python scripts/train_shipped.py {name}`；{result.step} 步，"
+              f"用时 {result.wall_time / 60:.1f} 分钟（{extra['hardware']}），参数 {params:,} 个。"]
+    lines += zh_measures(name, m)
     lines += ["", "## Spec", "", "```yaml", spec_yaml.rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def measures(name: str, f: dict, m: dict) -> list[str]:
+    out = ["## Results", ""]
+    if name == "poet_gpt":
+        out += ["On the held-out poems (`data/tang_heldout.txt`), against baselines computed by the same "
+                "script on the same text:", "",
+                "| measure | poet_gpt | baseline |", "|---|---|---|",
+                f"| nats per character ({m['heldout_tokens']:,} characters) | "
+                f"**{m['heldout_nats_per_char']:.3f}** | unigram {m['unigram_baseline']:.3f}, "
+                f"smoothed bigram {m['bigram_baseline']:.3f} |",
+                f"| next line has the first line's length and the original's closing mark "
+                f"({m['prompts']} held-out 5- and 7-character poems, UI sampling defaults) | "
+                f"**{m['next_line_form']:.1%}** | |",
+                f"| longest run of one character, greedy, same prompts | **{m['greedy_longest_run']}** | |"]
+    elif name == "poet_bert":
+        out += ["On the held-out poems (`data/tang_heldout.txt`): about 15% of the Chinese characters "
+                "of each poem hidden (never two side by side), against baselines given the same "
+                "characters:", "",
+                "| measure | poet_bert | most frequent character | smoothed bigram (both neighbours) |",
+                "|---|---|---|---|",
+                f"| top-1 accuracy on {m['masked_chars']:,} hidden characters | "
+                f"**{m['masked_top1']:.1%}** | {m['most_frequent_baseline']:.1%} "
+                f"(always {m['most_frequent_char']}) | {m['bigram_baseline']:.1%} |", "",
+                f"`{BERT_PROBE}` top 3: {m['probe_top3']}"]
+    else:
+        out += [f"- exact match on 1,000 fresh held-out numbers over all magnitudes (greedy): "
+                f"**{m['heldout_exact_match_1000']:.1%}**",
+                f"- exact match on the trainer's held-out pairs: {f.get('eval_exact_match', 0):.1%} "
+                f"(of {f.get('eval_exact_match_n')})"]
+    out += ["", "Trainer's log: " + ", ".join(
+        f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in f.items()
+        if k not in ("wall_time_s", "steps", "unigram_baseline_loss"))]
+    return out
+
+
+def zh_measures(name: str, m: dict) -> list[str]:
+    if name == "poet_gpt":
+        return [f"- 留出诗（从未训练）上的每字交叉熵：{m['heldout_nats_per_char']:.3f} nats；"
+                f"一元基线 {m['unigram_baseline']:.3f}，平滑二元基线 {m['bigram_baseline']:.3f}。",
+                f"- 给出 {m['prompts']} 首五言、七言留出诗的首句，按界面默认采样（温度 0.8，top-k 20，"
+                f"top-p 0.95）续写：下一句字数与标点正确的比例 {m['next_line_form']:.1%}。",
+                f"- 贪心解码时同一个字最多连续出现 {m['greedy_longest_run']} 次。"]
+    if name == "poet_bert":
+        return [f"- 留出诗中遮住的 {m['masked_chars']:,} 个字，首选正确率 {m['masked_top1']:.1%}；"
+                f"基线：总猜最常见字 {m['most_frequent_baseline']:.1%}，平滑二元模型（看左右两个字）"
+                f"{m['bigram_baseline']:.1%}。",
+                f"- `{BERT_PROBE}` 的前三候选：{m['probe_top3']}。"]
+    return [f"- 1,000 个从未训练过的数字（各种位数）上完全正确率 {m['heldout_exact_match_1000']:.1%}；"
+            "训练数据与 `cn2an` 在 100,000 个数字上零差异（tests/test_numerals.py）。"]
 
 
 def finished_run(run_dir: Path) -> TrainResult:
@@ -183,11 +408,46 @@ def finished_run(run_dir: Path) -> TrainResult:
     recs = read_metrics(run_dir)
     end = next((r for r in reversed(recs) if r.get("event") == "end"), None)
     if end is None:
-        raise SystemExit(f"{run_dir} has no finished run (no 'end' record in metrics.jsonl)")
+        raise SystemExit(f"{run_dir.name}: no finished run (no 'end' record in metrics.jsonl)")
     model = zoo.load(run_dir)
     final = {k: v for k, v in end.items() if k not in ("event", "step")}
     return TrainResult(model=model, tokenizer=model.tokenizer, final=final, history=recs,
                        out=run_dir, step=end["step"], wall_time=end.get("wall_time_s", 0.0))
+
+
+def hardware(device: str, threads: int) -> str:
+    """Which machine produced the weights, without names of this machine's paths."""
+    if device.startswith("cuda"):
+        return f"1 GPU ({torch.cuda.get_device_name(0)})"
+    cpu = platform.processor() or platform.machine()
+    return f"CPU, {threads} thread{'s' if threads > 1 else ''} ({cpu})"
+
+
+def time_steps(name: str, args) -> dict:
+    """Train ``args.time_steps`` steps of the preset (no evaluation, no export) and estimate the
+    whole run's wall time on this machine from the steps after the first few (warm-up)."""
+    import tempfile
+
+    preset = PRESETS[name]
+    data = preset["data"] or numerals_file(Path(tempfile.mkdtemp()))
+    knobs = {**preset["train"], "keep_best": False, "progress": False}
+    n = args.time_steps
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        result = train(zoo.spec(preset["spec"]), data, out=Path(tmp) / name,
+                       objective=preset["objective"], fit_vocab=True, overwrite=True,
+                       seed=args.seed, device=args.device, bf16=False,
+                       **{**knobs, "steps": n, "eval_every": n, "save_every": n, "log_every": 5})
+    logs = [r for r in result.history if "elapsed_s" in r and "loss" in r]
+    a, b = logs[0], logs[-1]  # step 5 and step n
+    per_step = (b["elapsed_s"] - a["elapsed_s"]) / (b["step"] - a["step"])
+    setup = time.time() - t0 - result.wall_time
+    steps = preset["train"]["steps"]
+    est = setup + per_step * steps * 1.03  # + periodic evaluation, about 3%
+    out = {"name": name, "device": args.device, "threads": args.threads, "per_step_s": per_step,
+           "preset_steps": steps, "setup_s": setup, "estimated_total_min": est / 60}
+    print(json.dumps(out))
+    return out
 
 
 def run(name: str, args) -> dict:
@@ -207,30 +467,32 @@ def run(name: str, args) -> dict:
         knobs = {k: stored[k] for k in preset["train"]}
     elif args.resume:
         result = train(None, data, out=run_dir, resume=True, steps=knobs["steps"],
-                       progress=knobs["progress"])
+                       progress=knobs["progress"], device=args.device)
     else:
+        # fp32 on every device (no bf16 autocast on a GPU), so the CPU path trains the same recipe
         result = train(zoo.spec(preset["spec"]), data, out=run_dir, objective=preset["objective"],
-                       fit_vocab=True, overwrite=True, seed=args.seed, **knobs)
+                       fit_vocab=True, overwrite=True, seed=args.seed, device=args.device,
+                       bf16=False, **knobs)
     if result.interrupted:
         print("interrupted; resume with --resume")
         return {}
-    # small data overfits: with keep_best the checkpoint with the lowest held-out loss is shipped
+    # with keep_best the checkpoint with the lowest held-out loss is shipped
     src_dir = run_dir / "best" if knobs.get("keep_best") and (run_dir / "best").is_dir() else run_dir
     model = zoo.load(src_dir)
-    threads = torch.get_num_threads()
-    cpu = platform.processor() or platform.machine()
-    extra = {"hardware": f"{threads} CPU thread{'s' if threads > 1 else ''} ({cpu})"
-             if not torch.cuda.is_available() else torch.cuda.get_device_name(0), "metrics": {}}
+    info = next((r for r in result.history if r.get("event") == "start"), {})
+    device = str(info.get("device", "cpu"))
+    extra = {"hardware": args.hardware or hardware(device, args.threads), "metrics": {},
+             "cpu_note": args.cpu_note}
     if name == "numerals_t5":
         acc, wrong = numerals_heldout_eval(model)
         extra["metrics"]["heldout_exact_match_1000"] = acc
         extra["wrong"] = wrong
+    else:
+        extra["metrics"].update(poem_metrics(name, model))
+        extra["heldout_poems"] = len(read_documents(TANG_HELDOUT))
     rows = samples(name, model)
     for a, b in rows:
         print(f"  {a!r} -> {b!r}")
-    info = next((r for r in result.history if r.get("event") == "start"), {})
-    info["data"] = "data/poems.txt" if preset["data"] else (
-        f"{NUMERAL_TRAIN_SIZE:,} generated pairs (zoo.data.numeral_pairs, seed 0, repeats allowed)")
     summary = {"name": name, **result.final, **extra["metrics"], "wall_time_s": result.wall_time,
                "total_s": time.time() - t0}
     print(json.dumps(summary, ensure_ascii=False, indent=1))
@@ -243,7 +505,7 @@ def run(name: str, args) -> dict:
         spec_yaml = (run_dir / "spec.yaml").read_text(encoding="utf-8")
         (dest / "README.md").write_text(model_card(name, preset, result, spec_yaml, extra, rows, info, knobs),
                                         encoding="utf-8")
-        print(f"exported to {dest}")
+        print(f"exported to checkpoints/{name}")
     return summary
 
 
@@ -253,18 +515,23 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, help="override the preset's step count (quick tries)")
     ap.add_argument("--runs", default=str(ROOT / "runs"), help="where runs are written [runs/]")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu (the reference path) or cuda [cpu]")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads [2]; use 1 on a "
                     "busy machine (OpenMP threads spin-wait when the cores are oversubscribed)")
     ap.add_argument("--resume", action="store_true", help="continue a killed run")
     ap.add_argument("--card-only", action="store_true",
                     help="do not train: evaluate the finished run in runs/ and (re)export it")
+    ap.add_argument("--hardware", help="with --card-only: the machine that trained the run, for the card")
+    ap.add_argument("--cpu-note", help="a line for the card about the CPU path (e.g. its measured time)")
     ap.add_argument("--no-export", action="store_true", help="do not copy into checkpoints/")
     ap.add_argument("--export-to", default=str(ROOT / "checkpoints"), help="[checkpoints/]")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--time-steps", type=int, metavar="N",
+                    help="only time N steps and estimate the whole run's wall time here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     for name in (PRESETS if args.name == "all" else [args.name]):
-        run(name, args)
+        time_steps(name, args) if args.time_steps else run(name, args)
 
 
 if __name__ == "__main__":

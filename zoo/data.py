@@ -322,3 +322,53 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad: int, length: int | None = None
     for i, s in enumerate(seqs):
         out[i, : len(s)] = torch.tensor(s[:T], dtype=torch.long)
     return out
+
+
+# ---------------------------------------------------------------------- baselines to beat
+def _bigram_tables(train_ids: torch.Tensor, vocab: int):
+    """Counts for the unigram and the Witten-Bell bigram: ``(unigram probs (V,), bigram counts
+    (V, V), context counts (V,), Witten-Bell weights (V,))``."""
+    uni = (torch.bincount(train_ids, minlength=vocab).double() + 1) / (train_ids.numel() + vocab)
+    prev, nxt = train_ids[:-1], train_ids[1:]
+    pairs = torch.zeros(vocab * vocab, dtype=torch.float32)
+    pairs.index_add_(0, prev * vocab + nxt, torch.ones(prev.numel()))
+    pairs = pairs.view(vocab, vocab)  # (V, V): pairs[a, b] = how often b follows a
+    n_ctx = pairs.sum(1).double()  # (V,)
+    types = (pairs > 0).sum(1).double()  # (V,) distinct followers
+    lam = torch.where(n_ctx > 0, n_ctx / (n_ctx + types), torch.zeros_like(n_ctx))
+    return uni, pairs, n_ctx, lam
+
+
+def ngram_baselines(train_ids: torch.Tensor, eval_ids: torch.Tensor, vocab: int) -> dict:
+    """Held-out cross-entropy (nats per token) of two models with no neural network, for a language
+    model to beat, on the same transitions ``eval_ids[t-1] -> eval_ids[t]`` (``t >= 1``):
+
+    - **unigram**: training frequencies with add-one smoothing, ``(c(b) + 1) / (N + V)``;
+    - **bigram**: ``P(b | a) = λ_a c(a, b) / c(a) + (1 - λ_a) P_unigram(b)`` with Witten-Bell's
+      ``λ_a = c(a) / (c(a) + T(a))``, ``T(a)`` the number of distinct characters seen after ``a``
+      (a context seen followed by many different characters trusts its counts less).
+    """
+    uni, pairs, n_ctx, lam = _bigram_tables(train_ids, vocab)
+    a, b = eval_ids[:-1], eval_ids[1:]
+    seen = pairs[a, b].double() / n_ctx[a].clamp(min=1)
+    p_bi = lam[a] * seen + (1 - lam[a]) * uni[b]
+    return {"unigram": float(-uni[b].log().mean()), "bigram": float(-p_bi.log().mean()),
+            "tokens": int(b.numel())}
+
+
+def bigram_fill(train_ids: torch.Tensor, vocab: int, left: torch.Tensor, right: torch.Tensor,
+                candidates: torch.Tensor) -> torch.Tensor:
+    """The smoothed bigram's guess for a hidden character between ``left`` and ``right`` (ids,
+    shape ``(N,)``): ``argmax_c P(c | left) P(right | c)`` over ``candidates`` (ids), the baseline a
+    masked language model must beat with the same two neighbours in view."""
+    uni, pairs, n_ctx, lam = _bigram_tables(train_ids, vocab)
+    c = candidates
+    out = torch.empty_like(left)
+    for i in range(0, left.numel(), 256):
+        lt, rt = left[i:i + 256], right[i:i + 256]
+        p_c = (lam[lt, None] * pairs[lt][:, c].double() / n_ctx[lt, None].clamp(min=1)
+               + (1 - lam[lt, None]) * uni[c][None, :])  # (n, C): P(c | left)
+        p_r = (lam[c][None, :] * pairs[:, rt][c].T.double() / n_ctx[c][None, :].clamp(min=1)
+               + (1 - lam[c][None, :]) * uni[rt][:, None])  # (n, C): P(right | c)
+        out[i:i + 256] = c[(p_c * p_r).argmax(1)]
+    return out
