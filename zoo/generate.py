@@ -232,6 +232,14 @@ TRANSPOSED_HEAD_MIN = 1 << 22
 
 
 def _make_head(model, steps: int):
+    """The next-token logits of the last position, soft-capped when the spec says so."""
+    head = _linear_head(model, steps)
+    if model.spec.logit_softcap is None:
+        return head
+    return lambda hidden: model._head_out(head(hidden))
+
+
+def _linear_head(model, steps: int):
     """``hidden (B, T, D) -> logits (B, V)`` of the last position only: the LM head over every
     prompt position would cost ``T x D x V`` for nothing.
 

@@ -11,14 +11,14 @@ back (``transpose`` + ``reshape``) and project.  The projection of all heads tog
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
 
 from .components import BuildContext, MaskContext, PositionScheme, causal_mask, guard_empty_rows
-from .errors import ZooError
+from .errors import SpecError, ZooError
 from .spec import StackSpec
 
 
@@ -138,9 +138,14 @@ class Attention(nn.Module):
     ``q`` projection of the decoder states and a fused ``kv`` projection of the encoder memory.
     """
 
-    def __init__(self, st: StackSpec, ctx: BuildContext, kernel: nn.Module, cross: bool = False):
+    def __init__(self, st: StackSpec, ctx: BuildContext, kernel: nn.Module, cross: bool = False,
+                 head_norm=None):
         super().__init__()
         self.h, self.h_kv, self.hd = st.num_heads, st.num_kv_heads, st.head_dim
+        # q/k norm (Qwen3, OLMo 2, Gemma 3): the stack's norm type over each head's features,
+        # on queries and keys before positions -- it bounds the attention logits
+        self.q_norm = head_norm() if head_norm is not None else None
+        self.k_norm = head_norm() if head_norm is not None else None
         d, inner, kv_inner = ctx.d_model, st.num_heads * st.head_dim, st.num_kv_heads * st.head_dim
         self.is_cross = cross
         if cross:
@@ -161,6 +166,8 @@ class Attention(nn.Module):
         if a.memory is None:
             qkv = self.qkv(x).view(B, T, h + 2 * h_kv, hd).transpose(1, 2)  # (B, h + 2 h_kv, T, hd)
             q, k, v = qkv.split([h, h_kv, h_kv], dim=1)  # (B, h, T, hd), (B, h_kv, T, hd) x 2
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)  # normalised over hd, per head
             if a.rotary is not None:
                 q, k = a.rotary.rotate(q, k, a.rot_state)
             if cache is not None:
@@ -188,7 +195,7 @@ class Block(nn.Module):
     def __init__(self, st: StackSpec, ctx: BuildContext, parts: "_Parts"):
         super().__init__()
         self.attn_res = parts.placement()
-        self.attn = Attention(st, ctx, parts.kernel())
+        self.attn = Attention(st, ctx, parts.kernel(), head_norm=parts.head_norm if st.qk_norm else None)
         if st.cross_attention:
             self.cross_res = parts.placement()
             self.cross = Attention(st, ctx, parts.kernel(), cross=True)
@@ -198,11 +205,19 @@ class Block(nn.Module):
         self.ffn = parts.ffn()
         self.drop = nn.Dropout(st.dropout)
         self.has_dropout = st.dropout > 0  # static: forward skips three no-op module calls
+        self.parallel = st.parallel_residual
+        if self.parallel and st.cross_attention:
+            raise SpecError("parallel_residual has no cross-attention form", where="decoder.parallel_residual",
+                            fix="use parallel_residual in decoder-only or encoder-only models")
 
     def forward(self, x: torch.Tensor, a: AttnArgs, cross: AttnArgs | None = None,
                 cache: LayerCache | None = None) -> torch.Tensor:
         """``a``: the self-attention arguments; ``cross``: the cross-attention ones (with memory)."""
         drop = self.drop if self.has_dropout and self.training else _identity
+        if self.parallel:  # GPT-J / GPT-NeoX: x + attn(n1(x)) + ffn(n2(x)), both read the same x
+            y = self.attn(self.attn_res.enter(x), a, cache)
+            f = self.ffn(self.ffn_res.enter(x))
+            return self.ffn_res.exit(self.attn_res.exit(x, drop(y)), drop(f))
         y = self.attn(self.attn_res.enter(x), a, cache)
         x = self.attn_res.exit(x, drop(y))
         if self.cross is not None:
@@ -229,6 +244,10 @@ class _Parts:
     def norm(self):
         return self._get("norm", self.st.norm)(self.st.norm.config, self.ctx)
 
+    def head_norm(self):
+        """The stack's norm type sized for one head (``head_dim`` features): q/k norm."""
+        return self._get("norm", self.st.norm)(self.st.norm.config, replace(self.ctx, d_model=self.st.head_dim))
+
     def placement(self):
         return self._get("placement", self.st.placement)(self.st.placement.config, self.ctx, self.norm)
 
@@ -238,8 +257,8 @@ class _Parts:
     def positions(self):
         return self._get("position", self.st.positions)(self.st.positions.config, self.ctx)
 
-    def masks(self):
-        return [self._get("mask", m)(m.config, self.ctx) for m in self.st.mask]
+    def masks(self, rules=None):
+        return [self._get("mask", m)(m.config, self.ctx) for m in (rules or self.st.mask)]
 
 
 class Stack(nn.Module):
@@ -255,6 +274,10 @@ class Stack(nn.Module):
         parts = _Parts(st, ctx, registry)
         self.positions = parts.positions()
         self.masks = nn.ModuleList(parts.masks())
+        # mask_pattern: layer i uses rule group i % len (Gemma 2: local, global, local, ...)
+        pattern = st.mask_pattern or ()
+        self.pattern = nn.ModuleList([nn.ModuleList(parts.masks(rules)) for rules in pattern])
+        self.pattern_plain = [all(type(m).is_causal for m in g) for g in self.pattern]
         self.blocks = nn.ModuleList([Block(st, ctx, parts) for _ in range(st.num_layers)])
         placement_cls = registry.get("placement", st.placement.kind).cls
         self.final_norm = parts.norm() if placement_cls.final_norm else nn.Identity()
@@ -265,15 +288,18 @@ class Stack(nn.Module):
         self.fused_causal = registry.get("attention", st.attention.kind).capabilities.fused_causal
         self.num_layers = st.num_layers
 
-    def build_mask(self, mctx: MaskContext) -> tuple[torch.Tensor | None, bool]:
-        """``(mask (B|1, 1, Tq, Tk) bool or None, is_causal)``; padding joins automatically."""
-        if self.plain_causal and mctx.key_padding is None:
+    def build_mask(self, mctx: MaskContext, rules=None, plain_causal=None) -> tuple[torch.Tensor | None, bool]:
+        """``(mask (B|1, 1, Tq, Tk) bool or None, is_causal)``; padding joins automatically.
+        ``rules``: another group of mask rules than the stack's (a layer of ``mask_pattern``)."""
+        rules = self.masks if rules is None else rules
+        plain_causal = self.plain_causal if plain_causal is None else plain_causal
+        if plain_causal and mctx.key_padding is None:
             if mctx.q_offset == 0 and mctx.q_len == mctx.k_len:
                 return None, True  # kernels take the fused causal path
             if mctx.q_len == 1:
                 return None, False  # the newest token may see every cached one
         mask = None
-        for rule in self.masks:
+        for rule in rules:
             m = rule(mctx)
             if m is not None:
                 mask = m if mask is None else mask & m
@@ -316,8 +342,16 @@ class Stack(nn.Module):
         if memory is not None:
             memory_mask = memory_padding[:, None, None, :] if memory_padding is not None else None
             cross = AttnArgs.make(T, memory.size(1), x.device, mask=memory_mask, memory=memory)
+        per_layer = [a]
+        if len(self.pattern):  # mask_pattern: one set of attention arguments per rule group
+            per_layer = []
+            for rules, plain in zip(self.pattern, self.pattern_plain):
+                m, causal = self.build_mask(mctx, rules, plain)
+                per_layer.append(AttnArgs.make(T, offset + T, x.device, mask=m, is_causal=causal,
+                                               fused_causal=self.fused_causal, bias=a.bias,
+                                               rotary=a.rotary, rot_state=a.rot_state))
         for i, block in enumerate(self.blocks):
-            x = block(x, a, cross, cache.layers[i] if cache is not None else None)
+            x = block(x, per_layer[i % len(per_layer)], cross, cache.layers[i] if cache is not None else None)
         if cache is not None:
             cache.length = offset + T
         return self.final_norm(x)

@@ -93,6 +93,12 @@ class ZooModel(nn.Module):
         by ``d_model ** -0.5`` before its tied output projection)."""
         return x if self.spec.head_scale is None else x * self.spec.head_scale
 
+    def _head_out(self, logits: torch.Tensor) -> torch.Tensor:
+        """Soft-capped logits ``cap * tanh(logits / cap)`` when ``spec.logit_softcap`` is set (Gemma
+        2): smooth, order-preserving, and never beyond ``±cap``."""
+        cap = self.spec.logit_softcap
+        return logits if cap is None else cap * torch.tanh(logits / cap)
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -123,7 +129,7 @@ class DecoderModel(ZooModel):
         self.tok_emb = nn.Embedding(spec.vocab_size, spec.d_model)
         self.decoder = make_stack(spec, "decoder", registry)
         self.embed = Embeddings(spec, self.decoder, self._norm_factory("decoder", registry))
-        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.head_bias)
         self.tie_weights()
 
     def new_cache(self) -> KVCache:
@@ -143,7 +149,7 @@ class DecoderModel(ZooModel):
         pos = positions_from_padding(pad, T, ids.device, offset)
         x = self.embed(ids, pos, self.tok_emb, self.decoder.positions, token_type_ids)  # (B, T, D)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, prefix_lengths=prefix_lengths)
-        return x if return_hidden else self.lm_head(self._head_in(x))  # (B, T, V)
+        return x if return_hidden else self._head_out(self.lm_head(self._head_in(x)))  # (B, T, V)
 
 
 class EncoderModel(ZooModel):
@@ -216,7 +222,7 @@ class EncoderDecoderModel(ZooModel):
         self.decoder = make_stack(spec, "decoder", registry)
         self.enc_embed = Embeddings(spec, self.encoder, self._norm_factory("encoder", registry))
         self.dec_embed = Embeddings(spec, self.decoder, self._norm_factory("decoder", registry))
-        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+        self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.head_bias)
         self.tie_weights()
 
     def new_cache(self) -> KVCache:
@@ -242,7 +248,7 @@ class EncoderDecoderModel(ZooModel):
         x = self.dec_embed(tgt_ids, pos, self.tok_emb, self.decoder.positions)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, memory=memory,
                          memory_padding=memory_padding)
-        return x if return_hidden else self.lm_head(self._head_in(x))
+        return x if return_hidden else self._head_out(self.lm_head(self._head_in(x)))
 
     def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask=None, tgt_mask=None,
                 return_hidden: bool = False) -> torch.Tensor:
