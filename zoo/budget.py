@@ -76,6 +76,27 @@ def resolve_budget(budget: Any, device: Any = None) -> tuple[float, str]:
     return float(budget), "the budget you set"
 
 
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str, where: str = "--budget") -> float:
+    """``"64GB"``, ``"512 MiB"``, ``"1e9"`` or ``"inf"`` -> bytes (for ``--budget``)."""
+    import re
+
+    m = re.fullmatch(r"\s*([0-9.eE+]+|inf)\s*([A-Za-z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise SpecError(f"cannot read {str(text)[:40]!r} as a size", where=where,
+                        fix="write e.g. 64GB, 512MiB or inf")
+    try:
+        value = float(m.group(1)) * _UNITS[unit]
+    except ValueError:
+        raise SpecError(f"cannot read {str(text)[:40]!r} as a size", where=where,
+                        fix="write e.g. 64GB, 512MiB or inf") from None
+    return resolve_budget(value)[0]
+
+
 # ---------------------------------------------------------------------- naming the field
 def _candidates(spec) -> list[tuple[str, int]]:
     """``(where, value)`` of every integer size in the spec, most likely culprits first."""

@@ -1,11 +1,14 @@
 """The ``zoo`` command line.  Each sub-command lives in ``zoo/commands/<name>.py`` as a click command
 named ``command`` and is imported only when invoked, so ``zoo --help`` stays fast.
 
-Every :class:`zoo.ZooError` is printed as one clear line (exit status 2), never a traceback.
+A user error (every :class:`zoo.ZooError`) is printed as one line -- where, what, the fix -- with exit
+status 2, never a traceback.  Anything else is a bug (in zoo or a plugin): one short line naming the
+exception, exit status 1, and ``zoo --debug ...`` (or ``ZOO_DEBUG=1``) shows the full traceback.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -14,6 +17,7 @@ import click
 COMMANDS = {
     "components": ("components", "List registered components (by family) and their plugins."),
     "build": ("build", "Build a model from a spec and print its summary."),
+    "check": ("check", "Check a checkpoint (header, metadata, spec, shapes, digest) without loading it."),
     "run": ("run", "Generate from a checkpoint, streaming (fill-mask / classify for encoders)."),
     "inspect": ("inspect", "Write attention figures (PNG) and captured numbers (JSON) for a text."),
     "convert": ("convert", "Convert a Hugging Face save_pretrained folder (GPT-2, BERT, Llama, T5) to a zoo checkpoint."),
@@ -43,24 +47,43 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="zoo-transformers", prog_name="zoo")
-def cli():
+@click.option("--debug", is_flag=True, help="Show the full traceback of an unexpected error.")
+def cli(debug):
     """zoo: assemble, run, inspect and train Transformers from pluggable parts."""
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """``text`` on one line (newlines folded), at most ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def main(argv=None):
     from .errors import ZooError
 
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args[:next((i for i, a in enumerate(args) if a in COMMANDS), len(args))] \
+        or os.environ.get("ZOO_DEBUG", "") not in ("", "0")
     try:
-        return cli.main(args=argv, prog_name="zoo", standalone_mode=False)
+        return cli.main(args=args, prog_name="zoo", standalone_mode=False)
     except ZooError as exc:
-        click.secho(f"error: {exc}", fg="red", err=True)
+        click.secho(f"error: {one_line(exc)}", fg="red", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # a bug, not a user error: say so in one line
+        if debug:
+            raise
+        click.secho(f"error: unexpected {type(exc).__name__}: {one_line(exc, 300)} -- this is a bug "
+                    f"in zoo or a plugin; run `zoo --debug ...` to see the traceback", fg="red",
+                    err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -519,6 +519,33 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
 
     get_registry().check_runtime(spec, dtype=dt, device=dev)  # declared dtypes / devices
     model = build(spec, device="meta", init=False, budget=budget)
+    need = match_tensors(model, entries, tied, where, strict=strict)
+    try:
+        with safe_open(str(file), framework="pt", device=str(dev)) as f:
+            state = {}
+            for name in sorted(need):
+                t = f.get_tensor(name)
+                state[name] = t.to(dt) if dt is not None else t  # cast one tensor at a time
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"corrupt or truncated checkpoint: {clip(exc)}", where=where,
+                              fix="re-save it; zoo only reads valid safetensors files") from exc
+    model.load_state_dict(state, strict=False, assign=True)  # the read tensors become the weights
+    model.tie_weights()
+    _materialize(model, dev)  # what is still on meta: non-persistent buffers (and, non-strict, gaps)
+    model.reset_buffers()
+    if dt is not None:
+        model = model.to(dt)
+    model.eval()
+    model.checkpoint_metadata = meta
+    if info["tokenizer"] is not None:
+        model.tokenizer = _tokenizer_from(info["tokenizer"], where)
+    return model
+
+
+def match_tensors(model: torch.nn.Module, entries: dict, tied: dict[str, str], where: str, *,
+                  strict: bool = True) -> set[str]:
+    """Hold the header's tensors against a (meta) model: ``zoo.tied`` pairs, names and every shape
+    -- before any tensor is read.  Returns the names to read."""
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     bad_tied = {a: b for a, b in tied.items() if a not in expected or b not in expected
                 or a in entries or expected[a] != expected[b]}
@@ -541,26 +568,55 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
                 f"tensor '{clip(name, 80)}' has shape {entries[name][1]}, the spec needs "
                 f"{expected[name]}", where=where,
                 fix="the spec and the weights disagree; re-save the checkpoint")
+    return need & stored
+
+
+def check(source: str | os.PathLike, *, digest: bool = True, report=None) -> list[tuple[str, str]]:
+    """Everything :func:`load` checks, without reading the weights into a model, plus the digest:
+    ``[(step, detail), ...]``; the first failing step raises its :class:`CheckpointError`.
+    ``report(step, detail)`` is called as each step passes (``zoo check`` prints them)."""
+    from . import budget as budgets
+    from .build import build
+
+    rows: list[tuple[str, str]] = []
+
+    def done(step, detail):
+        rows.append((step, detail))
+        if report is not None:
+            report(step, detail)
+
+    file = resolve_checkpoint(source)
+    where = str(file)
+    entries, meta, start = read_header(file)
+    nbytes = sum(e - b for _, _, (b, e) in entries.values())
+    done("header", f"{len(entries)} tensors, {budgets.human_bytes(nbytes)} of data, "
+                   f"{len(meta)} metadata entries")
+    info = checked_metadata(meta, where)
+    done("metadata", "tied, plugins, plugin_sources, tokenizer and digest entries are well-formed")
+    spec = load_spec(file)
+    done("spec", f"{spec.name} ({spec.arch}), valid")
+    kinds = sorted({d for d, _, _ in entries.values()})
+    _check_dtypes(entries, torch.float32, where)
+    done("dtypes", ", ".join(kinds) + (" (mixed: zoo.load needs dtype=)" if len(kinds) > 1 else ""))
     try:
-        with safe_open(str(file), framework="pt", device=str(dev)) as f:
-            state = {}
-            for name in sorted(need & stored):
-                t = f.get_tensor(name)
-                state[name] = t.to(dt) if dt is not None else t  # cast one tensor at a time
-    except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"corrupt or truncated checkpoint: {clip(exc)}", where=where,
-                              fix="re-save it; zoo only reads valid safetensors files") from exc
-    model.load_state_dict(state, strict=False, assign=True)  # the read tensors become the weights
-    model.tie_weights()
-    _materialize(model, dev)  # what is still on meta: non-persistent buffers (and, non-strict, gaps)
-    model.reset_buffers()
-    if dt is not None:
-        model = model.to(dt)
-    model.eval()
-    model.checkpoint_metadata = meta
+        budgets.check(spec)
+    except SpecError as exc:
+        raise CheckpointError(f"the stored spec asks for too much memory: {exc.what}",
+                              where=f"{where}: zoo.spec.{exc.where}", fix=exc.fix) from exc
+    _check_embedding(spec, entries, where)
+    model = build(spec, device="meta", init=False)
+    need = match_tensors(model, entries, info["tied"], where)
+    done("tensors", f"all {len(need)} names and shapes match the spec ({len(info['tied'])} tied)")
     if info["tokenizer"] is not None:
-        model.tokenizer = _tokenizer_from(info["tokenizer"], where)
-    return model
+        tok = _tokenizer_from(info["tokenizer"], where)
+        done("tokenizer", f"{info['tokenizer']['kind']}, {tok.vocab_size} ids")
+    if digest:
+        if info["digest"] is None:
+            done("digest", "none stored (saved by an older zoo): integrity not checked")
+        else:
+            verify_digest(file, meta)
+            done("digest", f"{info['digest'][:23]}... matches the tensor bytes")
+    return rows
 
 
 def _check_dtypes(entries: dict, dt: torch.dtype | None, where: str) -> None:

@@ -13,10 +13,14 @@ from zoo.summary import summary
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--save", "save_to", type=click.Path(), help="Save the (random-init) model here.")
 @click.option("--yaml", "show_yaml", is_flag=True, help="Print the full, validated spec.")
-def command(spec, sets, seed, save_to, show_yaml):
+@click.option("--budget", default=None, metavar="SIZE",
+              help="Most memory the model may take, e.g. 64GB or inf (default: available memory).")
+def command(spec, sets, seed, save_to, show_yaml, budget):
     """Build SPEC (a YAML path or preset name) and print parameters per component and shapes."""
+    from zoo.budget import parse_bytes
+
     overrides = parse_sets(sets)
-    model = zoo.build(spec, seed=seed, **overrides)
+    model = zoo.build(spec, seed=seed, budget=parse_bytes(budget) if budget else None, **overrides)
     if show_yaml:
         click.echo(model.spec.to_yaml())
     click.echo(summary(model))
