@@ -145,6 +145,10 @@ def phi3(**kw):
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}, **kw})
 
 
+def qwen3(**kw):
+    return _decoder("Qwen3ForCausalLM", "Qwen3Config", **{"head_dim": 16, "attention_bias": True, **kw})
+
+
 def gemma(**kw):
     return _decoder("GemmaForCausalLM", "GemmaConfig", **{"num_key_value_heads": 1, "head_dim": 16, **kw})
 
@@ -184,6 +188,7 @@ CASES = {
     "qwen2": (qwen2, "decoder", {}),
     "mistral": (mistral, "decoder", {}),
     "phi3": (phi3, "decoder", {}),
+    "qwen3": (qwen3, "decoder", {}),
     "gemma": (gemma, "decoder", {}),
     "opt": (opt, "decoder", {}),
     "opt_post_norm": (lambda: opt(seed=2, do_layer_norm_before=False), "decoder", {}),
