@@ -28,6 +28,16 @@ QUEUE_MAX = 64
 CSS = """
 .zoo-diagram div { line-height: 1.3; }
 footer { display: none !important; }
+/* a plot's label floats over its top-left corner: keep the figure's own title below it */
+.zoo-plot { padding-top: 34px !important; }
+/* a tab's error box: invisible while empty, a red panel with where / problem / fix otherwise */
+.zoo-error:has(strong) { border: 1px solid #dc2626; border-radius: 6px; padding: 6px 12px;
+                         background: rgba(220, 38, 38, 0.08); }
+/* wide tables wrap their cells instead of pushing columns off-screen */
+#cmp-table table, #verify-table table { table-layout: auto; }
+#cmp-table td, #verify-table td { white-space: normal; word-break: break-word; }
+#cmp-table th, #verify-table th { white-space: nowrap; word-break: normal; }
+.zoo-stale { padding: 8px; border: 1px dashed #888; border-radius: 6px; opacity: 0.8; }
 """
 
 

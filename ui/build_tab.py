@@ -23,7 +23,8 @@ from zoo.components import SPEC_FAMILIES
 from zoo.errors import SpecError, ZooError
 from zoo.summary import parameter_table
 
-from .common import LIMITS, check_name, check_spec_limits, check_value, handler, runs_dir
+from .common import (LIMITS, check_name, check_spec_limits, check_value, error_box, handler, inline_errors,
+                     raw, runs_dir, safe_markdown)
 from .i18n import format_error, t
 
 #: form field -> (kind of widget, i18n key)
@@ -208,6 +209,58 @@ def _param_fields(config_cls, config) -> list[dict]:
     return fields
 
 
+# ---------------------------------------------------------------------- hints
+def _future_rows(spec, role: str, T: int = 16) -> int:
+    """How many query rows of ``role``'s composed mask see a later key, outside a prefix rule's
+    bidirectional prefix (the mask built by the same rules the model uses)."""
+    import torch
+
+    from zoo.components import MaskContext
+    from zoo.layers import make_parts
+
+    T = max(2, min(T, spec.max_len))
+    mask = torch.ones(T, T, dtype=torch.bool)
+    for rule in make_parts(spec, role, zoo.get_registry()).masks():
+        m = rule(MaskContext(q_len=T, k_len=T, device=torch.device("cpu")))
+        if m is not None:
+            mask = mask & m.reshape(-1, T, T)[0]
+    future = mask & torch.ones(T, T, dtype=torch.bool).triu(1)  # (Tq, Tk): key after the query
+    prefix = max([getattr(m.config, "length", 0) or 0 for m in spec.stack(role).mask if m.kind == "prefix"],
+                 default=0)
+    return int(future[prefix:].any(-1).sum())
+
+
+def hints(spec, lang: str = "en") -> list[str]:
+    """What a valid spec probably does not mean: a decoder that sees the future (it cannot generate
+    left to right), a window or prefix that covers all of ``max_len`` (it restricts nothing), an
+    encoder that only looks left, a bidirectional stack without positions (a bag of words),
+    BatchNorm outside teaching, very high dropout, very narrow heads."""
+    out = []
+    for role in spec.roles:
+        st = spec.stack(role)
+        where = f"{role}." if spec.arch == "encoder_decoder" else ""
+        masks = " & ".join(m.kind for m in st.mask)
+        if role == "decoder" and _future_rows(spec, role):
+            out.append(t("hint.future", lang, where=where, mask=masks))
+        if role == "encoder" and spec.arch == "encoder" and not _future_rows(spec, role) \
+                and any(m.kind == "causal" for m in st.mask):
+            out.append(t("hint.encoder_causal", lang, where=where))
+        for m in st.mask:
+            size = getattr(m.config, "window", None) if m.kind == "sliding_window" else \
+                getattr(m.config, "length", None) if m.kind == "prefix" else None
+            if size is not None and size >= spec.max_len:
+                out.append(t("hint.window", lang, where=where, kind=m.kind, size=size, max_len=spec.max_len))
+        if st.positions.kind == "none" and _future_rows(spec, role, 8) and role != "decoder":
+            out.append(t("hint.no_positions", lang, where=where))
+        if st.norm.kind == "batchnorm":
+            out.append(t("hint.batchnorm", lang, where=where))
+        if st.head_dim < 8:
+            out.append(t("hint.narrow", lang, where=where, hd=st.head_dim))
+    if spec.dropout >= 0.5:
+        out.append(t("hint.dropout", lang, p=spec.dropout))
+    return list(dict.fromkeys(out))
+
+
 # ---------------------------------------------------------------------- analysis
 def analyse(text: str, lang: str = "en") -> tuple[str, list[list], str, bool]:
     """Validate the YAML.  Returns ``(status markdown, parameter table rows, diagram html, ok)``;
@@ -216,7 +269,7 @@ def analyse(text: str, lang: str = "en") -> tuple[str, list[list], str, bool]:
         spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
         total = check_spec_limits(spec, lang)
     except ZooError as exc:
-        msg = format_error(exc, lang).replace("\n", "  \n")
+        msg = safe_markdown(format_error(exc, lang)).replace("\n", "  \n")
         return f"✗ **{t('build.invalid', lang)}**  \n{msg}", [], "", False
     import torch
 
@@ -225,7 +278,11 @@ def analyse(text: str, lang: str = "en") -> tuple[str, list[list], str, bool]:
     table = parameter_table(model)
     rows = [[k, f"{v:,}", f"{100 * v / max(total, 1):.1f}%"] for k, v in table.items()]
     rows.append([t("col.total", lang), f"{total:,}", "100.0%"])  # columns: TABLE_HEADERS
-    return f"✓ {t('build.valid', lang, params=f'{total:,}')}", rows, block_diagram(spec, lang), True
+    status = f"✓ {t('build.valid', lang, params=f'{total:,}')}"
+    notes = hints(spec, lang)
+    if notes:
+        status += "  \n" + "  \n".join(f"⚠ {safe_markdown(n)}" for n in notes)
+    return status, rows, block_diagram(spec, lang), True
 
 
 def block_diagram(spec, lang: str = "en") -> str:
@@ -336,8 +393,8 @@ def save(text: str, name: str, seed: Any, lang: str = "en") -> str:
     """Build the spec with random weights (``seed``) and save it under the runs folder as ``name``."""
     name = check_name(name, lang)
     if name in zoo.list_checkpoints():
-        raise ZooError(f"'{name}' is a shipped checkpoint", where="checkpoint name",
-                       fix="choose another name")
+        raise ZooError(t("build.shipped", lang, name=name), where="checkpoint name",
+                       fix=t("build.other_name", lang))
     spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
     n = check_spec_limits(spec, lang)
     runs = runs_dir()
@@ -464,12 +521,12 @@ def build(tr, lang_state) -> dict:
             tr.add(gr.Markdown(f"**{tr('build.diagram')}**"), value="**{build.diagram}**")
             diagram = gr.HTML(diagram0, elem_id="build-diagram")
     fig0, cost_rows0 = cost(start)
-    with gr.Row(visible=cost_available()):
-        cost_plot = tr.add(gr.Plot(fig0, label=tr("build.cost"), elem_id="build-cost", scale=3),
-                           label="build.cost")
+    with gr.Column(visible=cost_available()):  # the table below the plot: all its columns fit
+        cost_plot = tr.add(gr.Plot(fig0, label=tr("build.cost"), elem_id="build-cost",
+                                   elem_classes=["zoo-plot"]), label="build.cost")
         cost_table = tr.add(gr.Dataframe(cost_rows0, headers=[tr(h) for h in COST_HEADERS],
-                                         label=tr("build.memory"), interactive=False, elem_id="build-memory",
-                                         scale=2), label="build.memory")
+                                         label=tr("build.memory"), interactive=False, elem_id="build-memory"),
+                            label="build.memory")
     with gr.Row():
         save_name = tr.add(gr.Textbox("my_model", label=tr("build.save_name"), info=tr("build.save_info"),
                                       elem_id="build-save-name"), label="build.save_name",
@@ -479,6 +536,7 @@ def build(tr, lang_state) -> dict:
         save_btn = tr.add(gr.Button(tr("build.save"), variant="primary", elem_id="build-save"),
                           value="build.save")
     saved = gr.Markdown(elem_id="build-saved")
+    save_error = error_box("build-error")
 
     # form -> YAML (user edits only: `.input`, so programmatic refills never loop)
     for f, w in fields.items():
@@ -514,10 +572,12 @@ def build(tr, lang_state) -> dict:
 
         st, rows, diag, ok = analyse(text, lang)
         entries = component_entries(text) if ok else gr.skip()
-        fig, crow = cost(text, lang) if ok else (gr.skip(), None)
+        # an invalid spec has no structure or cost: say so instead of showing the last valid one
+        diag = diag if ok else f"<div class='zoo-stale'>{html.escape(t('build.stale', lang))}</div>"
+        fig, crow = cost(text, lang) if ok else (None, [])
         rows = pd.DataFrame(rows, columns=[t(h, lang) for h in TABLE_HEADERS])
-        crow = pd.DataFrame(crow, columns=[t(h, lang) for h in COST_HEADERS]) if crow is not None else gr.skip()
-        return st, rows, (diag if ok else gr.skip()), entries, fig, crow
+        crow = pd.DataFrame(crow, columns=[t(h, lang) for h in COST_HEADERS])
+        return st, rows, diag, entries, fig, crow
 
     code.change(on_change, inputs=[code, lang_state],
                 outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
@@ -525,7 +585,13 @@ def build(tr, lang_state) -> dict:
     lang_state.change(on_change, inputs=[code, lang_state],
                       outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
                       show_progress="hidden", api_visibility="private")
-    saved_event = save_btn.click(save, inputs=[code, save_name, seed, lang_state], outputs=[saved],
-                                 concurrency_limit=2, api_name="save")
+    saved_event = save_btn.click(inline_errors(1)(raw(save)), inputs=[code, save_name, seed, lang_state],
+                                 outputs=[saved, save_error], api_visibility="private", concurrency_limit=2)
+
+    def save_api(text: str, name: str, seed: int = 0, lang: str = "en") -> str:
+        """The HTTP API: save the spec with random weights; an error is an error response."""
+        return save(text, name, seed, lang=lang)
+
+    gr.api(save_api, api_name="save", concurrency_limit=2)
     return {"code": code, "status": status, "fields": fields, "table": table, "diagram": diagram,
             "save_name": save_name, "saved": saved, "saved_event": saved_event, "preset": preset, "load": load}

@@ -110,6 +110,89 @@ def _html(text: str) -> str:
     return "<br>".join(html.escape(line, quote=False) for line in text.split("\n"))
 
 
+# ---------------------------------------------------------------------- text shown as Markdown
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
+
+
+def safe_markdown(text: str) -> str:
+    """``text`` for a ``gr.Markdown``: every ``<`` and ``&`` outside code spans becomes an entity, so
+    the page shows tokens like ``<mask>`` and ``<eos>`` instead of swallowing them as HTML tags;
+    Markdown itself (headings, lists, tables, images, code) still renders."""
+    parts = _CODE.split(text or "")
+    return "".join(p if i % 2 else p.replace("&", "&amp;").replace("<", "&lt;")
+                   for i, p in enumerate(parts))
+
+
+def error_markdown(exc: BaseException, lang: str = "en") -> str:
+    """A ``ZooError`` as the Markdown of a tab's error box: a heading, then where / problem / valid
+    options / fix on their own lines, localised (:func:`format_error`) and escaped."""
+    lines = safe_markdown(format_error(exc, lang)).split("\n")
+    return f"**✗ {t('err.title', lang)}**  \n" + "  \n".join(lines)
+
+
+def inline_errors(n_outputs: int, lang_arg: str = "lang"):
+    """Decorate a tab's main event function whose outputs are ``n_outputs`` components followed by
+    the tab's error box (a ``gr.Markdown``).  The function returns (or yields) the ``n_outputs``
+    values; the decorator appends ``""`` (clearing an old error) or, on a ``ZooError``, leaves the
+    outputs as they were and fills the box with where / problem / fix.  The message stays on the
+    page until the next action: no toast that vanishes, no other tab's stale message, no red badge
+    without a text.  Other exceptions become a short "something went wrong" (traceback in the log).
+    Wrapped functions call the plain (undecorated) handlers: ``raw(run)``."""
+    import inspect
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+
+        def fail(exc, args, kwargs):
+            import gradio as gr
+
+            try:
+                lang = sig.bind_partial(*args, **kwargs).arguments.get(lang_arg, "en")
+            except TypeError:
+                lang = "en"
+            if isinstance(exc, ZooError):
+                box = error_markdown(exc, lang)
+            else:
+                log.exception("UI handler %s failed", fn.__name__)
+                box = f"**✗ {t('err.title', lang)}**  \n" + t("err.internal", lang, kind=type(exc).__name__)
+            return tuple([gr.skip()] * n_outputs + [box])
+
+        def ok(values):
+            values = values if isinstance(values, tuple) else (values,)
+            return tuple(values) + ("",)
+
+        if inspect.isgeneratorfunction(fn):
+            @functools.wraps(fn)
+            def gen(*args, **kwargs):
+                try:
+                    for values in fn(*args, **kwargs):
+                        yield ok(values)
+                except Exception as exc:  # noqa: BLE001 - shown in the error box
+                    yield fail(exc, args, kwargs)
+            return gen
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return ok(fn(*args, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - shown in the error box
+                return fail(exc, args, kwargs)
+        return call
+    return deco
+
+
+def raw(fn: Callable) -> Callable:
+    """The function under :func:`handler` (its errors are ``ZooError``, not ``gr.Error``)."""
+    return getattr(fn, "__wrapped__", fn)
+
+
+def error_box(elem_id: str):
+    """The error box of a tab (empty until an action fails)."""
+    import gradio as gr
+
+    return gr.Markdown("", elem_id=elem_id, elem_classes=["zoo-error"])
+
+
 # ---------------------------------------------------------------------- limits
 def check_value(field: str, value: Any, limit_key: str | None = None, lang: str = "en") -> None:
     """Raise a ``SpecError`` naming ``field`` when ``value`` exceeds its limit."""

@@ -19,8 +19,8 @@ import torch
 import zoo
 from zoo.errors import SpecError, ZooError
 
-from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, handler,
-                     load_checkpoint)
+from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, error_box,
+                     handler, inline_errors, load_checkpoint, raw)
 from .i18n import t
 
 PRESET, CKPT = "preset: ", "checkpoint: "
@@ -31,22 +31,21 @@ def sources() -> list[str]:
     return [PRESET + n for n in zoo.list_presets()] + [CKPT + n for n in checkpoint_names()]
 
 
-def _overrides(text: str, where: str) -> dict:
+def _overrides(text: str, where: str, lang: str = "en") -> dict:
     if not text or not text.strip():
         return {}
     from zoo.trust import load_yaml
 
     data = load_yaml(text, where=where)  # bounded: size, depth, aliases, duplicate keys
     if not isinstance(data, dict):
-        raise SpecError("overrides must be a mapping of spec fields", where=where,
-                        fix="write e.g. `positions: rope` or `norm: {kind: layernorm, placement: post}`")
+        raise SpecError(t("compare.not_mapping", lang), where=where, fix=t("compare.mapping_fix", lang))
     return data
 
 
 def make_model(source: str, overrides: str, where: str, lang: str = "en", seed: int = 0):
     """A model for one side: ``preset: NAME`` (random init with ``seed``) or ``checkpoint: NAME``
     (its weights, then the overrides rebuilt around them)."""
-    over = _overrides(overrides, f"{where}.overrides")
+    over = _overrides(overrides, f"{where}.overrides", lang)
     if isinstance(source, str) and source.startswith(CKPT):
         base = load_checkpoint(source[len(CKPT):], lang)
         if not over:
@@ -60,8 +59,8 @@ def make_model(source: str, overrides: str, where: str, lang: str = "en", seed: 
         return model.eval()
     name = source[len(PRESET):] if isinstance(source, str) and source.startswith(PRESET) else source
     if not name or name not in zoo.list_presets():
-        raise SpecError(f"unknown source {source!r}", where=f"{where}.source", options=sources(),
-                        fix="pick an entry from the list")
+        raise SpecError(t("compare.unknown_source", lang, source=str(source)[:80]), where=f"{where}.source",
+                        options=sources(), fix=t("err.bad_name_fix", lang))
     spec = zoo.spec(name, **over)
     check_spec_limits(spec, lang)
     return zoo.build(spec, seed=seed).eval()
@@ -117,14 +116,14 @@ def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
     models that read text (a stored tokenizer) also show their greedy continuation (or fill-mask)."""
     seq_len = int(seq_len or 0)
     if seq_len < 1:
-        raise ZooError("the sequence length must be at least 1", where="seq_len")
+        raise ZooError(t("compare.seq_len_min", lang), where="seq_len")
     check_value("seq_len", seq_len, "compare_seq_len", lang)
     a = make_model(source_a, over_a, "A", lang)
     b = make_model(source_b, over_b, "B", lang)
     if not str(source_b).startswith(CKPT):
         copied = str(_copy_matching(a, b))  # a fresh preset: give it A's weights where they fit
     elif hasattr(b, "copied_from_checkpoint"):
-        copied = f"{b.copied_from_checkpoint} (B's checkpoint)"
+        copied = t("compare.from_own", lang, n=b.copied_from_checkpoint)
     else:
         copied = "—"
     T = min(seq_len, a.spec.max_len, b.spec.max_len)
@@ -157,7 +156,8 @@ def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
         rows.append([t("compare.row.text", lang), _text_output(a, prompt, lang), _text_output(b, prompt, lang)])
     diff_lines = list(difflib.unified_diff(a.spec.to_yaml().splitlines(), b.spec.to_yaml().splitlines(),
                                            "A", "B", lineterm="", n=1))
-    spec_diff = "```diff\n" + ("\n".join(diff_lines) if diff_lines else "(identical specs)") + "\n```"
+    body = "\n".join(diff_lines).replace("```", "~~~") if diff_lines else t("compare.identical", lang)
+    spec_diff = "```diff\n" + body + "\n```"
     return rows, spec_diff
 
 
@@ -188,17 +188,27 @@ def build(tr, lang_state) -> dict:
         prompt = tr.add(gr.Textbox("", label=tr("compare.prompt"), elem_id="cmp-prompt", scale=3,
                                    max_length=LIMITS["text_chars"]), label="compare.prompt")
         go = tr.add(gr.Button(tr("compare.go"), variant="primary", elem_id="cmp-go"), value="compare.go")
+    error = error_box("cmp-error")
     table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), tr("compare.a"), tr("compare.b")],
-                                label=tr("compare.table"), interactive=False, wrap=True, elem_id="cmp-table"),
+                                label=tr("compare.table"), interactive=False, wrap=True, elem_id="cmp-table",
+                                column_widths=["22%", "39%", "39%"]),
                    label="compare.table")
     spec_diff = gr.Markdown(elem_id="cmp-diff")
+
+    @inline_errors(2)
     def compare_ui(a, oa, b, ob, n, text, lang):
         import pandas as pd
 
-        rows, diff = compare(a, oa, b, ob, n, text, lang=lang)
+        rows, diff = raw(compare)(a, oa, b, ob, n, text, lang=lang)
         return pd.DataFrame(rows, columns=[t(h, lang) for h in ("compare.metric", "compare.a", "compare.b")]), diff
 
-    go.click(compare_ui, inputs=[src_a, over_a, src_b, over_b, seq, prompt, lang_state], outputs=[table, spec_diff],
-             concurrency_limit=2, api_name="compare")
-    return {"a": src_a, "b": src_b, "go": go, "table": table, "diff": spec_diff}
+    go.click(compare_ui, inputs=[src_a, over_a, src_b, over_b, seq, prompt, lang_state],
+             outputs=[table, spec_diff, error], concurrency_limit=2, api_visibility="private")
 
+    def compare_api(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int = 32,
+                    prompt: str = "", lang: str = "en") -> tuple[list, str]:
+        """The HTTP API: rows ``[metric, A, B]`` and the spec diff (Markdown)."""
+        return compare(source_a, over_a, source_b, over_b, seq_len, prompt, lang=lang)
+
+    gr.api(compare_api, api_name="compare", concurrency_limit=2)
+    return {"a": src_a, "b": src_b, "go": go, "table": table, "diff": spec_diff, "error": error}

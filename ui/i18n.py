@@ -86,6 +86,27 @@ STRINGS: dict[str, tuple[str, str]] = {
     "build.valid": ("Valid spec: {params} parameters.", "规格有效：共 {params} 个参数。"),
     "build.invalid": ("Invalid spec", "规格无效"),
     "build.table": ("Parameters per component", "各组件参数量"),
+    "build.stale": ("The spec above is invalid: fix it to see its structure.",
+                    "上面的规格无效：改正后才能看到它的结构。"),
+    "hint.future": ("{where}mask '{mask}' lets the decoder see later tokens: it cannot generate text left "
+                    "to right (use mask: causal, or prefix for a prefix LM)",
+                    "{where}掩码 '{mask}' 让解码器看到后面的词：它无法从左到右生成文本（请用 mask: causal，"
+                    "前缀语言模型用 prefix）"),
+    "hint.encoder_causal": ("{where}this encoder only looks left (causal mask); BERT-style encoders use "
+                            "mask: bidirectional", "{where}这个编码器只能看左边（因果掩码）；BERT 式编码器用 "
+                            "mask: bidirectional"),
+    "hint.window": ("{where}{kind} {size} ≥ max_len {max_len}: it covers every position, so it restricts "
+                    "nothing", "{where}{kind} {size} ≥ max_len {max_len}：它覆盖所有位置，等于没有限制"),
+    "hint.no_positions": ("{where}positions: none in a bidirectional stack: the model sees a bag of words "
+                          "(word order is invisible)", "{where}双向栈没有位置编码：模型看到的是一袋词，"
+                          "看不出词序"),
+    "hint.batchnorm": ("{where}batchnorm mixes statistics across the batch and padding: for teaching, "
+                       "not for real models", "{where}batchnorm 会在整个 batch 和 padding 之间混合统计量："
+                       "用于教学，不适合真实模型"),
+    "hint.narrow": ("{where}head_dim {hd} is very narrow: each head can hardly tell tokens apart",
+                    "{where}head_dim {hd} 太窄：每个头几乎分不清不同的词"),
+    "hint.dropout": ("dropout {p} is very high: most of each layer's signal is dropped in training",
+                     "dropout {p} 太高：训练时每层大部分信号被丢弃"),
     "build.diagram": ("Block structure", "模块结构"),
     "build.cost": ("FLOPs and memory against sequence length", "FLOPs 与显存随序列长度的变化"),
     "build.memory": ("Cost per forward (batch 1, float32)", "每次前向的开销（batch 1，float32）"),
@@ -99,6 +120,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "build.save_info": ("saved under the runs folder; it then appears in Run, Inspect and Compare",
                         "保存到 runs 目录，之后可在运行、观察、对比页中选择"),
     "build.seed": ("Seed", "随机种子"),
+    "build.shipped": ("'{name}' is a shipped checkpoint", "'{name}' 是自带的检查点"),
+    "build.other_name": ("choose another name", "换一个名称"),
     "build.save": ("Save as checkpoint (random weights)", "保存为检查点（随机权重）"),
     "build.saved": ("Saved `{name}` ({params} parameters) to `{path}`.",
                     "已保存 `{name}`（{params} 个参数）到 `{path}`。"),
@@ -137,7 +160,12 @@ STRINGS: dict[str, tuple[str, str]] = {
     "run.checkpoint": ("Checkpoint", "检查点"),
     "run.refresh": ("Refresh list", "刷新列表"),
     "run.prompt": ("Input text", "输入文本"),
-    "run.examples": ("Examples (poet_gpt, poet_bert, numerals_t5)", "示例（poet_gpt、poet_bert、numerals_t5）"),
+    "run.examples": ("Examples: one click picks the checkpoint and runs it",
+                     "示例：点一下即选中检查点并运行"),
+    "run.room": ("room: at most {n} tokens in a sequence (max_len), so new tokens are capped by what the "
+                 "prompt leaves", "容量：一个序列最多 {n} 个 token（max_len），生成的 token 数不超过提示剩下的空间"),
+    "run.max_new_info": ("capped by what the model's max_len leaves after the prompt",
+                         "不超过模型的 max_len 在提示之后剩下的空间"),
     "run.output": ("Output", "输出"),
     "run.temperature": ("Temperature (0 = greedy)", "温度（0 为贪心）"),
     "run.top_k": ("Top-k (0 = off)", "Top-k（0 为关闭）"),
@@ -163,7 +191,19 @@ STRINGS: dict[str, tuple[str, str]] = {
     "inspect.go": ("Inspect", "观察"),
     "inspect.next": ("Most likely next tokens", "最可能的下一个词"),
     "inspect.output": ("Model output (the decoder's rows)", "模型输出（解码器各行）"),
-    "inspect.heatmap": ("Attention heatmap", "注意力热力图"),
+    "inspect.heatmap": ("Attention heatmap (hover a cell; click a query token)",
+                        "注意力热力图（鼠标悬停看数值；点击查询词看各头）"),
+    "attn.title": ("attention weights", "注意力权重"),
+    "attn.query": ("query", "查询"),
+    "attn.key": ("key", "键"),
+    "attn.layer": ("layer", "层"),
+    "attn.head": ("head", "头"),
+    "attn.weight": ("weight", "权重"),
+    "attn.hover": ("Hover a cell to read its query, key, layer, head and weight.",
+                   "把鼠标移到格子上，查看它的查询词、键、层、头和权重。"),
+    "attn.click": ("Click a query token (left column) to see what it attends to in every layer and head.",
+                   "点击左列的查询词，查看它在每一层、每个头里关注哪些词。"),
+    "attn.across": ("every layer and head", "各层各头"),
     "inspect.grid": ("All layers × heads", "所有层 × 头"),
     "inspect.mask": ("Mask pattern", "掩码形状"),
     "inspect.positions": ("Positional encoding", "位置编码"),
@@ -194,6 +234,13 @@ STRINGS: dict[str, tuple[str, str]] = {
     "calc.kernel_check": ("The registered `eager` kernel gives the same output (max |difference| = "
                           "{err}).", "注册的 `eager` 注意力实现给出相同的输出（最大绝对差 = {err}）。"),
     "calc.masked_out": ("masked out", "被掩盖"),
+    "calc.mask_table": ("mask (1 = may attend)", "掩码（1 = 可以关注）"),
+    "calc.fix_numbers": ("type plain numbers in every cell", "每个格子里填普通数字"),
+    "calc.fix_shape": ("make every row the same length; K and V need one row per key",
+                       "每行长度一致；K 和 V 每个键一行"),
+    "calc.fix_finite": ("use finite numbers", "请用有限的数字"),
+    "inspect.no_layer": ("layer {n} does not exist", "第 {n} 层不存在"),
+    "inspect.no_head": ("head {n} does not exist", "第 {n} 个头不存在"),
     # ------------------------------------------------------------------ compare tab
     "compare.intro": ("Two specs or checkpoints side by side on the same input: outputs, parameter "
                       "counts, speed.", "在同一输入上并排比较两个规格或检查点：输出、参数量、速度。"),
@@ -219,6 +266,14 @@ STRINGS: dict[str, tuple[str, str]] = {
     "compare.row.shared": ("tensors B received (from A, or from its own checkpoint)",
                            "B 获得的张量数（来自 A，或来自它自己的检查点）"),
     "compare.metric": ("metric", "指标"),
+    "compare.bad_yaml": ("invalid YAML: {exc}", "YAML 语法错误：{exc}"),
+    "compare.not_mapping": ("overrides must be a mapping of spec fields", "覆盖字段必须是规格字段的映射"),
+    "compare.mapping_fix": ("write e.g. `positions: rope` or `norm: {kind: layernorm, placement: post}`",
+                            "例如写 `positions: rope` 或 `norm: {kind: layernorm, placement: post}`"),
+    "compare.unknown_source": ("unknown source '{source}'", "未知的来源 '{source}'"),
+    "compare.seq_len_min": ("the sequence length must be at least 1", "序列长度至少为 1"),
+    "compare.from_own": ("{n} (from B's own checkpoint)", "{n}（来自 B 自己的检查点）"),
+    "compare.identical": ("(identical specs)", "（两个规格相同）"),
     # ------------------------------------------------------------------ verify tab
     "verify.intro": ("Run the reference checks: every registered attention kernel against the naive "
                      "per-query loop and against `torch.nn.functional.scaled_dot_product_attention`, "
@@ -233,6 +288,8 @@ STRINGS: dict[str, tuple[str, str]] = {
                          "完整一致性测试套件要检查的组件（留空表示全部；较慢）"),
     "verify.kit_go": ("Run conformance kit", "运行一致性测试套件"),
     "verify.summary": ("{passed} of {total} checks passed.", "{total} 项校验中通过 {passed} 项。"),
+    "verify.skipped": ("{n} not applicable (skipped).", "{n} 项不适用（跳过）。"),
+    "verify.progress": ("Cases run: {done} of {total}.", "已运行 {done} / {total} 个用例。"),
     "col.check": ("check", "校验"),
     "col.subject": ("component", "组件"),
     "col.case": ("case", "情形"),
@@ -276,8 +333,83 @@ def t(key: str, lang: Any = DEFAULT, **fmt: Any) -> str:
     return text.format(**fmt) if fmt else text
 
 
+#: The engine's common error texts (``what`` and ``fix``) in Chinese: (English pattern, Chinese
+#: template).  The engine speaks English; its where / what / fix structure lets the UI translate the
+#: errors a user meets most.  A text no pattern matches is shown as it is.
+FAMILY_ZH = {"attention": "注意力实现", "mask": "掩码", "position": "位置编码", "positions": "位置编码",
+             "norm": "归一化", "placement": "归一化位置", "ffn": "前馈网络", "tokenizer": "分词器",
+             "head": "任务头"}
+ERRORS_ZH: list[tuple[str, str]] = [
+    (r"no (?P<family>\w+) named '(?P<name>.*)'", "没有名为 '{name}' 的{family}"),
+    (r"unknown field '(?P<f>.*)'", "未知字段 '{f}'"),
+    (r"missing required field '(?P<f>.*)'", "缺少必填字段 '{f}'"),
+    (r"unknown parameter '(?P<p>.*)' for '(?P<k>.*)'", "'{k}' 没有名为 '{p}' 的参数"),
+    (r"unknown architecture '(?P<a>.*)'", "未知的架构 '{a}'"),
+    (r"d_model (?P<d>\d+) is not divisible by num_heads (?P<h>\d+)", "d_model {d} 不能被 num_heads {h} 整除"),
+    (r"num_heads (?P<h>\d+) is not a multiple of num_kv_heads (?P<k>\d+)",
+     "num_heads {h} 不是 num_kv_heads {k} 的整数倍"),
+    (r"invalid YAML \(line (?P<l>\d+), column (?P<c>\d+)\): (?P<m>.*)", "YAML 语法错误（第 {l} 行第 {c} 列）：{m}"),
+    (r"invalid YAML: (?P<m>.*)", "YAML 语法错误：{m}"),
+    (r"expected an integer, got (?P<v>.*)", "应为整数，实际是 {v}"),
+    (r"expected a number, got (?P<v>.*)", "应为数字，实际是 {v}"),
+    (r"expected a finite number, got (?P<v>.*)", "应为有限的数字，实际是 {v}"),
+    (r"expected true or false, got (?P<v>.*)", "应为 true 或 false，实际是 {v}"),
+    (r"expected a string, got (?P<v>.*)", "应为字符串，实际是 {v}"),
+    (r"expected a list, got (?P<v>.*)", "应为列表，实际是 {v}"),
+    (r"expected (?P<n>.*), got (?P<v>.*)", "应为 {n}，实际是 {v}"),
+    (r"must be a positive integer, got (?P<v>.*)", "必须是正整数，实际是 {v}"),
+    (r"(?P<n>\w+) must be >= (?P<m>\S+), got (?P<v>.*)", "{n} 必须 >= {m}，实际是 {v}"),
+    (r"dropout must be in \[0, 1\), got (?P<v>.*)", "dropout 必须在 [0, 1) 内，实际是 {v}"),
+    (r"no spec file or preset named '(?P<s>.*)'", "没有名为 '{s}' 的规格文件或预设"),
+    (r"prompt \((?P<t>\d+)\) \+ max_new_tokens \((?P<n>\d+)\) exceeds max_len (?P<m>\d+)",
+     "提示（{t} 个 token）加上最多生成的 {n} 个 token 超过了 max_len {m}"),
+    (r"max_new_tokens (?P<n>\d+) exceeds max_len (?P<m>\d+)", "最多生成的 token 数 {n} 超过了 max_len {m}"),
+    (r"text given, but the model has no tokenizer", "给了文本，但模型没有分词器"),
+    (r"an encoder-only model does not generate text", "纯编码器模型不生成文本"),
+    (r"overrides must be a mapping of spec fields", "覆盖字段必须是规格字段的映射"),
+    (r"(?P<p>.*) needs (?P<c>.*), which (?P<f>\w+) '(?P<n>.*)' \(plugin (?P<pl>.*)\) does not declare",
+     "{p}需要 {c}，但{f} '{n}'（插件 {pl}）没有声明这一能力"),
+    (r"the sequence length must be at least 1", "序列长度至少为 1"),
+    # fixes
+    (r"did you mean '(?P<n>.*)'\?", "是不是想写 '{n}'？"),
+    (r"install the plugin that provides it, or pick a registered name", "安装提供它的插件，或改用已注册的名称"),
+    (r"remove it", "删除这一项"),
+    (r"add `(?P<f>\w+): \.\.\.` to the spec", "在规格中加上 `{f}: ...`"),
+    (r"fix the YAML syntax", "修正 YAML 语法"),
+    (r"choose num_heads dividing d_model, or set head_dim explicitly",
+     "把 num_heads 改成能整除 d_model 的数，或显式设置 head_dim"),
+    (r"see the component's docs \(`zoo components`\)", "查看该组件的说明（`zoo components`）"),
+    (r"ask for at most (?P<n>\d+) new tokens", "最多生成 {n} 个 token"),
+    (r"pick an entry from the list", "从列表中选择一项"),
+    (r"write a mapping like `attention: eager`", "写成映射，例如 `attention: eager`"),
+    (r"switch (?P<f>\S+) to one of the options, e.g\. (?P<e>.*)", "把 {f} 换成可选值之一，例如 {e}"),
+    (r"choose another name", "换一个名称"),
+]
+_ERRORS_ZH = [(re.compile(p + "$"), zh) for p, zh in ERRORS_ZH]
+
+
+def translate_error_text(text: str | None, lang: Any = DEFAULT) -> str | None:
+    """An engine error text (a ``what`` or a ``fix``) in ``lang``: the first matching pattern of
+    :data:`ERRORS_ZH`, else the text unchanged.  Sentences joined by "; " or "? " are translated one
+    by one."""
+    if text is None or lang_code(lang) != "zh":
+        return text
+    parts = re.split(r"(?<=\?) |; ", text)
+    if len(parts) > 1:
+        out = [translate_error_text(p, lang) for p in parts]
+        return "".join(p + ("" if p.endswith(("？", "?")) or i == len(out) - 1 else "；")
+                       for i, p in enumerate(out))
+    for pattern, zh in _ERRORS_ZH:
+        m = pattern.match(text.strip().rstrip("."))
+        if m:
+            groups = {k: FAMILY_ZH.get(v, v) if k == "family" else v for k, v in m.groupdict().items()}
+            return zh.format(**groups)
+    return text
+
+
 def format_error(exc: BaseException, lang: Any = DEFAULT) -> str:
-    """A ``ZooError`` as plain text with localised headings (where / problem / options / fix)."""
+    """A ``ZooError`` as plain text with localised headings (where / problem / options / fix); the
+    common problems and fixes are translated too (:func:`translate_error_text`)."""
     where = getattr(exc, "where", None)
     what = getattr(exc, "what", None) or str(exc)
     options = getattr(exc, "options", None)
@@ -285,11 +417,11 @@ def format_error(exc: BaseException, lang: Any = DEFAULT) -> str:
     lines = []
     if where:
         lines.append(f"{t('err.where', lang)}: {where}")
-    lines.append(f"{t('err.what', lang)}: {what}")
+    lines.append(f"{t('err.what', lang)}: {translate_error_text(what, lang)}")
     if options:
         lines.append(f"{t('err.options', lang)}: {', '.join(map(str, options))}")
     if fix:
-        lines.append(f"{t('err.fix', lang)}: {fix}")
+        lines.append(f"{t('err.fix', lang)}: {translate_error_text(fix, lang)}")
     return "\n".join(lines)
 
 

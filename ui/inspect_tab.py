@@ -6,8 +6,11 @@ hand in words, and the result is checked against the registered ``eager`` kernel
 models run.  With the lecture's numbers, weights row 0 is [0.4011, 0.1978, 0.4011] and output row 0 is
 [6.0165, 3.9835].
 
-The checkpoint part runs ``zoo``'s inspection once on a text and draws the heatmaps with ``zoo.plots``
-(token labels in any script, Chinese included).
+The checkpoint part runs ``zoo``'s inspection once on a text.  The attention view is drawn in the
+browser (:data:`ATTN_JS`): hover a cell to read its query token, key token, layer, head and weight;
+click a query token to see what it attends to in every layer and head (the view people use bertviz
+for).  The layer x head grid, the mask and the positional view are ``zoo.plots`` figures, the same
+ones ``zoo inspect`` writes as image files.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ import torch
 import zoo
 from zoo.errors import ZooError
 
-from .common import LIMITS, check_text, checkpoint_names, default_checkpoint, handler, load_checkpoint
+from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, error_box, handler,
+                     inline_errors, load_checkpoint, raw, safe_markdown)
 from .i18n import t
 
 #: the lecture's example (seed 000): three tokens, d_k = 2
@@ -40,11 +44,11 @@ def _matrix(value: Any, name: str, lang: str, rows: int | None = None, cols: int
         data = [[float(x) for x in row] for row in value]
     except (TypeError, ValueError):
         raise ZooError(t("err.matrix", lang, name=name, shape=shape), where=name,
-                       fix="type plain numbers in every cell") from None
+                       fix=t("calc.fix_numbers", lang)) from None
     if (not data or not data[0] or any(len(r) != len(data[0]) for r in data)
             or (rows is not None and len(data) != rows) or (cols is not None and len(data[0]) != cols)):
         raise ZooError(t("err.matrix", lang, name=name, shape=shape), where=name,
-                       fix="make every row the same length; K and V need one row per key")
+                       fix=t("calc.fix_shape", lang))
     if len(data) > LIMITS["calc_tokens"] or len(data[0]) > max(LIMITS["calc_dim"], LIMITS["calc_tokens"]):
         raise ZooError(t("err.limit", lang, field=name, value=f"{len(data)} × {len(data[0])}",
                          limit=f"{LIMITS['calc_tokens']} × {LIMITS['calc_dim']}"), where=name,
@@ -52,7 +56,7 @@ def _matrix(value: Any, name: str, lang: str, rows: int | None = None, cols: int
     tensor = torch.tensor(data, dtype=torch.float64)
     if not torch.isfinite(tensor).all():
         raise ZooError(t("err.matrix", lang, name=name, shape=shape), where=name,
-                       fix="use finite numbers")
+                       fix=t("calc.fix_finite", lang))
     return tensor
 
 
@@ -94,9 +98,7 @@ def calculate(q: Any, k: Any, v: Any, mask: Any, lang: str = "en") -> dict[str, 
     from zoo.components import BuildContext
     from zoo.layers import attend
 
-    ctx = BuildContext(d_model=d_k, num_heads=1, num_kv_heads=1, head_dim=d_k, d_ff=d_k, max_len=Q.size(0),
-                       num_layers=1, dropout=0.0, role="encoder", causal=False, scale=scale)
-    kernel = comp.cls(comp.config() if comp.config else None, ctx).eval()
+    kernel = comp.make(BuildContext.for_heads(1, d_k, max_len=Q.size(0), scale=scale))
     with torch.no_grad():
         k_out, k_w = attend(kernel, Q[None, None], K[None, None], V[None, None], mask=M[None, None],
                             need_weights=True)
@@ -201,9 +203,10 @@ def learned_positions_figure(weight: torch.Tensor, n: int = 32):
 @handler
 def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head: int = 0,
             lang: str = "en") -> dict[str, Any]:
-    """Trace checkpoint ``name`` on ``text`` once.  Returns the figures (heatmap of one layer/head,
-    all layers x heads of the stack, the mask, the positional view), the tokens, the weights shown
-    and the model's top next-token predictions."""
+    """Trace checkpoint ``name`` on ``text`` once.  Returns the attention data the browser draws
+    (:func:`attention_view`: every layer and head, the selected one first), the figures (all layers
+    x heads of the stack, the mask, the positional view), the tokens, the selected head's weights and
+    the model's top next-token predictions."""
     import copy
 
     from zoo import plots
@@ -225,10 +228,10 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
     st = model.spec.stack(role)
     layer, head = int(layer or 0), int(head or 0)
     if not 0 <= layer < st.num_layers:
-        raise ZooError(f"layer {layer} does not exist", where="layer",
+        raise ZooError(t("inspect.no_layer", lang, n=layer), where="layer",
                        options=[str(i) for i in range(st.num_layers)])
     if not 0 <= head < st.num_heads:
-        raise ZooError(f"head {head} does not exist", where="head",
+        raise ZooError(t("inspect.no_head", lang, n=head), where="head",
                        options=[str(i) for i in range(st.num_heads)])
     src_tokens = [_label(tok, i) for i in ids]
     with torch.no_grad():
@@ -249,11 +252,11 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
     q_tokens = src_tokens if stack == "encoder" else tgt_tokens
     k_tokens = tgt_tokens if stack == "decoder" else src_tokens
     w = trace[_weights_name(stack, layer)][0]  # (h, Tq, Tk)
-    heat = plots.attention_heatmap(w[head], q_tokens, key_tokens=k_tokens,
-                                   title=f"{stack} · layer {layer} · head {head}")
     kind = "cross" if stack == "cross" else "attn"
     names = [_weights_name(stack, i) for i in range(st.num_layers)]
-    grid = plots.attention_grid(torch.stack([trace[n] for n in names]), q_tokens if kind == "attn" else None,
+    every = torch.stack([trace[n][0] for n in names])  # (L, h, Tq, Tk)
+    attention = attention_view(every, q_tokens, k_tokens, stack, layer, head, lang)
+    grid = plots.attention_grid(every, q_tokens if kind == "attn" else None,
                                 title=f"{stack}: {st.num_layers} layers × {st.num_heads} heads")
     mask = plots.mask_pattern(model.spec, seq_len=min(len(q_tokens), 32), role=role) if kind == "attn" else None
     pos = positions_figure(model.spec, min(len(q_tokens), 32), role, model)
@@ -262,13 +265,112 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
         pred, pred_label = repr(tok.decode(tgt[0].tolist(), skip_special=True)), "inspect.output"
     else:  # the next-token prediction only means something for a language model
         nxt = trace.summary(top_k=5).get("next_token") or [] if model.spec.arch == "decoder" else []
-        pred = ", ".join(f"{r.get('text', r['id'])!r} ({r['p']:.3f})" for r in nxt)
+        pred = ", ".join(f"{r.get('text', r['id'])!r} ({r['p']:.3f})" for r in nxt)  # shown escaped
         pred_label = "inspect.next"
-    return {"heatmap": heat, "grid": grid, "mask": mask, "positions": pos, "tokens": q_tokens,
+    return {"attention": attention, "grid": grid, "mask": mask, "positions": pos, "tokens": q_tokens,
             "key_tokens": k_tokens,
             "weights": [[round(float(x), 4) for x in row] for row in w[head]], "stack": stack,
             "layers": st.num_layers, "heads": st.num_heads, "next": pred,
             "next_label": pred_label}
+
+
+def attention_view(weights: torch.Tensor, q_tokens: list[str], k_tokens: list[str], stack: str,
+                   layer: int, head: int, lang: str = "en") -> dict[str, Any]:
+    """The data the browser draws (:data:`ATTN_JS`): every layer and head's weights ``(L, h, Tq, Tk)``
+    rounded to 4 places, the tokens, the selected layer / head and the localised labels.  Tokens are
+    data, never markup: the browser sets them as text."""
+    L, H = weights.shape[:2]
+    return {"q": list(q_tokens), "k": list(k_tokens), "stack": stack, "layer": int(layer), "head": int(head),
+            "layers": int(L), "heads": int(H),
+            "w": [[[[round(float(x), 4) for x in row] for row in wh] for wh in wl] for wl in weights],
+            "text": {key: t(f"attn.{key}", lang) for key in
+                     ("query", "key", "layer", "head", "weight", "hover", "click", "across", "title")}}
+
+
+#: Draws :func:`attention_view`'s data: the heatmap of the selected layer / head (hover a cell: query,
+#: key, layer, head, weight) and, for the clicked query token, its weights in every layer and head.
+ATTN_JS = r"""
+const viridis = [[68,1,84],[59,82,139],[33,145,140],[94,201,98],[253,231,37]];
+function colour(x) {
+  x = Math.max(0, Math.min(1, x)) * (viridis.length - 1);
+  const i = Math.min(Math.floor(x), viridis.length - 2), f = x - i, a = viridis[i], b = viridis[i + 1];
+  return `rgb(${a.map((v, j) => Math.round(v + f * (b[j] - v))).join(",")})`;
+}
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function show(tok) { return tok.trim() === "" ? JSON.stringify(tok).slice(1, -1) || "␣" : tok; }
+function table(d, rows, rowLabel, weights, onRow, selected, cellInfo) {
+  const tb = el("table", "zoo-attn-table"), head = el("tr");
+  head.appendChild(el("th", "corner", ""));
+  d.k.forEach(k => head.appendChild(el("th", "key", show(k))));
+  tb.appendChild(head);
+  rows.forEach((r, i) => {
+    const tr = el("tr", i === selected ? "selected" : "");
+    const th = el("th", "query", rowLabel(r, i));
+    if (onRow) { th.classList.add("clickable"); th.onclick = () => onRow(i); }
+    tr.appendChild(th);
+    const row = weights(r, i), top = Math.max(...row, 1e-9);
+    row.forEach((w, j) => {
+      const td = el("td", "cell");
+      td.style.background = colour(w / top);
+      td.dataset.q = String(i); td.dataset.k = String(j); td.dataset.w = w.toFixed(4);
+      td.title = cellInfo(r, i, j, w);
+      td.onmouseenter = () => { element.querySelector(".zoo-readout").textContent = td.title; };
+      tr.appendChild(td);
+    });
+    tb.appendChild(tr);
+  });
+  return tb;
+}
+function draw() {
+  const root = element.querySelector(".zoo-attn");
+  const d = props.value;
+  root.replaceChildren();
+  if (!d || !d.w) return;
+  const T = d.text, L = d.layer, H = d.head, W = d.w;
+  const info = (l, h, i, j, w) => `${T.query} ${i} '${show(d.q[i])}' → ${T.key} ${j} '${show(d.k[j])}' · ` +
+                                 `${T.layer} ${l} · ${T.head} ${h} · ${T.weight} ${w.toFixed(4)}`;
+  root.appendChild(el("div", "zoo-attn-title", `${T.title}: ${d.stack} · ${T.layer} ${L} · ${T.head} ${H}`));
+  root.appendChild(el("div", "zoo-readout", T.hover));
+  root.appendChild(table(d, d.q, (q) => show(q), (q, i) => W[L][H][i], pick, -1,
+                         (q, i, j, w) => info(L, H, i, j, w)));
+  const across = el("div", "zoo-across");
+  root.appendChild(el("div", "zoo-attn-hint", T.click));
+  root.appendChild(across);
+  function pick(i) {
+    const rows = [];
+    for (let l = 0; l < d.layers; l++) for (let h = 0; h < d.heads; h++) rows.push([l, h]);
+    across.replaceChildren(el("div", "zoo-attn-title", `${T.across}: ${T.query} ${i} '${show(d.q[i])}'`),
+      table(d, rows, ([l, h]) => `${T.layer} ${l} · ${T.head} ${h}`, ([l, h]) => W[l][h][i], null,
+            rows.findIndex(([l, h]) => l === L && h === H), ([l, h], r, j, w) => info(l, h, i, j, w)));
+    element.querySelectorAll(".zoo-attn > .zoo-attn-table th.query").forEach((th, r) =>
+      th.classList.toggle("picked", r === i));
+  }
+  pick(d.q.length - 1);
+}
+draw();
+watch("value", draw);
+"""
+
+ATTN_CSS = """
+.zoo-attn { overflow-x: auto; font-size: 12px; }
+.zoo-attn-title { font-weight: bold; margin: 6px 0 2px; }
+.zoo-readout { min-height: 1.5em; padding: 2px 6px; margin: 4px 0; border-radius: 4px;
+               background: var(--background-fill-secondary); font-family: ui-monospace, monospace; }
+.zoo-attn-hint { margin-top: 8px; opacity: 0.8; }
+.zoo-attn-table { border-collapse: collapse; margin: 2px 0; }
+.zoo-attn-table td.cell { width: 22px; min-width: 22px; height: 20px; padding: 0; border: 1px solid transparent; }
+.zoo-attn-table td.cell:hover { border-color: #f43f5e; }
+.zoo-attn-table th { font-weight: normal; padding: 0 4px; white-space: nowrap; }
+.zoo-attn-table th.key { writing-mode: vertical-rl; text-align: left; max-height: 6em; }
+.zoo-attn-table th.query { text-align: right; }
+.zoo-attn-table th.clickable { cursor: pointer; text-decoration: underline dotted; }
+.zoo-attn-table th.picked, .zoo-attn-table tr.selected th { color: #e11d48; font-weight: bold; }
+"""
 
 
 def choices_for(name: str, lang: str = "en") -> dict[str, Any]:
@@ -307,14 +409,20 @@ def build(tr, lang_state) -> dict:
                       label="inspect.head")
         go_inspect = tr.add(gr.Button(tr("inspect.go"), variant="primary", elem_id="inspect-go"),
                             value="inspect.go")
+    error = error_box("inspect-error")
     nxt = gr.Markdown(elem_id="inspect-next")
     with gr.Row():
-        heat = tr.add(gr.Plot(label=tr("inspect.heatmap"), elem_id="inspect-heatmap"), label="inspect.heatmap")
-        grid = tr.add(gr.Plot(label=tr("inspect.grid"), elem_id="inspect-grid"), label="inspect.grid")
+        with gr.Column(scale=3):
+            tr.add(gr.Markdown(f"**{tr('inspect.heatmap')}**"), value="**{inspect.heatmap}**")
+            heat = gr.HTML(None, html_template="<div class='zoo-attn'></div>", js_on_load=ATTN_JS,
+                           css_template=ATTN_CSS, elem_id="inspect-attn")
+        grid = tr.add(gr.Plot(label=tr("inspect.grid"), elem_id="inspect-grid", scale=2,
+                              elem_classes=["zoo-plot"]), label="inspect.grid")
     with gr.Row():
-        maskfig = tr.add(gr.Plot(label=tr("inspect.mask"), elem_id="inspect-mask"), label="inspect.mask")
-        posfig = tr.add(gr.Plot(label=tr("inspect.positions"), elem_id="inspect-positions"),
-                        label="inspect.positions")
+        maskfig = tr.add(gr.Plot(label=tr("inspect.mask"), elem_id="inspect-mask", elem_classes=["zoo-plot"]),
+                         label="inspect.mask")
+        posfig = tr.add(gr.Plot(label=tr("inspect.positions"), elem_id="inspect-positions",
+                                elem_classes=["zoo-plot"]), label="inspect.positions")
 
     def on_checkpoint(name, stack_now, lang):
         if not name:
@@ -326,11 +434,11 @@ def build(tr, lang_state) -> dict:
                 gr.update(maximum=max(n_layers - 1, 1), value=0, interactive=n_layers > 1),
                 gr.update(maximum=max(n_heads - 1, 1), value=0, interactive=n_heads > 1))
 
-    @handler
+    @inline_errors(5)
     def on_inspect(name, txt, s, l, h, lang):
-        r = inspect(name, txt, s, l, h, lang=lang)
-        return r["heatmap"], r["grid"], r["mask"], r["positions"], \
-            f"**{t(r['next_label'], lang)}:** {r['next']}" if r["next"] else ""
+        r = raw(inspect)(name, txt, s, l, h, lang=lang)
+        return r["attention"], r["grid"], r["mask"], r["positions"], \
+            f"**{t(r['next_label'], lang)}:** {safe_markdown(r['next'])}" if r["next"] else ""
 
     @handler
     def on_refresh(current):
@@ -340,19 +448,29 @@ def build(tr, lang_state) -> dict:
     sel = handler(on_checkpoint)
     ckpt.change(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head], api_visibility="private")
     refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
-    figs = [heat, grid, maskfig, posfig, nxt]
+    figs = [heat, grid, maskfig, posfig, nxt, error]
     go_inspect.click(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
-                     concurrency_limit=2, concurrency_id="inspect", api_name="inspect")
+                     concurrency_limit=2, concurrency_id="inspect", api_visibility="private")
     for w in (layer, head):
         w.release(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
                   concurrency_limit=2, concurrency_id="inspect", trigger_mode="always_last",
                   api_visibility="private")
+
+    def inspect_api(name: str, text: str, stack: str = "decoder", layer: int = 0, head: int = 0,
+                    lang: str = "en") -> dict:
+        """The HTTP API: the attention data (tokens, every layer and head's weights) and the
+        next-token line; figures stay in the page."""
+        r = inspect(name, text, stack, layer, head, lang=lang)
+        return {"attention": r["attention"], "tokens": r["tokens"], "key_tokens": r["key_tokens"],
+                "weights": r["weights"], "next": r["next"], "stack": r["stack"]}
+
+    gr.api(inspect_api, api_name="inspect", concurrency_limit=2, concurrency_id="inspect")
     # size the selectors for the chosen checkpoint when the page opens
     root = getattr(gr.context.Context, "root_block", None)
     if root is not None:
         root.load(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head], api_visibility="private")
     out.update(checkpoint=ckpt, text=text, stack=stack, layer=layer, head=head, go_inspect=go_inspect,
-               heatmap=heat, grid=grid)
+               heatmap=heat, grid=grid, error=error)
     tr.add(gr.Markdown(f"### {tr('inspect.calc_heading')}"), value="### {inspect.calc_heading}")
     tr.add(gr.Markdown(tr("inspect.calc_intro")), value="inspect.calc_intro")
     with gr.Row():
@@ -366,8 +484,9 @@ def build(tr, lang_state) -> dict:
             mask_kind = tr.add(gr.Radio([("none", "none"), ("causal", "causal")], value="none",
                                         label=tr("inspect.calc_mask"), elem_id="calc-mask-kind"),
                                label="inspect.calc_mask")
-            mask = gr.Dataframe(mask_table("none", 3), label="mask (1 = may attend)", type="array",
-                                interactive=True, datatype="number", elem_id="calc-mask")
+            mask = tr.add(gr.Dataframe(mask_table("none", 3), label=tr("calc.mask_table"), type="array",
+                                       interactive=True, datatype="number", elem_id="calc-mask"),
+                          label="calc.mask_table")
     with gr.Row():
         go = tr.add(gr.Button(tr("inspect.calc_go"), variant="primary", elem_id="calc-go"),
                     value="inspect.calc_go")

@@ -6,7 +6,10 @@
 - encoder with an MLM head: fill-mask, the top candidates for each ``<mask>`` position.
 
 Checkpoints are chosen by name only (``ui.common.checkpoint_path``); sizes are bounded by
-``ui.common.LIMITS``.
+``ui.common.LIMITS``.  Limits come from the model: "max new tokens" is capped by what the model's
+``max_len`` leaves after the prompt (the slider's range follows the chosen checkpoint, and a run
+never asks for more than fits), so every shipped checkpoint runs from its example with one click.
+Errors stay in the tab's error box, with where / problem / fix, until the next run.
 """
 from __future__ import annotations
 
@@ -16,9 +19,15 @@ from typing import Iterator
 
 import zoo
 
+from zoo.commands.run import DEFAULT_NEW_TOKENS, new_token_room, prompt_tokens
+
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
-                     default_checkpoint, handler, load_checkpoint)
+                     default_checkpoint, error_box, handler, inline_errors, load_checkpoint, raw,
+                     safe_markdown)
 from .i18n import t
+
+#: one example per shipped checkpoint: clicking it picks the checkpoint and runs the prompt
+EXAMPLES = {"poet_gpt": "床前明月光，", "poet_bert": "床前明<mask>光，疑是地上霜。", "numerals_t5": "10086"}
 
 
 def _tokenizer(model, lang: str):
@@ -53,13 +62,15 @@ def model_card(name: str, lang: str = "en") -> str:
     for key, value in sorted(meta.items()):
         if key.startswith("zoo.extra.") and len(value) < 300:
             lines.append(f"- {key[len('zoo.extra.'):]}: {value}")
+    lines.append("- " + t("run.room", lang, n=spec.max_len))
     if spec.arch == "encoder":
         lines += ["", t("run.mask_hint", lang, mask="`<mask>`")]
+    lines = [safe_markdown(line) for line in lines]  # names and metadata are the checkpoint's text
     folder = path.parent
     for card in ("README.md", "model_card.md", "card.md", "MODEL_CARD.md"):
         f = folder / card
-        if f.is_file() and f.stat().st_size < 20_000:
-            lines += ["", _inline_images(f.read_text(encoding="utf-8"), folder)]
+        if f.is_file() and f.stat().st_size < 20_000:  # the card's Markdown renders; its raw HTML does not
+            lines += ["", _inline_images(safe_markdown(f.read_text(encoding="utf-8")), folder)]
             break
     return "\n".join(lines)
 
@@ -94,10 +105,24 @@ def fill_mask(model, text: str, top_k: int = 5, lang: str = "en") -> list[list[s
     return rows
 
 
+def max_new_tokens_for(name: str | None, lang: str = "en") -> dict:
+    """The "max new tokens" slider for checkpoint ``name``: its range ends at what ``max_len``
+    allows (and the UI limit), its value is the default capped the same way."""
+    top = LIMITS["max_new_tokens"]
+    if name:
+        try:
+            top = min(top, zoo.load_spec(checkpoint_path(name, lang)).max_len)
+        except zoo.ZooError:
+            pass
+    return {"maximum": max(top, 2), "value": min(DEFAULT_NEW_TOKENS, top)}
+
+
 @handler
 def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-        max_new_tokens: int = 64, seed: int = 0, lang: str = "en") -> Iterator[tuple[str, list]]:
-    """Stream ``(output text so far, fill-mask rows)``."""
+        max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, lang: str = "en"
+        ) -> Iterator[tuple[str, list]]:
+    """Stream ``(output text so far, fill-mask rows)``.  ``max_new_tokens`` is capped by what the
+    model's ``max_len`` leaves after the prompt."""
     model = load_checkpoint(name, lang)
     text = check_text(text, lang)
     max_new_tokens = int(max_new_tokens or 0)
@@ -107,6 +132,7 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
         return
     tok = _tokenizer(model, lang)
     check_value("input_tokens", len(tok.encode(text)), lang=lang)
+    max_new_tokens = min(max_new_tokens, new_token_room(model, prompt_tokens(model, text)))
     from zoo.generate import stream_text
 
     temperature = float(temperature or 0.0)
@@ -131,15 +157,18 @@ def build(tr, lang_state) -> dict:
     with gr.Row():
         ckpt = tr.add(gr.Dropdown(names, value=first, label=tr("run.checkpoint"),
                                   elem_id="run-checkpoint", allow_custom_value=True), label="run.checkpoint")
-        refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="run-refresh"), value="run.refresh")
+        refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="run-refresh", scale=0,
+                                   min_width=120), value="run.refresh")
     with gr.Row():
         with gr.Column(scale=3):
             prompt = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
                                        max_length=LIMITS["text_chars"]), label="run.prompt")
-            examples = gr.Examples([["床前明月光，"], ["春眠不觉晓，"], ["床前明<mask>光"], ["10086"],
-                                    ["The cat sat on the"]], inputs=[prompt], label=tr("run.examples"),
-                                   examples_per_page=5)
-            tr.add(examples.dataset, label="run.examples")
+            shown = [[n, p] for n, p in EXAMPLES.items() if n in names]
+            examples = None
+            if shown:
+                examples = gr.Examples(shown, inputs=[ckpt, prompt], label=tr("run.examples"),
+                                       examples_per_page=len(shown))
+                tr.add(examples.dataset, label="run.examples")
             with gr.Row():
                 temperature = tr.add(gr.Slider(0.0, 2.0, value=0.8, step=0.05, label=tr("run.temperature"),
                                                elem_id="run-temperature"), label="run.temperature")
@@ -148,25 +177,42 @@ def build(tr, lang_state) -> dict:
                 top_p = tr.add(gr.Slider(0.05, 1.0, value=0.95, step=0.05, label=tr("run.top_p"),
                                          elem_id="run-top-p"), label="run.top_p")
             with gr.Row():
-                max_new = tr.add(gr.Slider(1, LIMITS["max_new_tokens"], value=64, step=1,
-                                           label=tr("run.max_new_tokens"), elem_id="run-max-new"),
-                                 label="run.max_new_tokens")
+                room = max_new_tokens_for(first)
+                max_new = tr.add(gr.Slider(1, room["maximum"], value=room["value"], step=1,
+                                           label=tr("run.max_new_tokens"), info=tr("run.max_new_info"),
+                                           elem_id="run-max-new"),
+                                 label="run.max_new_tokens", info="run.max_new_info")
                 seed = tr.add(gr.Number(0, precision=0, label=tr("run.seed"), elem_id="run-seed"),
                               label="run.seed")
             go = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
+            error = error_box("run-error")
             output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False,
                                        elem_id="run-output"), label="run.output")
+            # (a speed line, tokens/s against the roofline, belongs here, below the output)
             fills = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
-                                 elem_id="run-fill")
+                                 elem_id="run-fill", wrap=True)
         with gr.Column(scale=2):  # the model card beside the controls, scrolling on its own
             card = gr.Markdown(model_card(first) if first else "", elem_id="run-card", max_height=900)
 
+    inputs = [ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state]
+
+    @inline_errors(2)
     def run_ui(name, text, temperature, top_k, top_p, max_new, seed_, lang):
         import pandas as pd
 
         columns = [t("run.fill_header", lang), t("run.candidates", lang)]
-        for out, rows in run(name, text, temperature, top_k, top_p, max_new, seed_, lang=lang):
+        for out, rows in raw(run)(name, text, temperature, top_k, top_p, max_new, seed_, lang=lang):
             yield out, pd.DataFrame(rows, columns=columns)
+
+    @inline_errors(2)
+    def on_checkpoint(name, lang):
+        return raw(model_card)(name, lang), gr.update(**max_new_tokens_for(name, lang))
+
+    if examples is not None:  # one click: pick the checkpoint (card, limits), then run with the defaults
+        examples.load_input_event.then(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
+                                       api_visibility="private").then(
+            run_ui, inputs=inputs, outputs=[output, fills, error], concurrency_limit=4,
+            concurrency_id="generate", api_visibility="private")
 
     @handler
     def on_refresh(current):
@@ -174,12 +220,25 @@ def build(tr, lang_state) -> dict:
         return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
 
     refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
-    ckpt.change(model_card, inputs=[ckpt, lang_state], outputs=[card], api_name="model_card")
-    go.click(run_ui, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
-             outputs=[output, fills], concurrency_limit=4, concurrency_id="generate", api_name="run")
-    prompt.submit(run_ui, inputs=[ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state],
-                  outputs=[output, fills], concurrency_limit=4, concurrency_id="generate",
-                  api_visibility="private")
-    return {"checkpoint": ckpt, "prompt": prompt, "output": output, "go": go, "fills": fills,
-            "refresh": refresh}
+    ckpt.change(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
+                api_visibility="private")
+    for event in (go.click, prompt.submit):
+        event(run_ui, inputs=inputs, outputs=[output, fills, error], concurrency_limit=4,
+              concurrency_id="generate", api_visibility="private")
 
+    # the HTTP API: plain values in and out, and a ZooError is an error response (not a box)
+    def run_api(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+                max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, lang: str = "en"
+                ) -> tuple[str, list]:
+        out, rows = "", []
+        for out, rows in run(name, text, temperature, top_k, top_p, max_new_tokens, seed, lang=lang):
+            pass
+        return out, rows
+
+    def card_api(name: str, lang: str = "en") -> str:
+        return model_card(name, lang)
+
+    gr.api(run_api, api_name="run", concurrency_limit=4, concurrency_id="generate")
+    gr.api(card_api, api_name="model_card")
+    return {"checkpoint": ckpt, "prompt": prompt, "output": output, "go": go, "fills": fills,
+            "refresh": refresh, "error": error, "max_new": max_new, "card": card}

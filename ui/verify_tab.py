@@ -32,15 +32,11 @@ TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
 
 def _ctx(h=4, h_kv=4, hd=8, causal=False) -> BuildContext:
-    return BuildContext(d_model=h * hd, num_heads=h, num_kv_heads=h_kv, head_dim=hd, d_ff=4 * h * hd,
-                        max_len=64, num_layers=1, dropout=0.0, role="decoder" if causal else "encoder",
-                        causal=causal, scale=1.0 / math.sqrt(hd))
+    return BuildContext.for_heads(h, hd, num_kv_heads=h_kv, causal=causal)
 
 
 def _kernel(name: str, ctx: BuildContext):
-    comp = zoo.get_registry().get("attention", name)
-    config = comp.config() if comp.config is not None else None
-    return comp.cls(config, ctx).eval()
+    return zoo.get_registry().get("attention", name).make(ctx)
 
 
 def _cases(B=2, T=7, gen=None):
@@ -256,7 +252,11 @@ def table_rows(rows: list[dict], lang: str = "en") -> tuple[list[list], str]:
               _fmt(r["error"]), _fmt(r["tol"]), r["note"] if r["status"] != "pass" else ""] for r in rows]
     counted = [r for r in rows if r["status"] != "skip"]
     passed = sum(r["status"] == "pass" for r in counted)
-    return table, t("verify.summary", lang, passed=passed, total=len(counted))
+    summary = t("verify.summary", lang, passed=passed, total=len(counted))
+    skipped = len(rows) - len(counted)
+    if skipped:
+        summary += " " + t("verify.skipped", lang, n=skipped)
+    return table, summary
 
 
 @handler
@@ -278,7 +278,7 @@ def verify_kit(names: list[str] | None = None, lang: str = "en") -> Iterator[tup
         rows.append(_kit_row(kit.run(case)))
         if i % 4 == 3 or i == len(cases) - 1:
             table, summary = table_rows(rows, lang)
-            yield table, f"{summary} ({i + 1} / {len(cases)})"
+            yield table, f"{summary} {t('verify.progress', lang, done=i + 1, total=len(cases))}"
     if not cases:
         yield table_rows([], lang)
 
