@@ -149,6 +149,14 @@ def qwen3(**kw):
     return _decoder("Qwen3ForCausalLM", "Qwen3Config", **{"head_dim": 16, "attention_bias": True, **kw})
 
 
+def gpt_neox(**kw):
+    T = _T()
+    cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+               max_position_embeddings=64, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                             "partial_rotary_factor": 0.25}, **kw)
+    return randomize(T.GPTNeoXForCausalLM(T.GPTNeoXConfig(**cfg, attn_implementation="eager")))
+
+
 def gemma(**kw):
     return _decoder("GemmaForCausalLM", "GemmaConfig", **{"num_key_value_heads": 1, "head_dim": 16, **kw})
 
@@ -189,6 +197,8 @@ CASES = {
     "mistral": (mistral, "decoder", {}),
     "phi3": (phi3, "decoder", {}),
     "qwen3": (qwen3, "decoder", {}),
+    "gpt_neox": (gpt_neox, "decoder", {}),
+    "gpt_neox_sequential": (lambda: gpt_neox(use_parallel_residual=False), "decoder", {}),
     "gemma": (gemma, "decoder", {}),
     "opt": (opt, "decoder", {}),
     "opt_post_norm": (lambda: opt(seed=2, do_layer_norm_before=False), "decoder", {}),
