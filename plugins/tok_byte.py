@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import zoo
 from zoo.components import Tokenizer
-from zoo.tokenizers import DEFAULT_SPECIALS, split_specials
+from zoo.errors import TokenizerError
+from zoo.tokenizers import DEFAULT_SPECIALS, check_ids, check_text, split_specials
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class ByteConfig:
     def __post_init__(self):
         if len(set(self.specials)) != len(self.specials):
             raise ValueError(f"special tokens must be distinct, got {list(self.specials)}")
+        if not all(self.specials):
+            raise ValueError("special tokens must be non-empty strings")
 
 
 class ByteTokenizer(Tokenizer):
@@ -36,16 +39,24 @@ class ByteTokenizer(Tokenizer):
         return 256 + len(self.config.specials)
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         ids: list[int] = []
         for piece in split_specials(text, self.special_ids):
             if piece in self.special_ids:
                 ids.append(self.special_ids[piece])
-            else:
+                continue
+            try:
                 ids.extend(piece.encode("utf-8"))  # one id per byte
+            except UnicodeEncodeError as exc:  # a lone surrogate such as "\ud800" has no UTF-8 form
+                raise TokenizerError(f"character {piece[exc.start]!r} at offset {exc.start} of a "
+                                     f"piece has no UTF-8 encoding (a lone surrogate)",
+                                     where="tokenizer.byte",
+                                     fix="pass valid Unicode text (e.g. decode bytes with "
+                                         "errors='replace')") from exc
         return ids
 
     def decode(self, ids, skip_special: bool = False) -> str:
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        ids = check_ids(ids)
         out, buf = [], bytearray()
         for i in ids:
             if 0 <= i < 256:

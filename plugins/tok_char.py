@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import zoo
 from zoo.components import Tokenizer
-from zoo.tokenizers import DEFAULT_SPECIALS, split_specials
+from zoo.errors import TokenizerError
+from zoo.tokenizers import DEFAULT_SPECIALS, check_ids, check_text, split_specials
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class CharConfig:
     def __post_init__(self):
         if len(set(self.specials)) != len(self.specials):
             raise ValueError(f"special tokens must be distinct, got {list(self.specials)}")
+        if not all(self.specials):
+            raise ValueError("special tokens must be non-empty strings")
 
 
 class CharTokenizer(Tokenizer):
@@ -42,17 +45,25 @@ class CharTokenizer(Tokenizer):
         return len(self.itos)
 
     def encode(self, text: str) -> list[int]:
+        check_text(text)
         specials = set(self.config.specials)
+        unk = getattr(self, "unk_id", None)
         ids: list[int] = []
         for piece in split_specials(text, specials):
             if piece in specials:
                 ids.append(self.stoi[piece])
-            else:
-                ids.extend(self.stoi.get(ch, self.unk_id) for ch in piece)
+                continue
+            for ch in piece:
+                i = self.stoi.get(ch, unk)
+                if i is None:
+                    raise TokenizerError(f"character {ch!r} is not in the vocabulary and there is no "
+                                         f"<unk> token", where="tokenizer.char",
+                                         fix="keep the default specials (the second is <unk>)")
+                ids.append(i)
         return ids
 
     def decode(self, ids, skip_special: bool = False) -> str:
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        ids = check_ids(ids)
         n = len(self.config.specials)
         return "".join(self.itos[i] for i in ids
                        if 0 <= i < len(self.itos) and not (skip_special and i < n))

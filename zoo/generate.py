@@ -28,11 +28,13 @@ Entry points: ``model.generate(...)`` (a method on every zoo model), :func:`gene
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterator, Sequence
 
 import torch
 
 from .errors import TokenizerError, ZooError
+from .trust import short
 
 
 # ---------------------------------------------------------------------- choosing the next token
@@ -57,17 +59,62 @@ def pick_next(logits: torch.Tensor, *, do_sample: bool = False, temperature: flo
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def _check_options(max_new_tokens, temperature, top_k, top_p) -> None:
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ZooError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}",
-                       where="generate.max_new_tokens")
-    if not temperature > 0:
-        raise ZooError(f"temperature must be > 0, got {temperature}", where="generate.temperature",
-                       fix="use do_sample=False for greedy decoding instead of temperature 0")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ZooError(f"top_k must be an integer >= 1, got {top_k!r}", where="generate.top_k")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ZooError(f"top_p must be in (0, 1], got {top_p}", where="generate.top_p")
+#: Smallest sampling temperature: logits / 1e-45 overflow float32 to inf and softmax gives NaN.
+#: Below it the distribution is one-hot anyway: use do_sample=False (greedy).
+MIN_TEMPERATURE = 1e-4
+#: Smallest top_p: it is compared in float32, where 1e-300 rounds to 0 and drops every token.
+MIN_TOP_P = 1e-6
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_options(max_new_tokens, temperature, top_k, top_p, *, do_sample=False, seed=None,
+                   stop_tokens=None, use_cache=True, prefix_length=None, decoder_start_id=None,
+                   pad_id=None, vocab_limit=None, vocab_size=None) -> None:
+    """Every generation option, checked for type and range before any work is done."""
+    def bad(name, what, fix=None):
+        raise ZooError(f"{name} {what}", where=f"generate.{name}", fix=fix)
+
+    if not _is_int(max_new_tokens) or max_new_tokens < 0:
+        bad("max_new_tokens", f"must be an integer >= 0, got {short(max_new_tokens)}")
+    for name, flag in (("do_sample", do_sample), ("use_cache", use_cache)):
+        if not isinstance(flag, bool):
+            bad(name, f"must be true or false, got {short(flag)}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not math.isfinite(temperature) or not temperature > 0:
+        bad("temperature", f"must be a finite number > 0, got {short(temperature)}",
+            "use do_sample=False for greedy decoding instead of temperature 0")
+    if do_sample and temperature < MIN_TEMPERATURE:
+        bad("temperature", f"{temperature:g} is below {MIN_TEMPERATURE:g} (logits / temperature would "
+            "overflow)", "use do_sample=False: greedy decoding is what a tiny temperature means")
+    if top_k is not None and (not _is_int(top_k) or top_k < 1):
+        bad("top_k", f"must be an integer >= 1, got {short(top_k)}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not MIN_TOP_P <= top_p <= 1.0):
+        bad("top_p", f"must be a number in [{MIN_TOP_P:g}, 1], got {short(top_p)}",
+            "a smaller top_p keeps only the most likely token: use do_sample=False")
+    if seed is not None and (not _is_int(seed) or not -2**63 <= seed < 2**64):
+        bad("seed", f"must be an integer in [-2**63, 2**64), got {short(seed)}")
+    ids = {"decoder_start_id": decoder_start_id, "pad_id": pad_id}
+    stops = [stop_tokens] if _is_int(stop_tokens) or not isinstance(stop_tokens, (list, tuple)) \
+        else list(stop_tokens)
+    if stop_tokens is not None:
+        ids.update({f"stop_tokens[{i}]": s for i, s in enumerate(stops[:1000])})
+        if len(stops) > 1000:
+            bad("stop_tokens", f"lists {len(stops)} ids; at most 1000")
+    for name, v in ids.items():
+        if v is None:
+            continue
+        if not _is_int(v):
+            bad(name, f"must be a token id (an integer), got {short(v)}")
+        if vocab_size is not None and not 0 <= v < vocab_size:
+            bad(name, f"{v} is outside the vocabulary [0, {vocab_size})",
+                "use an id the model's tokenizer produces")
+    for name, v, low in (("prefix_length", prefix_length, 0), ("vocab_limit", vocab_limit, 1)):
+        if v is not None and (not _is_int(v) or v < low):
+            bad(name, f"must be an integer >= {low}, got {short(v)}")
 
 
 # ---------------------------------------------------------------------- inputs
@@ -96,7 +143,15 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device=None
 def _as_batch(model, ids, attention_mask, pad_id) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``ids`` as a list, list of lists or tensor -> ``(ids (B, T), mask (B, T) bool or None)``."""
     device = next(model.parameters()).device
+    if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
+        attention_mask = _as_tensor(attention_mask, "attention_mask")
+    if isinstance(ids, (list, tuple)):
+        _as_tensor(ids if not ids or not isinstance(ids[0], (list, tuple)) else
+                   [x for r in ids if isinstance(r, (list, tuple)) for x in r], "ids")
     if isinstance(ids, torch.Tensor):
+        if ids.is_floating_point() or ids.is_complex():
+            raise ZooError(f"ids must be integer token ids, got a {ids.dtype} tensor",
+                           where="generate.ids", fix="pass a LongTensor of ids")
         ids = ids.to(device=device, dtype=torch.long)
         if ids.dim() == 1:
             ids = ids[None]
@@ -133,6 +188,16 @@ def _as_batch(model, ids, attention_mask, pad_id) -> tuple[torch.Tensor, torch.T
     return ids, mask
 
 
+def _as_tensor(values, name: str) -> torch.Tensor:
+    """A list of ids / mask flags as a tensor, with a ZooError (not a TypeError) for anything else."""
+    try:
+        return torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise ZooError(f"{name} must be a tensor or (nested) list of integers, got "
+                       f"{short(values)}", where=f"generate.{name}",
+                       fix="pass token ids as ints (0 <= id < vocab_size)") from exc
+
+
 # ---------------------------------------------------------------------- the decoding loops
 def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor | None = None,
            do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
@@ -155,7 +220,10 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     if arch == "encoder":
         raise ZooError("an encoder-only model does not generate text", where="model.arch",
                        fix="use zoo.tasks.fill_mask(model, text) or zoo.tasks.classify(...)")
-    _check_options(max_new_tokens, temperature, top_k, top_p)
+    _check_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample, seed=seed,
+                   stop_tokens=stop_tokens, use_cache=use_cache, prefix_length=prefix_length,
+                   decoder_start_id=decoder_start_id, pad_id=pad_id, vocab_limit=vocab_limit,
+                   vocab_size=model.spec.vocab_size)
     pad = _pad_id(model, tokenizer) if pad_id is None else pad_id
     ids, mask = _as_batch(model, ids, attention_mask, pad)
     B, T0 = ids.shape

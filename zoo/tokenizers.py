@@ -89,6 +89,32 @@ def from_json(text: str | dict) -> Tokenizer:
     return tok
 
 
+#: Longest text a tokenizer encodes in one call (characters), so one request is bounded work.
+MAX_TEXT_CHARS = 10_000_000
+
+
+def check_text(text: Any, where: str = "tokenizer.encode") -> None:
+    """Tokenizers call this first: ``text`` must be a ``str`` of at most :data:`MAX_TEXT_CHARS`."""
+    if not isinstance(text, str):
+        raise TokenizerError(f"expected text (a str), got {type(text).__name__}", where=where,
+                             fix="pass a string; for several prompts pass a list of strings")
+    if len(text) > MAX_TEXT_CHARS:
+        raise TokenizerError(f"the text has {len(text):,} characters, more than {MAX_TEXT_CHARS:,}",
+                             where=where, fix="split it into smaller pieces")
+
+
+def check_ids(ids: Any, where: str = "tokenizer.decode") -> list[int]:
+    """``ids`` (a 1-D tensor or a sequence of ints) as a list of Python ints, or a TokenizerError."""
+    try:
+        out = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    except TypeError:
+        out = None
+    if out is None or not all(isinstance(i, int) and not isinstance(i, bool) for i in out):
+        raise TokenizerError(f"expected a flat sequence of integer ids, got {type(ids).__name__}",
+                             where=where, fix="pass one row of ids, e.g. ids[0].tolist()")
+    return out
+
+
 def split_specials(text: str, specials: Iterable[str]) -> list[str]:
     """Split ``text`` around occurrences of the special-token strings (longest first), keeping them:
     ``"a<mask>b" -> ["a", "<mask>", "b"]``.  Lets users write ``<mask>`` in fill-mask prompts."""
