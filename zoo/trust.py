@@ -182,6 +182,7 @@ def load_yaml(text: str | bytes, *, where: str, max_bytes: int = MAX_YAML_BYTES,
 def _check_nodes(root: yaml.Node, where: str, max_nodes: int, error: type[ZooError]) -> None:
     """Expanded node count (memoised, iterative) and duplicate keys of a composed document."""
     size: dict[int, int] = {}
+    open_: set[int] = set()  # nodes whose children are still being counted
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
@@ -189,11 +190,17 @@ def _check_nodes(root: yaml.Node, where: str, max_nodes: int, error: type[ZooErr
             continue
         children = _children(node)
         if not done:
+            if id(node) in open_:  # reached again from inside itself: `&a [*a]`
+                line = node.start_mark.line + 1 if node.start_mark else "?"
+                raise error(f"YAML alias refers to the node that contains it (line {line})",
+                            where=where, fix="remove the recursive alias")
+            open_.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children if id(c) not in size)
             if isinstance(node, yaml.MappingNode):
                 _no_duplicate_keys(node, where, error)
             continue
+        open_.discard(id(node))
         total = 1 + sum(size.get(id(c), 0) for c in children)
         if total > max_nodes:
             line = node.start_mark.line + 1 if node.start_mark else "?"
