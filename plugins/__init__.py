@@ -25,6 +25,7 @@ BUILTINS = (
     "ffn_glu",
     "pos_learned_offset",
     "norm_rmsnorm_plus1",
+    "attention_softcap",
     "tok_char",
     "tok_byte",
     "tok_hf",

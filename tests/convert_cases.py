@@ -161,6 +161,12 @@ def gemma(**kw):
     return _decoder("GemmaForCausalLM", "GemmaConfig", **{"num_key_value_heads": 1, "head_dim": 16, **kw})
 
 
+def gemma2(**kw):
+    return _decoder("Gemma2ForCausalLM", "Gemma2Config", **{
+        "num_key_value_heads": 2, "head_dim": 16, "sliding_window": 4, "query_pre_attn_scalar": 12,
+        "attn_logit_softcapping": 2.0, "final_logit_softcapping": 3.0, **kw})
+
+
 def opt(seed=0, **kw):
     T = _T()
     cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=48,
@@ -200,6 +206,7 @@ CASES = {
     "gpt_neox": (gpt_neox, "decoder", {}),
     "gpt_neox_sequential": (lambda: gpt_neox(use_parallel_residual=False), "decoder", {}),
     "gemma": (gemma, "decoder", {}),
+    "gemma2": (gemma2, "decoder", {}),
     "opt": (opt, "decoder", {}),
     "opt_post_norm": (lambda: opt(seed=2, do_layer_norm_before=False), "decoder", {}),
     "roberta": (roberta, "encoder", {"pad_id": 1}),
