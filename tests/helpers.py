@@ -24,20 +24,12 @@ class Attend:
 
 def kernel(name: str, head_dim: int, heads: int = 2, kv_heads: int | None = None, scale=None):
     """A registered attention kernel outside a model (eval mode, no dropout), as :class:`Attend`."""
-    comp = zoo.get_registry().get("attention", name)
-    ctx = BuildContext(d_model=heads * head_dim, num_heads=heads, num_kv_heads=kv_heads or heads,
-                       head_dim=head_dim, d_ff=4, max_len=64, num_layers=1, dropout=0.0,
-                       role="decoder", causal=True,
-                       scale=scale if scale is not None else head_dim ** -0.5)
-    return Attend(comp.cls(comp.config() if comp.config else None, ctx).eval())
+    ctx = BuildContext.for_heads(heads, head_dim, num_kv_heads=kv_heads, causal=True, scale=scale)
+    return Attend(zoo.get_registry().get("attention", name).make(ctx))
 
 
 def mask_rule(name: str, **params):
-    comp = zoo.get_registry().get("mask", name)
-    cfg = comp.config(**params) if comp.config else None
-    ctx = BuildContext(d_model=8, num_heads=2, num_kv_heads=2, head_dim=4, d_ff=4, max_len=64,
-                       num_layers=1, dropout=0.0, role="decoder", causal=True, scale=0.5)
-    return comp.cls(cfg, ctx)
+    return zoo.get_registry().get("mask", name).make(BuildContext.for_heads(2, 4, causal=True), **params)
 
 
 def tiny(arch: str = "decoder", **over):

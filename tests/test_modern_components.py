@@ -16,15 +16,11 @@ NEW = {"position": ["rope", "alibi", "t5_relative"], "norm": ["rmsnorm"], "place
 
 
 def ctx(heads=4, kv=None, hd=8, role="decoder", d_ff=24):
-    return BuildContext(d_model=heads * hd, num_heads=heads, num_kv_heads=kv or heads, head_dim=hd,
-                        d_ff=d_ff, max_len=64, num_layers=1, dropout=0.0, role=role,
-                        causal=role == "decoder", scale=hd ** -0.5)
+    return BuildContext.for_heads(heads, hd, num_kv_heads=kv, d_ff=d_ff, causal=role == "decoder")
 
 
 def component(family, name, c=None, **params):
-    comp = get_registry().get(family, name)
-    cfg = comp.config(**params) if comp.config else None
-    return comp.cls(cfg, c or ctx())
+    return get_registry().get(family, name).make(c or ctx(), **params)
 
 
 def spec(**over):
@@ -254,7 +250,7 @@ def test_every_attention_kernel_with_grouped_query_attention(kv):
         else:
             mask, kwargs = causal, {"is_causal": True}
         bias = torch.randn(1, h, T, T, generator=g, dtype=dt) if caps.supports_bias else None
-        kern = comp.cls(comp.config() if comp.config else None, ctx(heads=h, kv=kv, hd=hd)).eval()
+        kern = comp.make(ctx(heads=h, kv=kv, hd=hd))
         out, _ = attend(kern, q, k, v, bias=bias, **kwargs)  # as a model calls it
         torch.testing.assert_close(out, _reference(q, k, v, mask, bias, hd ** -0.5), rtol=tol, atol=tol,
                                    msg=f"kernel {comp.name}")

@@ -10,7 +10,7 @@ in exactly one place.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -47,8 +47,12 @@ class Capabilities:
 class BuildContext:
     """Everything a component may need to size itself, fixed at build time.
 
-    role: ``"encoder"`` or ``"decoder"`` (the stack being built); ``causal`` is True for a decoder
-    stack.  ``scale`` is the factor applied to q·k (default ``1/sqrt(head_dim)``; T5 uses 1).
+    ``causal`` is True for a decoder stack (its queries must not see later keys).  ``scale`` is the
+    factor applied to q·k (default ``1/sqrt(head_dim)``; T5 uses 1).  ``num_layers`` lets a
+    component scale itself by depth (DeepNet-style placements, GPT-2's residual init).
+
+    Make one with :meth:`from_spec` (the context a model's stack gives its components) or
+    :meth:`for_heads` (a component on its own: tests, the UI, the conformance kit).
     """
 
     d_model: int
@@ -59,10 +63,30 @@ class BuildContext:
     max_len: int
     num_layers: int
     dropout: float
-    role: str
     causal: bool
     scale: float
-    spec: Any = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def from_spec(cls, spec: Any, role: str) -> "BuildContext":
+        """The context of ``spec``'s ``role`` stack (``"encoder"`` or ``"decoder"``)."""
+        st = spec.stack(role)
+        return cls(d_model=spec.d_model, num_heads=st.num_heads, num_kv_heads=st.num_kv_heads,
+                   head_dim=st.head_dim, d_ff=st.d_ff, max_len=spec.max_len, num_layers=st.num_layers,
+                   dropout=st.dropout, causal=(role == "decoder"), scale=st.attn_scale)
+
+    @classmethod
+    def for_heads(cls, num_heads: int, head_dim: int, *, num_kv_heads: int | None = None,
+                  d_model: int | None = None, d_ff: int | None = None, max_len: int = 64,
+                  num_layers: int = 1, dropout: float = 0.0, causal: bool = False,
+                  scale: float | None = None) -> "BuildContext":
+        """A context for given head sizes; the rest defaults as a spec would (``d_model = h · hd``,
+        ``d_ff = 4 · d_model``, ``scale = 1/sqrt(hd)``, no dropout, one layer, no grouping)."""
+        d_model = d_model if d_model is not None else num_heads * head_dim
+        return cls(d_model=d_model, num_heads=num_heads,
+                   num_kv_heads=num_kv_heads if num_kv_heads is not None else num_heads,
+                   head_dim=head_dim, d_ff=d_ff if d_ff is not None else 4 * d_model,
+                   max_len=max_len, num_layers=num_layers, dropout=dropout, causal=causal,
+                   scale=scale if scale is not None else head_dim ** -0.5)
 
 
 class AttentionKernel(nn.Module):

@@ -13,7 +13,7 @@ hook made the call::
 ``component``
     For every family but tokenizers, an ``nn.Module`` subclass constructed as ``component(config,
     ctx)`` where ``config`` is an instance of the config class below and ``ctx`` a
-    :class:`zoo.components.BuildContext` (sizes, role, dtype-independent facts).  What the module must
+    :class:`zoo.components.BuildContext` (sizes, causality, dtype-independent facts).  What the module must
     provide is the family's base class in :mod:`zoo.components` (``AttentionKernel``, ``MaskRule``,
     ``PositionScheme``, ``Norm``, ``Placement``, ``FeedForward``); subclassing it is recommended.
 ``config``

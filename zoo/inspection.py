@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import fnmatch
 from collections import OrderedDict
-from types import SimpleNamespace
 from typing import Any, Callable, Iterable
 
 import torch
 from torch import nn
 
-from .components import AttentionKernel, Norm, causal_mask
+from .components import AttentionKernel, BuildContext, Norm, causal_mask
 from .errors import ZooError
 from .layers import AttnArgs, call_kernel
 
@@ -159,16 +158,18 @@ def _apply(edit: Edit | torch.Tensor, x: torch.Tensor, name: str) -> torch.Tenso
     return y
 
 
-def _eager_for(kernel: nn.Module) -> nn.Module:
+def _eager_for(attn: nn.Module) -> nn.Module:
     """``kernel`` itself if it shows its steps or is not softmax attention (swapping would change
     the model; such a kernel's trace has q/k/v, head outputs and any weights it returns, but no
-    scores), else the registry's eager kernel with the same scale."""
+    scores), else the registry's eager kernel with the same sizes and scale."""
+    kernel = attn.kernel
     if type(kernel).steps is not AttentionKernel.steps or not kernel.capabilities.exact:
         return kernel
     from .registry import get_registry
 
-    cls = get_registry().get("attention", "eager", where="trace").cls
-    eager = cls(None, SimpleNamespace(scale=kernel.scale, dropout=kernel.dropout_p))
+    ctx = BuildContext.for_heads(attn.h, attn.hd, num_kv_heads=attn.h_kv, scale=kernel.scale,
+                                 dropout=kernel.dropout_p)
+    eager = get_registry().get("attention", "eager", where="trace").make(ctx)
     eager.train(kernel.training)
     return eager
 
@@ -280,7 +281,7 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
                         continue
                     if sub != "ffn":
                         swaps.append(module)
-                        module.attend = _AttentionRecorder(_eager_for(module.kernel), f"{p}.{sub}",
+                        module.attend = _AttentionRecorder(_eager_for(module), f"{p}.{sub}",
                                                            acts, all_edits)
                     handles.append(module.register_forward_hook(
                         lambda m, a, out, n=f"{p}.{sub}.out": edited(n, out)))

@@ -357,18 +357,9 @@ class Stack(nn.Module):
         return self.final_norm(x)
 
 
-def make_context(spec, st: StackSpec) -> BuildContext:
-    return BuildContext(d_model=spec.d_model, num_heads=st.num_heads, num_kv_heads=st.num_kv_heads,
-                        head_dim=st.head_dim, d_ff=st.d_ff, max_len=spec.max_len,
-                        num_layers=st.num_layers, dropout=st.dropout, role=st.role,
-                        causal=(st.role == "decoder"), scale=st.attn_scale, spec=spec)
-
-
 def make_parts(spec, role: str, registry) -> _Parts:
-    st = spec.stack(role)
-    return _Parts(st, make_context(spec, st), registry)
+    return _Parts(spec.stack(role), BuildContext.from_spec(spec, role), registry)
 
 
 def make_stack(spec, role: str, registry) -> Stack:
-    st = spec.stack(role)
-    return Stack(st, make_context(spec, st), registry)
+    return Stack(spec.stack(role), BuildContext.from_spec(spec, role), registry)

@@ -84,6 +84,13 @@ class Component:
             text = (mod.__doc__ or "").strip()
         return text.split("\n\n")[0].replace("\n", " ")
 
+    def make(self, ctx: Any, **params: Any) -> Any:
+        """The component on its own, ``cls(config(**params), ctx)`` (``ctx``: a
+        :class:`~zoo.components.BuildContext`, e.g. ``BuildContext.for_heads(4, 8)``), in eval mode.
+        Inside a model the engine builds components from the spec instead."""
+        config = self.config(**params) if self.config is not None else None
+        return self.cls(config, ctx).eval()
+
     def params(self) -> dict[str, Any]:
         """Parameter name -> default (``dataclasses.MISSING`` where required)."""
         if self.config is None:

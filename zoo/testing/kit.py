@@ -557,12 +557,8 @@ def check_save_load(kit: Kit, comp: Component, arch: str):
 
 # ---------------------------------------------------------------------- attention checks
 def _kernel(comp: Component, kit: Kit, h=4, h_kv=2, hd=8):
-    ctx = BuildContext(d_model=h * hd, num_heads=h, num_kv_heads=h_kv, head_dim=hd, d_ff=4 * h * hd,
-                       max_len=64, num_layers=1, dropout=0.0, role="decoder", causal=True,
-                       scale=hd ** -0.5)
-    params = kit.params_for(comp)
-    cfg = comp.config(**params) if comp.config else None
-    return comp.cls(cfg, ctx).eval().to(kit.device)
+    ctx = BuildContext.for_heads(h, hd, num_kv_heads=h_kv, causal=True)
+    return comp.make(ctx, **kit.params_for(comp)).to(kit.device)
 
 
 def _mv(dev, *items):
@@ -672,10 +668,7 @@ def check_weights(kit: Kit, comp: Component):
 
 # ---------------------------------------------------------------------- other families
 def check_mask_offset(kit: Kit, comp: Component):
-    ctx = BuildContext(d_model=8, num_heads=2, num_kv_heads=2, head_dim=4, d_ff=16, max_len=64,
-                       num_layers=1, dropout=0.0, role="decoder", causal=True, scale=0.5)
-    params = kit.params_for(comp)
-    rule = comp.cls(comp.config(**params) if comp.config else None, ctx)
+    rule = comp.make(BuildContext.for_heads(2, 4, causal=True), **kit.params_for(comp))
     T = 12
 
     def make(offset):

@@ -16,9 +16,7 @@ HERE = __import__("pathlib").Path(__file__).resolve().parent.parent
 
 
 def ctx(h=4, h_kv=2, hd=8):
-    return BuildContext(d_model=h * hd, num_heads=h, num_kv_heads=h_kv, head_dim=hd, d_ff=64,
-                        max_len=64, num_layers=1, dropout=0.0, role="decoder", causal=True,
-                        scale=hd ** -0.5)
+    return BuildContext.for_heads(h, hd, num_kv_heads=h_kv, d_ff=64, causal=True)
 
 
 def loop_reference(q, k, v, causal, mask=None):
