@@ -97,6 +97,42 @@ def test_cache_logits_equal_full_forward_step_by_step():
             torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-4, rtol=1e-4)
 
 
+def test_static_cache_is_written_in_place():
+    """With a capacity, each layer's k/v buffers are allocated once, at the prefill, and every step
+    writes into them: the same storage from the first step to the last, and the logits still equal
+    the full forward's (left padding and a sliding window included)."""
+    model = small(positions="rope", mask=MASKS[1])
+    ids = prompts(B=2, T=10)
+    pad = torch.ones(2, 10, dtype=torch.bool)
+    pad[1, :3] = False  # row 1 is left-padded
+    full = model(ids, attention_mask=pad)  # (2, T, V)
+    cache = model.new_cache(capacity=10)
+    model(ids[:, :4], attention_mask=pad[:, :4], cache=cache)
+    layer = cache.layers[0]
+    ptrs = (layer.k.data_ptr(), layer.v.data_ptr(), cache._pos.data_ptr(), cache._pad.data_ptr())
+    assert layer.k.shape == (2, 4, 10, 8)  # (B, h_kv, capacity, hd)
+    for t in range(4, 10):
+        step = model(ids[:, t:t + 1], attention_mask=pad[:, t:t + 1], cache=cache)
+        torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-4, rtol=1e-4)
+    assert (layer.k.data_ptr(), layer.v.data_ptr(), cache._pos.data_ptr(),
+            cache._pad.data_ptr()) == ptrs  # nothing was reallocated
+    assert cache.length == layer.length == 10 and cache.key_pos.shape == (2, 10)
+    assert cache.key_pos[1].tolist() == [0, 0, 0, 0, 1, 2, 3, 4, 5, 6]  # counted from the first real
+
+
+def test_cache_without_capacity_grows_and_stays_right():
+    """``new_cache()`` without a capacity grows its buffers by doubling; same logits."""
+    model = small(positions="alibi")
+    ids = prompts(B=1, T=12)
+    full = model(ids)
+    cache = model.new_cache()
+    model(ids[:, :2], cache=cache)
+    for t in range(2, 12):
+        step = model(ids[:, t:t + 1], cache=cache)
+        torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-4, rtol=1e-4)
+    assert cache.layers[0].k.size(2) == 16  # 2 -> 4 -> 8 -> 16 slots, not one per step
+
+
 @pytest.mark.parametrize("positions", POSITIONS)
 @pytest.mark.parametrize("mask", MASKS, ids=["causal", "causal+window3", "prefix2"])
 def test_padded_batch_equals_one_by_one(positions, mask):

@@ -112,9 +112,21 @@ def _check_options(max_new_tokens, temperature, top_k, top_p, *, do_sample=False
         if vocab_size is not None and not 0 <= v < vocab_size:
             bad(name, f"{v} is outside the vocabulary [0, {vocab_size})",
                 "use an id the model's tokenizer produces")
-    for name, v, low in (("prefix_length", prefix_length, 0), ("vocab_limit", vocab_limit, 1)):
-        if v is not None and (not _is_int(v) or v < low):
-            bad(name, f"must be an integer >= {low}, got {short(v)}")
+    for name, v, low in (("prefix_length", prefix_length, 0), ("vocab_limit", vocab_limit, 1),
+                         ("top_k", top_k, 1)):
+        if v is not None and (not _is_int(v) or not low <= v < 2**63):
+            bad(name, f"must be an integer in [{low}, 2**63), got {short(v)}")
+
+
+def _check_prompts(prompts) -> None:
+    """Text prompts: one ``str`` or a non-empty list/tuple of them."""
+    if isinstance(prompts, str):
+        return
+    if not isinstance(prompts, (list, tuple)) or not prompts \
+            or not all(isinstance(p, str) for p in prompts):
+        raise ZooError(f"prompts must be a string or a non-empty list of strings, got "
+                       f"{short(prompts)}", where="generate.prompts",
+                       fix="pass text, e.g. generate_text(model, 'Once upon a time')")
 
 
 # ---------------------------------------------------------------------- inputs
@@ -143,6 +155,10 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device=None
 def _as_batch(model, ids, attention_mask, pad_id) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``ids`` as a list, list of lists or tensor -> ``(ids (B, T), mask (B, T) bool or None)``."""
     device = next(model.parameters()).device
+    if attention_mask is not None and not isinstance(ids, torch.Tensor):
+        raise ZooError("attention_mask is only used with a tensor of ids (lists are left-padded here, "
+                       "with their own mask)", where="generate.attention_mask",
+                       fix="drop attention_mask, or pass ids as a (B, T) tensor")
     if attention_mask is not None and not isinstance(attention_mask, torch.Tensor):
         attention_mask = _as_tensor(attention_mask, "attention_mask")
     if isinstance(ids, (list, tuple)):
@@ -224,6 +240,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
                    stop_tokens=stop_tokens, use_cache=use_cache, prefix_length=prefix_length,
                    decoder_start_id=decoder_start_id, pad_id=pad_id, vocab_limit=vocab_limit,
                    vocab_size=model.spec.vocab_size)
+    temperature = float(temperature)  # an int like 2**64 would overflow inside torch
     pad = _pad_id(model, tokenizer) if pad_id is None else pad_id
     ids, mask = _as_batch(model, ids, attention_mask, pad)
     B, T0 = ids.shape
@@ -251,7 +268,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
                            f"{model.spec.max_len}", where="generate.max_new_tokens",
                            fix=f"ask for at most {max(model.spec.max_len - T0 + 1, 0)} new tokens")
         steps = _decoder_logits(model, ids, mask, use_cache, prefix_length,
-                                _make_head(model, max_new_tokens))
+                                _make_head(model, max_new_tokens), max_new_tokens)
     else:
         if max_new_tokens > model.spec.max_len:
             raise ZooError(f"max_new_tokens {max_new_tokens} exceeds max_len {model.spec.max_len}",
@@ -261,7 +278,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
             bos = getattr(tok, "bos_id", None)
             decoder_start_id = bos if bos is not None and bos < model.spec.vocab_size else pad
         steps = _seq2seq_logits(model, ids, mask, use_cache, decoder_start_id,
-                                _make_head(model, max_new_tokens))
+                                _make_head(model, max_new_tokens), max_new_tokens)
     # everything above ran now, so bad options raise here, not at the first next()
     return _run(model, steps, choose, stops, B, max_new_tokens, pad, ids.device)
 
@@ -331,7 +348,7 @@ def _linear_head(model, steps: int):
     return lambda hidden: model.lm_head(head_in(hidden[:, -1]))
 
 
-def _decoder_logits(model, ids, mask, use_cache, prefix_length, head):
+def _decoder_logits(model, ids, mask, use_cache, prefix_length, head, steps):
     """A coroutine: yields next-token logits ``(B, V)``; is sent the chosen ids ``(B,)``."""
     B, T0 = ids.shape
     dev = ids.device
@@ -343,7 +360,7 @@ def _decoder_logits(model, ids, mask, use_cache, prefix_length, head):
     plen = torch.full((B,), T0 if prefix_length is None else prefix_length, dtype=torch.long,
                       device=dev)
     if use_cache:
-        cache = model.new_cache()
+        cache = model.new_cache(capacity=T0 + steps)  # preallocated: written in place each step
         logits = head(model(ids, attention_mask=full, cache=cache, prefix_lengths=plen,
                             return_hidden=True))
         while True:
@@ -359,7 +376,7 @@ def _decoder_logits(model, ids, mask, use_cache, prefix_length, head):
             full = torch.cat([full, ones], dim=1)
 
 
-def _seq2seq_logits(model, src, src_mask, use_cache, start_id, head):
+def _seq2seq_logits(model, src, src_mask, use_cache, start_id, head, steps):
     """Encoder-decoder: encode once, then decode step by step (cross-attention k/v cached too)."""
     B = src.size(0)
     dev = src.device
@@ -368,7 +385,7 @@ def _seq2seq_logits(model, src, src_mask, use_cache, start_id, head):
     tgt = torch.full((B, 1), start_id, dtype=torch.long, device=dev)
     ones = torch.ones(B, 1, dtype=torch.bool, device=dev) if explicit else None
     if use_cache:
-        cache = model.new_cache()
+        cache = model.new_cache(capacity=1 + steps)
         logits = head(model.decode(tgt, memory, mem_pad, tgt_mask=ones, cache=cache,
                                    return_hidden=True))
         while True:
@@ -453,6 +470,7 @@ def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32,
     """Text in, text out: the continuation of each prompt (stops at the tokenizer's eos by default)."""
     from .tokenizers import check_fits, get_tokenizer
 
+    _check_prompts(prompts)
     tok = get_tokenizer(model, tokenizer)
     check_fits(tok, model.spec.vocab_size)
     single = isinstance(prompts, str)

@@ -31,37 +31,104 @@ def real_padding(key_padding: torch.Tensor | None) -> torch.Tensor | None:
     return key_padding
 
 
-class LayerCache:
-    """The cached keys/values of one attention layer: ``k, v (B, h_kv, T_cached, hd)``.
+def _append(buf: torch.Tensor | None, n: int, new: torch.Tensor, dim: int, capacity: int | None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Write ``new`` into slots ``[n, n + T)`` of the preallocated ``buf`` along ``dim``, in place.
 
-    Self-attention appends the new keys each step; cross-attention computes the encoder's keys once
-    (``cross``) and reuses them.
+    ``buf`` is allocated at the first write with room for ``capacity`` slots (or exactly what is
+    needed when the capacity is unknown) and, should a write ever overflow it, reallocated at twice
+    the size (amortised growth, as a Python list does).  Returns ``(buf, view of slots [0, n + T))``:
+    the view shares ``buf``'s memory, nothing is copied."""
+    T = new.size(dim)
+    if buf is not None and buf.size(0) != new.size(0):  # (1, T) positions meeting a batch
+        if new.size(0) == 1:
+            new = new.expand(buf.size(0), *new.shape[1:])
+        else:
+            buf = buf.expand(new.size(0), *buf.shape[1:]).clone()
+    if buf is None or n + T > buf.size(dim):
+        size = max(capacity or 0, n + T, 2 * buf.size(dim) if buf is not None else 0)
+        shape = list(new.shape)
+        shape[dim] = size
+        grown = new.new_empty(shape)
+        if buf is not None and n:
+            grown.narrow(dim, 0, n).copy_(buf.narrow(dim, 0, n))
+        buf = grown
+    buf.narrow(dim, n, T).copy_(new)
+    return buf, buf.narrow(dim, 0, n + T)
+
+
+class LayerCache:
+    """The cached keys/values of one attention layer, in preallocated buffers
+    ``k, v (B, h_kv, capacity, hd)`` of which the first ``length`` slots are filled.
+
+    A decoding step writes its new keys into the next free slots **in place** (no concatenation, no
+    allocation per step) and attends to a view of the filled slots.  Slot ``j`` holds the key of
+    the ``j``-th token fed to the model, so the stack's ``key_pos``/``key_padding`` (indexed the
+    same way) tell every position scheme and mask rule where each key sits.  Cross-attention
+    computes the encoder's keys once (``cross``) and reuses them.
     """
 
-    __slots__ = ("k", "v", "cross")
+    __slots__ = ("k", "v", "cross", "length", "capacity")
 
-    def __init__(self):
-        self.k: torch.Tensor | None = None
+    def __init__(self, capacity: int | None = None):
+        self.k: torch.Tensor | None = None  # (B, h_kv, capacity, hd) buffers
         self.v: torch.Tensor | None = None
         self.cross: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.length = 0
+        self.capacity = capacity
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.k is not None:
-            k = torch.cat([self.k, k], dim=2)  # (B, h_kv, T_cached + T, hd)
-            v = torch.cat([self.v, v], dim=2)
-        self.k, self.v = k, v
-        return k, v
+        """Store ``k, v (B, h_kv, T, hd)`` after the cached ones; return all keys and values so far,
+        ``(B, h_kv, length + T, hd)`` views of the buffers."""
+        n = self.length
+        self.k, k_all = _append(self.k, n, k, 2, self.capacity)
+        self.v, v_all = _append(self.v, n, v, 2, self.capacity)
+        self.length = n + k.size(2)
+        return k_all, v_all
 
 
 class KVCache:
     """Incremental-decoding state of one stack: a :class:`LayerCache` per block, the number of tokens
-    seen, the absolute positions of the cached keys and their padding (True = real token)."""
+    seen, the absolute positions of the cached keys and their padding (True = real token).
 
-    def __init__(self, num_layers: int):
-        self.layers = [LayerCache() for _ in range(num_layers)]
+    ``capacity``: how many tokens the cache will hold (prompt + new tokens); every buffer is
+    allocated once, at the first forward, with that many slots.  Without it the buffers grow by
+    doubling."""
+
+    def __init__(self, num_layers: int, capacity: int | None = None):
+        self.layers = [LayerCache(capacity) for _ in range(num_layers)]
         self.length = 0
-        self.key_pos: torch.Tensor | None = None  # (B|1, T_cached)
-        self.key_padding: torch.Tensor | None = None  # (B, T_cached) bool, or None if no padding
+        self.capacity = capacity
+        self._pos: torch.Tensor | None = None  # (B|1, capacity) long
+        self._pad: torch.Tensor | None = None  # (B, capacity) bool, None while nothing is padding
+
+    @property
+    def key_pos(self) -> torch.Tensor | None:
+        """``(B|1, T_cached)`` absolute positions of the cached keys."""
+        return None if self._pos is None else self._pos[:, :self.length]
+
+    @property
+    def key_padding(self) -> torch.Tensor | None:
+        """``(B, T_cached)`` bool, True for real tokens, or None if no cached token is padding."""
+        return None if self._pad is None else self._pad[:, :self.length]
+
+    def append(self, pos: torch.Tensor, key_padding: torch.Tensor | None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Record the positions ``(B|1, T)`` and padding ``(B, T)`` (or None) of ``T`` new tokens;
+        return those of every key so far, ``(key_pos (B|1, n + T), key_padding (B, n + T) or
+        None)``.  The cache's ``length`` advances when the stack's forward is complete."""
+        n = self.length
+        self._pos, key_pos = _append(self._pos, n, pos, 1, self.capacity)
+        if key_padding is None and self._pad is None:
+            return key_pos, None
+        if key_padding is None:
+            key_padding = torch.ones(self._pad.size(0), pos.size(1), dtype=torch.bool,
+                                     device=pos.device)
+        if self._pad is None and n:  # the first padded tokens: every earlier one was real
+            self._pad, _ = _append(None, 0, torch.ones(key_padding.size(0), n, dtype=torch.bool,
+                                                       device=pos.device), 1, self.capacity)
+        self._pad, padding = _append(self._pad, n, key_padding, 1, self.capacity)
+        return key_pos, padding
 
 
 @dataclass
@@ -319,16 +386,8 @@ class Stack(nn.Module):
         B, T, _ = x.shape
         offset = cache.length if cache is not None else 0
         key_pos = pos
-        if cache is not None:
-            if cache.key_padding is not None or key_padding is not None:
-                old = cache.key_padding if cache.key_padding is not None else \
-                    torch.ones(B, offset, dtype=torch.bool, device=x.device)
-                new = key_padding if key_padding is not None else \
-                    torch.ones(B, T, dtype=torch.bool, device=x.device)
-                key_padding = cache.key_padding = torch.cat([old, new], dim=1)  # (B, Tk)
-            if cache.key_pos is not None:
-                key_pos = torch.cat([cache.key_pos.expand(pos.size(0), -1), pos], dim=1)
-            cache.key_pos = key_pos
+        if cache is not None:  # positions and padding of every key: (B|1, Tk), (B, Tk) or None
+            key_pos, key_padding = cache.append(pos, key_padding)
         key_padding = real_padding(key_padding)
         mctx = MaskContext(q_len=T, k_len=offset + T, device=x.device, q_offset=offset,
                            batch_size=B, key_padding=key_padding, prefix_lengths=prefix_lengths)

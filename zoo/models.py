@@ -132,8 +132,9 @@ class DecoderModel(ZooModel):
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.head_bias)
         self.tie_weights()
 
-    def new_cache(self) -> KVCache:
-        return KVCache(self.decoder.num_layers)
+    def new_cache(self, capacity: int | None = None) -> KVCache:
+        """An empty KV cache; ``capacity`` (prompt + new tokens) preallocates it in one go."""
+        return KVCache(self.decoder.num_layers, capacity)
 
     def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 cache: KVCache | None = None, prefix_lengths=None, token_type_ids=None,
@@ -225,8 +226,9 @@ class EncoderDecoderModel(ZooModel):
         self.lm_head = nn.Linear(spec.d_model, spec.vocab_size, bias=spec.head_bias)
         self.tie_weights()
 
-    def new_cache(self) -> KVCache:
-        return KVCache(self.decoder.num_layers)
+    def new_cache(self, capacity: int | None = None) -> KVCache:
+        """An empty KV cache; ``capacity`` (prompt + new tokens) preallocates it in one go."""
+        return KVCache(self.decoder.num_layers, capacity)
 
     def encode(self, src_ids, src_mask=None):
         """Encoder output ``(B, S, D)`` and its padding ``(B, S)`` (or None)."""
