@@ -1,0 +1,125 @@
+"""Run the hostile-input corpus (tests/hostile_corpus.py) and print issue 12's table.
+
+    python scripts/hostile_table.py            # the table, then the headline checks
+    python scripts/hostile_table.py --details  # also every case that was not a ZooError
+
+Each category runs in its own subprocess (so one category's peak memory does not hide another's)
+with a per-case alarm of 20 s ("hang") and the growth of peak RSS watched ("runaway": > 1 GiB).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def run_category(category: str) -> list[dict]:
+    os.environ.setdefault("ZOO_DISABLE_PLUGIN_AUTOLOAD", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    import hostile_corpus as hc
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = hc.Ctx(Path(tmp))
+        ctx.checkpoint  # noqa: B018 - made before the cases, so its memory is not counted
+        for case in hc.cases():
+            if case.category != category:
+                continue
+            kind, seconds, grew, detail = hc.outcome(case, ctx)
+            rows.append({"name": case.name, "kind": kind, "seconds": seconds, "grew": grew,
+                         "detail": detail})
+    return rows
+
+
+def headline() -> list[str]:
+    """The issue's "done when" checks, each measured here."""
+    os.environ.setdefault("ZOO_DISABLE_PLUGIN_AUTOLOAD", "1")
+    import resource
+
+    import hostile_corpus as hc
+
+    import zoo
+
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = hc.Ctx(Path(tmp))
+        t0 = time.perf_counter()
+        try:
+            zoo.spec(hc._bomb(9))
+            lines.append("9-level alias bomb: ACCEPTED")
+        except zoo.ZooError as exc:
+            lines.append(f"9-level alias bomb ({len(hc._bomb(9))} bytes): refused in "
+                         f"{(time.perf_counter() - t0) * 1000:.1f} ms: {exc}")
+        rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        try:
+            zoo.build("gpt_tiny", vocab_size=10**9)
+            lines.append("vocab_size=10**9: BUILT")
+        except zoo.ZooError as exc:
+            grew = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
+            lines.append(f"zoo.build('gpt_tiny', vocab_size=10**9): refused in "
+                         f"{time.perf_counter() - t0:.3f} s, peak RSS +{grew:.1f} MB: {exc}")
+        case = next(c for c in hc.cases() if c.name == "index ../outside escape")
+        kind, _, _, detail = hc.outcome(case, ctx)
+        lines.append(f"escaping shard index: {kind}: {detail}")
+        broken = hc.hf_gpt2(ctx)
+        (broken / "config.json").write_text("{not json")
+        proc = subprocess.run([sys.executable, "-m", "zoo.cli", "convert", str(broken),
+                               str(Path(tmp) / "out")], capture_output=True, text=True,
+                              env={**os.environ, "COLUMNS": "200"})
+        err = proc.stderr.strip().splitlines()
+        lines.append(f"zoo convert on a folder with a broken config.json: exit {proc.returncode}, "
+                     f"{len(err)} line(s) on stderr: {err[0] if err else ''}".replace(tmp, "TMP"))
+    return lines
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--category":
+        print(json.dumps(run_category(sys.argv[2])))
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--headline":
+        print("\n".join(headline()))
+        return
+    details = "--details" in sys.argv
+    sys.path.insert(0, str(ROOT / "tests"))
+    import hostile_corpus as hc
+
+    table, notes = [], []
+    for cat in hc.CATEGORIES:
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--category", cat], capture_output=True,
+                              text=True)
+        if proc.returncode:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"category {cat} crashed")
+        rows = json.loads(proc.stdout.strip().splitlines()[-1])
+        count = lambda k: sum(r["kind"] == k for r in rows)  # noqa: E731
+        runaway = sum(r["grew"] > hc.RUNAWAY_BYTES for r in rows)
+        slowest = max(rows, key=lambda r: r["seconds"])
+        table.append(f"| {cat} | {len(rows)} | {count('zoo_error')} | {count('accepted')} | "
+                     f"{count('raw')} | {count('hang')} | {runaway} | "
+                     f"{slowest['seconds']:.2f} s ({slowest['name']}) | {time.perf_counter() - t0:.0f} s |")
+        notes += [f"  {cat} / {r['name']}: {r['kind']} {r['detail']}" for r in rows
+                  if r["kind"] in ("raw", "hang") or r["grew"] > hc.RUNAWAY_BYTES
+                  or (details and r["kind"] == "accepted")]
+    print("| category | cases | ZooError | accepted | not a ZooError | hangs | runaway allocations "
+          "| slowest case | wall |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(table))
+    if notes:
+        print("\n".join(["", *notes]))
+    proc = subprocess.run([sys.executable, __file__, "--headline"], capture_output=True, text=True)
+    print("\n" + (proc.stdout or proc.stderr[-2000:]))
+
+
+if __name__ == "__main__":
+    main()
