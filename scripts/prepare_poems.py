@@ -19,8 +19,8 @@ What it does, and why (``data/SOURCE.md`` gives the numbers):
    learners type).
 3. **Cleaning.** Editorial notes in full-width brackets (``（一作「東風」）``) are removed and the
    ``[ ]`` of restored characters dropped (keeping the character); then a poem is kept only if
-   every line is Chinese characters and the punctuation ``，。？！；：、``, ends in one of
-   ``。？！；``, and the body has at least 10 characters (this drops poems with missing characters
+   every line starts with a Chinese character, holds only characters and the punctuation
+   ``，。？！；：、`` and ends in one of ``。？！；``, and the body has at least 10 characters (this drops poems with missing characters
    ``□``, composed-character notation ``{艹/尔}``, prose commentary and quotations).  Poems with a
    character used fewer than 3 times in the whole kept corpus are dropped too (rare variant
    characters: a model cannot learn them, and they would inflate the vocabulary).  Identical bodies
@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOTE = re.compile(r"（[^（）]*）")                 # editorial notes, innermost first
 PUNCT = "，。？！；：、"
-LINE = re.compile(rf"[\u4e00-\u9fff{PUNCT}]+")      # CJK unified ideographs + punctuation
+LINE = re.compile(rf"[\u4e00-\u9fff][\u4e00-\u9fff{PUNCT}]*")  # starts with a character
 TITLE = re.compile(r"[\u4e00-\u9fff ·、]+")
 MIN_CHAR_COUNT = 3
 HELDOUT_PER = 100  # one poem in HELDOUT_PER is held out

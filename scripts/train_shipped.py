@@ -47,7 +47,7 @@ PRESETS = {
                    weight_decay=0.1, holdout=0.01, eval_every=250, eval_batches=16, save_every=250,
                    keep_best=True),
         blurb="A small GPT (decoder-only, causal, pre-norm, learned positions) trained character "
-              "by character on 49 k poems of the *Complete Tang Poems* (simplified script). Give it "
+              "by character on 48 k poems of the *Complete Tang Poems* (simplified script). Give it "
               "the first line of a poem and it writes the next ones, in lines of the same length "
               "closed by ， and 。; give it `《title》author` and it starts a poem.",
     ),
