@@ -26,6 +26,7 @@ BUILTINS = (
     "pos_learned_offset",
     "norm_rmsnorm_plus1",
     "attention_softcap",
+    "pos_sinusoidal_split",
     "tok_char",
     "tok_byte",
     "tok_hf",

@@ -192,6 +192,25 @@ def distilbert(**kw):
     return randomize(T.DistilBertForMaskedLM(T.DistilBertConfig(**cfg, attn_implementation="eager")))
 
 
+def _seq2seq(cls, config, seed=0, **kw):
+    T = _T()
+    cfg = dict(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+               decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=48, max_position_embeddings=64,
+               pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    cfg.update(kw)
+    return randomize(getattr(T, cls)(getattr(T, config)(**cfg, attn_implementation="eager")), seed)
+
+
+def bart(**kw):
+    return _seq2seq("BartForConditionalGeneration", "BartConfig", **kw)
+
+
+def marian(**kw):
+    return _seq2seq("MarianMTModel", "MarianConfig", **{"scale_embedding": True, "activation_function": "swish",
+                                                        "pad_token_id": V - 1, "decoder_start_token_id": V - 1,
+                                                        "eos_token_id": 0, "decoder_vocab_size": V, **kw})
+
+
 #: case -> (builder, kind, extra): kind says how to run it; ``pad_id`` pads encoder inputs with
 #: the pad token (RoBERTa derives positions from it), ``start`` is the decoder start token.
 CASES = {
@@ -211,4 +230,8 @@ CASES = {
     "opt_post_norm": (lambda: opt(seed=2, do_layer_norm_before=False), "decoder", {}),
     "roberta": (roberta, "encoder", {"pad_id": 1}),
     "distilbert": (distilbert, "encoder", {}),
+    "bart": (lambda: bart(seed=1), "encoder_decoder", {"start": 2}),  # seeds whose greedy output varies
+    "bart_scaled_relu": (lambda: bart(seed=2, scale_embedding=True, activation_function="relu"), "encoder_decoder",
+                         {"start": 2}),
+    "marian": (marian, "encoder_decoder", {"start": V - 1}),
 }
