@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.bench import Timing, bench, count_flops, greedy, load_for_bench, time_fn
+from zoo.bench import Timing, bench, count_flops, greedy, time_fn
 
 SMALL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, vocab_size=97, max_len=64)
 
@@ -80,15 +80,8 @@ def test_greedy_fallback_matches_generate_and_full_recompute():
     assert torch.equal(out, seq)
 
 
-def test_load_for_bench_takes_specs_and_checkpoints(tmp_path):
+def test_unknown_task_is_refused():  # (loading specs and checkpoints: tests/test_loader.py)
     m = zoo.build("gpt_tiny", seed=0, **SMALL)
-    zoo.save(m, tmp_path / "ck")
-    loaded = load_for_bench(str(tmp_path / "ck"))
-    assert torch.equal(loaded.tok_emb.weight, m.tok_emb.weight)
-    built = load_for_bench("gpt_tiny", overrides={"num_layers": 1})
-    assert built.spec.num_layers == 1
-    with pytest.raises(zoo.ZooError, match="--set"):
-        load_for_bench(str(tmp_path / "ck"), overrides={"num_layers": 2})
     with pytest.raises(zoo.ZooError, match="unknown task"):
         bench(m, tasks=("fly",), peak=1.0)
 
@@ -216,3 +209,26 @@ def test_quantize_int8_model_generates_and_stays_close():
     assert out.shape == (2, 32)
     with pytest.raises(zoo.ZooError, match="bfloat16"):
         quantize_int8(torch.nn.Linear(2, 2).to("meta"))
+
+
+def test_decode_speed_and_the_run_tab_speed_line():
+    """The UI's line after a generation: tokens/s, bytes per token and the roofline fraction, by
+    hand from decode_bytes; then a real run of the shipped poet_gpt fills it in both languages."""
+    from zoo.accounting import decode_bytes
+    from zoo.bench import decode_speed
+    from zoo.ui.common import raw
+    from zoo.ui.run_tab import run, speed_line
+
+    m = zoo.build("gpt_tiny", seed=0, **SMALL)
+    s = decode_speed(m, 10, 0.5, 20, bandwidth=2.0)
+    per_token = decode_bytes(m, 20)["total"]
+    assert s["tokens_per_s"] == 20.0 and s["bytes_per_token"] == per_token
+    assert s["roofline"] == pytest.approx(20.0 * per_token / 1e9 / 2.0)
+    stats: dict = {}
+    for out, _ in raw(run)("poet_gpt", "床前明月光", 0.0, 0, 1.0, 8, 0, lang="en", stats=stats):
+        pass
+    assert out and stats["tokens_per_s"] > 0 and 0 < stats["roofline"] < 1
+    assert stats["bytes_per_token"] > 4 * 1_000_000  # poet_gpt: 1.5 M float32 weights per token
+    en, zh = speed_line(stats, "en"), speed_line(stats, "zh")
+    assert "tokens/s" in en and "roofline" in en and "memory-bound" in en and "compute-bound" in en
+    assert "访存受限" in zh and "计算受限" in zh and "个 token" in zh

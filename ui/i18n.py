@@ -181,6 +181,17 @@ STRINGS: dict[str, tuple[str, str]] = {
                              "请带分词器训练它（见 `zoo train`），或选择自带的检查点"),
     "run.fill_header": ("position", "位置"),
     "run.candidates": ("candidates (probability)", "候选（概率）"),
+    "run.speed": ("**{rate:.1f} tokens/s** · {mb:.1f} MB read per token · {pct:.1f}% of the memory "
+                  "roofline ({bw:.1f} GB/s, measured on this machine)",
+                  "**每秒 {rate:.1f} 个 token** · 每个 token 读取 {mb:.1f} MB · 达到内存带宽上限"
+                  "（本机实测 {bw:.1f} GB/s）的 {pct:.1f}%"),
+    "run.speed_why": ("Why: each new token reads every weight from memory once and does a single "
+                      "multiply-add with it, so decoding waits on memory bandwidth (memory-bound), "
+                      "while the prompt's prefill reuses each weight for all of its tokens and is "
+                      "limited by arithmetic (compute-bound).",
+                      "原因：每生成一个 token 都要把全部权重从内存读一遍，而每个权重只做一次乘加，"
+                      "所以解码的速度受内存带宽限制（访存受限）；而处理提示的预填充阶段，每个权重被"
+                      "提示中的所有 token 复用，速度受算力限制（计算受限）。"),
     # ------------------------------------------------------------------ inspect tab
     "inspect.intro": ("Run a checkpoint once on your text and look at its attention, layer by layer "
                       "and head by head.", "在你的文本上运行一次检查点，逐层、逐头观察注意力。"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Iterator
 
 import zoo
@@ -119,10 +120,11 @@ def max_new_tokens_for(name: str | None, lang: str = "en") -> dict:
 
 @handler
 def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-        max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, lang: str = "en"
-        ) -> Iterator[tuple[str, list]]:
+        max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, lang: str = "en",
+        stats: dict | None = None) -> Iterator[tuple[str, list]]:
     """Stream ``(output text so far, fill-mask rows)``.  ``max_new_tokens`` is capped by what the
-    model's ``max_len`` leaves after the prompt."""
+    model's ``max_len`` leaves after the prompt.  ``stats``, when given, receives the finished
+    generation's speed against the memory roofline (:func:`zoo.bench.decode_speed`)."""
     model = load_checkpoint(name, lang)
     text = check_text(text, lang)
     max_new_tokens = int(max_new_tokens or 0)
@@ -143,9 +145,26 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
                        top_p=float(top_p) if top_p is not None and float(top_p) < 1.0 else None)
     out = ""
     yield out, []
+    start = time.perf_counter()
     for piece in stream_text(model, text, max_new_tokens, **options):
         out += piece
         yield out, []
+    if stats is not None and out:
+        from zoo.bench import decode_speed
+
+        n_new, n_prompt = len(tok.encode(out)), len(tok.encode(text))
+        stats.update(decode_speed(model, n_new, time.perf_counter() - start,
+                                  n_prompt + n_new // 2))
+
+
+def speed_line(stats: dict, lang: str = "en") -> str:
+    """The Run tab's line under the output: tokens/s, bytes per token, % of the memory roofline,
+    and why decoding is memory-bound (English / Chinese)."""
+    if not stats:
+        return ""
+    return (t("run.speed", lang, rate=stats["tokens_per_s"], mb=stats["bytes_per_token"] / 1e6,
+              pct=100 * stats["roofline"], bw=stats["bandwidth_gbs"])
+            + "  \n" + t("run.speed_why", lang))
 
 
 def build(tr, lang_state) -> dict:
@@ -188,7 +207,7 @@ def build(tr, lang_state) -> dict:
             error = error_box("run-error")
             output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False,
                                        elem_id="run-output"), label="run.output")
-            # (a speed line, tokens/s against the roofline, belongs here, below the output)
+            speed = gr.Markdown("", elem_id="run-speed")  # tokens/s against the roofline
             fills = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
                                  elem_id="run-fill", wrap=True)
         with gr.Column(scale=2):  # the model card beside the controls, scrolling on its own
@@ -196,13 +215,17 @@ def build(tr, lang_state) -> dict:
 
     inputs = [ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state]
 
-    @inline_errors(2)
+    @inline_errors(3)
     def run_ui(name, text, temperature, top_k, top_p, max_new, seed_, lang):
         import pandas as pd
 
         columns = [t("run.fill_header", lang), t("run.candidates", lang)]
-        for out, rows in raw(run)(name, text, temperature, top_k, top_p, max_new, seed_, lang=lang):
-            yield out, pd.DataFrame(rows, columns=columns)
+        stats: dict = {}
+        out, rows = "", []
+        for out, rows in raw(run)(name, text, temperature, top_k, top_p, max_new, seed_, lang=lang,
+                                  stats=stats):
+            yield out, pd.DataFrame(rows, columns=columns), ""
+        yield out, pd.DataFrame(rows, columns=columns), speed_line(stats, lang)
 
     @inline_errors(2)
     def on_checkpoint(name, lang):
@@ -211,7 +234,7 @@ def build(tr, lang_state) -> dict:
     if examples is not None:  # one click: pick the checkpoint (card, limits), then run with the defaults
         examples.load_input_event.then(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
                                        api_visibility="private").then(
-            run_ui, inputs=inputs, outputs=[output, fills, error], concurrency_limit=4,
+            run_ui, inputs=inputs, outputs=[output, fills, speed, error], concurrency_limit=4,
             concurrency_id="generate", api_visibility="private")
 
     @handler
@@ -223,7 +246,7 @@ def build(tr, lang_state) -> dict:
     ckpt.change(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
                 api_visibility="private")
     for event in (go.click, prompt.submit):
-        event(run_ui, inputs=inputs, outputs=[output, fills, error], concurrency_limit=4,
+        event(run_ui, inputs=inputs, outputs=[output, fills, speed, error], concurrency_limit=4,
               concurrency_id="generate", api_visibility="private")
 
     # the HTTP API: plain values in and out, and a ZooError is an error response (not a box)
@@ -241,4 +264,4 @@ def build(tr, lang_state) -> dict:
     gr.api(run_api, api_name="run", concurrency_limit=4, concurrency_id="generate")
     gr.api(card_api, api_name="model_card")
     return {"checkpoint": ckpt, "prompt": prompt, "output": output, "go": go, "fills": fills,
-            "refresh": refresh, "error": error, "max_new": max_new, "card": card}
+            "refresh": refresh, "error": error, "max_new": max_new, "card": card, "speed": speed}

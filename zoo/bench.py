@@ -30,6 +30,7 @@ times: it is *compute-bound* and judged by the fraction of the matmul peak.
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -123,6 +124,28 @@ def memory_bandwidth(device: torch.device | str = "cpu", nbytes: int | None = No
     x = torch.ones(nbytes // 4, device=dev, dtype=torch.float32)
     t = time_fn(lambda: x.sum(), warmup=2, repeats=repeats, device=dev)
     return nbytes / t.min / 1e9
+
+
+@functools.lru_cache(maxsize=4)
+def machine_bandwidth(device: str = "cpu") -> float:
+    """:func:`memory_bandwidth` measured once per process and device (for the UI's speed line)."""
+    return memory_bandwidth(device, repeats=5)
+
+
+def decode_speed(model, new_tokens: int, seconds: float, context_len: int,
+                 bandwidth: float | None = None) -> dict:
+    """How a finished generation compares with the memory roofline.
+
+    ``new_tokens`` generated in ``seconds`` (batch 1) at about ``context_len`` tokens of context:
+    ``{"tokens_per_s", "bytes_per_token", "bandwidth_gbs", "roofline"}`` where ``roofline`` is the
+    achieved bytes/s over the bandwidth (measured once per process unless given, in GB/s)."""
+    from .accounting import decode_bytes
+
+    per_token = decode_bytes(model, max(1, context_len))["total"]
+    bw = bandwidth if bandwidth is not None else machine_bandwidth(str(model_device(model)))
+    rate = new_tokens / seconds if seconds > 0 else 0.0
+    return {"tokens_per_s": rate, "bytes_per_token": per_token, "bandwidth_gbs": bw,
+            "roofline": rate * per_token / 1e9 / bw if bw else 0.0}
 
 
 def _attention_flops(q, k, v, *args, out_shape=None, **kwargs) -> int:
@@ -455,20 +478,3 @@ def generate_bytes(model, prompt_len: int, new_tokens: int, batch: int = 1) -> i
     for i in range(new_tokens):
         total += decode_bytes(model, start + i, batch=batch, src_len=src)["total"]
     return total
-
-
-def load_for_bench(source: str, *, device: Any = None, dtype: Any = None, seed: int = 0,
-                   overrides: dict | None = None) -> torch.nn.Module:
-    """A checkpoint (file, folder, shipped name) via ``zoo.load``, else a spec via ``zoo.build``."""
-    from . import build, load
-    from .errors import CheckpointError
-    from .io import resolve_checkpoint
-
-    try:
-        resolve_checkpoint(source)
-    except CheckpointError:
-        return build(source, device=device, dtype=dtype, seed=seed, **(overrides or {}))
-    if overrides:
-        raise ZooError("--set overrides apply to specs, not to trained checkpoints", where=source,
-                       fix="benchmark the spec (zoo bench SPEC --set ...) or drop --set")
-    return load(source, device=device, dtype=dtype)
