@@ -134,6 +134,23 @@ KILLER = textwrap.dedent("""
     zoo.save(model, sys.argv[1])
 """)
 
+# The write itself, slowed down: safetensors' real bytes go to the temp file in 4 KB pieces, and
+# after the first piece the child reports how many bytes are on disk and how many there will be.
+MID_WRITE = textwrap.dedent("""
+    import os, sys, time, zoo, zoo.io as io
+    from safetensors.torch import save
+    def chunked_save(tensors, path, metadata=None):
+        data = save(tensors, metadata=metadata)
+        with open(path, "wb") as fh:
+            for i in range(0, len(data), 4096):
+                fh.write(data[i:i + 4096]); fh.flush(); os.fsync(fh.fileno())
+                if i == 0:
+                    print("PARTIAL", 4096, len(data), flush=True)
+                time.sleep(1)
+    io.save_file = chunked_save
+    zoo.save(zoo.build({spec!r}, seed=1), sys.argv[1])
+""")
+
 
 @pytest.mark.parametrize("phase", ["before_rename", "mid_write"])
 def test_killed_save_leaves_old_checkpoint_intact(tmp_path, phase):
@@ -141,28 +158,131 @@ def test_killed_save_leaves_old_checkpoint_intact(tmp_path, phase):
     target = tmp_path / "ckpt.safetensors"
     zoo.save(old, target)
     before = target.read_bytes()
-    if phase == "before_rename":
-        code = KILLER.format(spec=tiny())
-        proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE,
-                                text=True)
-        assert proc.stdout.readline().strip() == "WRITTEN"
-    else:  # a big model, killed while safetensors is writing its bytes
-        code = ("import sys, zoo; m = zoo.build('gpt_tiny', vocab_size=60000, d_model=768, "
-                "num_heads=12, num_layers=2, seed=1)\nprint('GO', flush=True)\n"
-                "while True: zoo.save(m, sys.argv[1])")
-        proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE,
-                                text=True)
-        assert proc.stdout.readline().strip() == "GO"
-        time.sleep(0.05)
-        for _ in range(200):  # wait until a temp file is being written, then kill
-            if list(tmp_path.glob(".ckpt.safetensors.*.tmp")):
-                break
-            time.sleep(0.01)
+    code = (KILLER if phase == "before_rename" else MID_WRITE).format(spec=tiny())
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline().split()
+    temps = list(tmp_path.glob(".ckpt.safetensors.*.tmp"))
+    assert len(temps) == 1 and f".{proc.pid}." in temps[0].name  # the temp file names its writer
+    if phase == "mid_write":  # proof that a write is under way when the kill comes
+        assert line[0] == "PARTIAL"
+        written, total = int(line[1]), int(line[2])
+        assert temps[0].stat().st_size == written < total
+    else:
+        assert line == ["WRITTEN"]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    if phase == "before_rename":
-        assert target.read_bytes() == before
-    loaded = zoo.load(target)  # whatever happened, the file at the target is a complete checkpoint
+    assert target.read_bytes() == before  # the old checkpoint, byte for byte
+    if phase == "mid_write":
+        assert temps[0].stat().st_size < total  # killed with the temp file half written
     ids = torch.randint(1, 61, (1, 5))
-    if phase == "before_rename":
-        assert torch.equal(loaded(ids), old(ids))
+    assert torch.equal(zoo.load(target)(ids), old(ids))
+    zoo.save(old, target)  # the next save removes the dead writer's temp file (and only that)
+    assert not temps[0].exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_stale_temp_files_only_of_dead_writers_and_our_naming_are_removed(tmp_path):
+    import os
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    names = {"dead": f".model.safetensors.{dead}.abc123.tmp",
+             "alive": f".model.safetensors.{os.getpid()}.def456.tmp",
+             "old_legacy": ".model.safetensors.k3j4h5g6.tmp",
+             "new_legacy": ".model.safetensors.z9y8x7w6.tmp",
+             "other_file": ".model.safetensors.notes.txt", "other_target": ".spec.yaml.1.x.tmp.bak"}
+    for n in names.values():
+        (tmp_path / n).write_text("x")
+    two_hours_ago = time.time() - 7200
+    os.utime(tmp_path / names["old_legacy"], (two_hours_ago, two_hours_ago))
+    zoo.save(zoo.build(tiny(), seed=0), tmp_path)
+    left = {k for k, n in names.items() if (tmp_path / n).exists()}
+    assert left == {"alive", "new_legacy", "other_file", "other_target"}
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_saved_files_get_the_users_umask(tmp_path, umask, mode):
+    import os
+
+    old = os.umask(umask)
+    try:
+        path = zoo.save(zoo.build(tiny(), seed=0), tmp_path / "m")
+    finally:
+        os.umask(old)
+    assert oct(path.stat().st_mode & 0o777) == oct(mode)
+    assert oct((path.parent / "spec.yaml").stat().st_mode & 0o777) == oct(mode)
+
+
+def _digest_by_hand(path):
+    """The documented digest, recomputed with hashlib over what safetensors reads back."""
+    import hashlib
+
+    names = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+    h = hashlib.sha256()
+    with safe_open(str(path), framework="pt") as f:
+        for name in sorted(f.keys()):
+            t = f.get_tensor(name)
+            h.update(f"{name}\0{names[t.dtype]}\0{list(t.shape)}\0".encode())
+            h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    return "sha256:" + h.hexdigest()
+
+
+def test_digest_is_stored_verified_and_catches_one_flipped_bit(tmp_path):
+    path = zoo.save(zoo.build(tiny(), seed=0), tmp_path / "m")
+    stored = zoo.read_metadata(path)["zoo.digest"]
+    assert stored == _digest_by_hand(path)
+    assert zoo.io.verify_digest(path) == stored
+    zoo.load(path, verify=True)
+    raw = bytearray(path.read_bytes())
+    raw[-5] ^= 0x01  # one bit of the last tensor's data
+    path.write_bytes(bytes(raw))
+    zoo.load(path)  # without verify the damage is not noticed (the file is well-formed)...
+    with pytest.raises(zoo.CheckpointError, match="digest"):
+        zoo.load(path, verify=True)  # ...with it, it is
+    with pytest.raises(zoo.CheckpointError, match="digest"):
+        zoo.io.check(path)
+
+
+def test_dtype_policy_floats_only_and_one_dtype_unless_cast(tmp_path):
+    model = zoo.build(tiny(), seed=0)
+    src = zoo.save(model, tmp_path / "m")
+    with safe_open(str(src), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    name = "tok_emb.weight"
+    mixed = dict(tensors, **{name: tensors[name].to(torch.bfloat16)})
+    save_file(mixed, str(tmp_path / "mixed.safetensors"), metadata=meta)
+    with pytest.raises(zoo.CheckpointError, match="mix dtypes BF16, F32") as info:
+        zoo.load(tmp_path / "mixed.safetensors")
+    assert "dtype=" in info.value.fix
+    cast = zoo.load(tmp_path / "mixed.safetensors", dtype="float32")
+    assert {p.dtype for p in cast.parameters()} == {torch.float32}
+    assert torch.equal(cast.tok_emb.weight, tensors[name].to(torch.bfloat16).float())
+    ints = dict(tensors, **{name: (tensors[name] * 100).to(torch.int8)})
+    save_file(ints, str(tmp_path / "int8.safetensors"), metadata=meta)
+    with pytest.raises(zoo.CheckpointError, match="tok_emb.weight' is I8"):
+        zoo.load(tmp_path / "int8.safetensors", dtype="float32")  # a cast does not dequantise
+
+
+def test_header_shapes_are_checked_before_building(tmp_path, monkeypatch):
+    src = zoo.save(zoo.build(tiny(), seed=0), tmp_path / "m")
+    spec = zoo.load_spec(src).replace(vocab_size=5_000_000)  # fits the budget, not the tensors
+    _rewrite(src, tmp_path / "claims.safetensors", meta_changes={"zoo.spec": spec.to_yaml()})
+    build_module = sys.modules["zoo.build"]  # (``zoo.build`` the attribute is the function)
+
+    def no_build(*a, **k):
+        raise AssertionError("built before checking the header")
+    monkeypatch.setattr(build_module, "build", no_build)
+    with pytest.raises(zoo.CheckpointError, match="tok_emb.weight") as info:
+        zoo.load(tmp_path / "claims.safetensors")
+    assert "(5000000," in str(info.value)
+
+
+@pytest.mark.parametrize("key,value", [("zoo.tied", "{"), ("zoo.tied", "[1]"),
+                                       ("zoo.plugins", '{"a": 1}'), ("zoo.tokenizer", '{"data": {}}'),
+                                       ("zoo.digest", "sha1:00")])
+def test_each_metadata_entry_is_validated_and_named(tmp_path, key, value):
+    src = zoo.save(zoo.build(tiny(), seed=0), tmp_path / "m")
+    _rewrite(src, tmp_path / "bad.safetensors", meta_changes={key: value})
+    with pytest.raises(zoo.CheckpointError) as info:
+        zoo.load(tmp_path / "bad.safetensors")
+    assert info.value.where.endswith(f": {key}")
