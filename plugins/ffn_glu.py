@@ -16,15 +16,11 @@ count (Llama: 11008 for d_model 4096).  ``swiglu`` (act = SiLU/Swish) is Llama's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from torch import nn
 
 import zoo
-from zoo.components import FeedForward
-from zoo.plugins.ffn_mlp import ACTIVATIONS
-
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+from zoo.components import ACTIVATIONS, Activation, FeedForward
 
 
 @dataclass(frozen=True)

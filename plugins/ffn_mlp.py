@@ -9,25 +9,16 @@ holds about two thirds of a Transformer's parameters.  Activations: ``relu`` (th
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.components import FeedForward
-
-ACTIVATIONS = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "silu": F.silu,
-}
+from zoo.components import ACTIVATIONS, Activation, FeedForward
 
 
 @dataclass(frozen=True)
 class MLPConfig:
-    activation: Literal["relu", "gelu", "gelu_tanh", "silu"] = "gelu"
+    activation: Activation = "gelu"
     bias: bool = True
 
 

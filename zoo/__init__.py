@@ -18,7 +18,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .build import build, spec
+from .build import build, load_or_build, spec
 from .errors import (CheckpointError, DataError, IncompatibleComponentsError, PluginError, SpecError,
                      TokenizerError, UnknownComponentError, ZooError)
 from .hookspecs import hookimpl
@@ -31,7 +31,7 @@ from .tasks import classify, fill_mask
 from . import convert  # noqa: E402 - zoo.convert.from_transformers / to_transformers (no transformers import)
 
 __all__ = [
-    "__version__", "build", "spec", "save", "load", "load_spec", "read_metadata", "list_components",
+    "__version__", "build", "spec", "save", "load", "load_or_build", "load_spec", "read_metadata", "list_components",
     "list_plugins", "list_presets", "list_checkpoints", "get_registry", "hookimpl", "ModelSpec",
     "parse_spec", "ZooError", "SpecError", "UnknownComponentError", "IncompatibleComponentsError",
     "CheckpointError", "PluginError", "TokenizerError", "DataError",

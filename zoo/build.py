@@ -2,15 +2,18 @@
 from __future__ import annotations
 
 import contextlib
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import budget as budgets
-from .errors import SpecError, ZooError
+from .errors import CheckpointError, SpecError, ZooError, did_you_mean
+from .io import list_checkpoints, load, resolve_checkpoint
 from .models import ARCH_CLASSES, init_weights
 from .registry import get_registry
-from .spec import ModelSpec, parse_spec
+from .spec import ModelSpec, list_presets, parse_spec, resolve_spec_source
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float64": torch.float64,
            "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
@@ -109,3 +112,42 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
             raise SpecError("dtype must be a floating-point type", where="dtype")
         model = model.to(dt)
     return model
+
+
+# ---------------------------------------------------------------------- checkpoint or spec
+def checkpoint_or_spec(source: Any) -> Path | ModelSpec:
+    """What ``source`` names, decided in one place for ``zoo run``, ``zoo bench``, ``zoo train`` and
+    ``zoo inspect``: a checkpoint's weights file (a ``.safetensors`` file, a folder holding one, a
+    shipped checkpoint's name) if it is one, else a parsed spec (a YAML path, a preset name, YAML
+    text, a dict, a ``ModelSpec``).  Neither: a ``CheckpointError`` naming both kinds of options."""
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            return resolve_checkpoint(source)
+        except CheckpointError as not_checkpoint:
+            try:
+                resolve_spec_source(source)  # a spec file, preset or YAML text?
+            except SpecError:
+                names = list_checkpoints() + [p for p in list_presets() if p not in list_checkpoints()]
+                raise CheckpointError(
+                    f"'{source}' is neither a checkpoint nor a spec ({not_checkpoint.what})",
+                    where=str(source), options=names,
+                    fix=did_you_mean(str(source), names) or "pass a checkpoint (a .safetensors file, a "
+                    "folder holding one, a shipped name) or a spec (a YAML file, a preset name)"
+                ) from None
+    return parse_spec(source)
+
+
+def load_or_build(source: Any, *, device: Any = None, dtype: Any = None, seed: int = 0,
+                  **overrides: Any) -> torch.nn.Module:
+    """The checkpoint ``source`` names (:func:`zoo.load`), else the spec it names built with random
+    weights from ``seed`` (:func:`zoo.build`, with ``overrides`` of spec fields); see
+    :func:`checkpoint_or_spec`.  Overrides apply to specs only: a trained checkpoint is loaded as
+    saved."""
+    what = checkpoint_or_spec(source)
+    if isinstance(what, Path):
+        if overrides:
+            raise ZooError(f"overrides (--set {', '.join(sorted(overrides))}) apply to specs, not to "
+                           "trained checkpoints", where=str(source),
+                           fix="name the spec instead (zoo bench SPEC --set ...), or drop the overrides")
+        return load(what, device=device, dtype=dtype)
+    return build(what, device=device, dtype=dtype, seed=seed, **overrides)

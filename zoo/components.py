@@ -11,9 +11,10 @@ in exactly one place.)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -327,7 +328,19 @@ SPEC_FAMILIES: tuple[Family, ...] = tuple(f for f in FAMILIES if f.field is not 
 FAMILY_BASES: dict[str, type] = {f.name: f.base for f in FAMILIES}
 
 
-# ---------------------------------------------------------------------- helpers for kernel authors
+# ---------------------------------------------------------------------- helpers for component authors
+#: the activation names feed-forward configs accept (``ffn: {kind: mlp, activation: gelu}``)
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+#: name -> function: ``relu`` (the original paper), ``gelu`` (exact, erf-based: BERT), ``gelu_tanh``
+#: (the tanh approximation, GPT-2's "gelu_new", T5 v1.1's "gated-gelu"), ``silu`` (Swish: Llama)
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
 def repeat_kv(k: torch.Tensor, v: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Grouped-query attention: repeat each of the ``h_kv`` key/value heads ``h // h_kv`` times so
     that ``k, v (B, h_kv, T, hd) -> (B, h, T, hd)``; a no-op for ordinary multi-head attention."""

@@ -44,8 +44,11 @@ import torch
 from torch import nn
 
 from .components import AttentionKernel, BuildContext, Norm, causal_mask
-from .errors import ZooError
+from .errors import ZooError, did_you_mean
 from .layers import AttnArgs, call_kernel
+from .models import Embeddings
+from .registry import get_registry
+from .tokenizers import get_tokenizer
 
 Edit = Callable[[torch.Tensor], torch.Tensor]
 #: capture points whose value an edit may replace
@@ -64,8 +67,6 @@ class Trace:
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self.acts:
-            from .errors import did_you_mean
-
             raise ZooError(f"nothing captured under '{name}'", where="trace", fix=did_you_mean(
                 name, self.acts) or "see trace.names() for what was captured")
         return self.acts[name]
@@ -165,8 +166,6 @@ def _eager_for(attn: nn.Module) -> nn.Module:
     kernel = attn.kernel
     if type(kernel).steps is not AttentionKernel.steps or not kernel.capabilities.exact:
         return kernel
-    from .registry import get_registry
-
     ctx = BuildContext.for_heads(attn.h, attn.hd, num_kv_heads=attn.h_kv, scale=kernel.scale,
                                  dropout=kernel.dropout_p)
     eager = get_registry().get("attention", "eager", where="trace").make(ctx)
@@ -201,13 +200,9 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
     ``patch``: name -> tensor replacing that activation (activation patching).  Other keyword
     arguments go to the model's forward.  Returns a :class:`Trace`.
     """
-    from .models import Embeddings
-
     spec = model.spec
     tokens = None
     if text is not None:
-        from .tokenizers import get_tokenizer
-
         tok = get_tokenizer(model, tokenizer)
         id_list = tok.encode(text)
         tokens = [tok.decode([i]) for i in id_list]

@@ -19,6 +19,13 @@ from typing import Any, Sequence
 
 import torch
 
+from .accounting import crossover, forward_cost, human
+from .components import BuildContext, MaskContext
+from .errors import ZooError
+from .layers import make_parts
+from .registry import get_registry
+from .spec import parse_spec
+
 _CANDIDATES = (
     "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
     "/usr/share/fonts/noto-cjk/NotoSansCJK-Regular.ttc",
@@ -162,11 +169,6 @@ def mask_pattern(spec, seq_len: int = 16, role: str | None = None, *, q_offset: 
                  prefix_length: int | None = None, padding: Sequence[bool] | None = None):
     """The boolean mask a spec's rules produce (True = may attend, drawn light), as the stack
     builds it: composed rules, plus padding when ``padding`` (True = real token) is given."""
-    from .components import MaskContext
-    from .layers import make_parts
-    from .registry import get_registry
-    from .spec import parse_spec
-
     spec = spec if hasattr(spec, "stack") else parse_spec(spec)
     role = role or spec.roles[-1]
     rules = make_parts(spec, role, get_registry()).masks()
@@ -196,12 +198,19 @@ def mask_pattern(spec, seq_len: int = 16, role: str | None = None, *, q_offset: 
 
 
 # ---------------------------------------------------------------------- positions
+def _position_scheme(kind: str, ctx, **params):
+    """A registered position scheme on its own: plots read tables through the scheme's interface
+    (``embed``, ``qk_state``/``rotate``, ``score_bias``), never by importing a plugin."""
+    return get_registry().get("position", kind, where="plots").make(ctx, **params)
+
+
 def sinusoid_waves(d_model: int = 64, max_len: int = 100, dims: Sequence[int] = (0, 2, 8, 16),
                    base: float = 10000.0):
     """The sinusoidal table: a few dimensions as waves over positions, and the whole table."""
-    from .plugins.pos_sinusoidal import sinusoid_table
-
-    table = _np(sinusoid_table(max_len, d_model, base))
+    ctx = BuildContext.for_heads(1, d_model, max_len=max_len)
+    scheme = _position_scheme("sinusoidal", ctx, base=base)
+    with torch.no_grad():  # what the scheme adds to a zero embedding is its table
+        table = _np(scheme.embed(torch.zeros(1, max_len, d_model), torch.arange(max_len)[None])[0])
     fig = _figure(10, 4)
     a, b = fig.subplots(1, 2)
     for d in dims:
@@ -222,10 +231,16 @@ def rope_rotation(head_dim: int = 64, positions: int = 16, pairs: Sequence[int] 
                   base: float = 10000.0):
     """RoPE: how pair ``i`` of a query/key is rotated by ``pos · θ_i``; fast pairs spin, slow pairs
     barely move.  Left: the point (1, 0) of each pair at positions 0..N-1; right: all angles."""
-    from .plugins.pos_rope import rope_angles
+    import numpy as np  # here, like matplotlib: only when a figure is drawn (the `ui` extra)
 
-    ang = _np(rope_angles(torch.arange(positions)[None], head_dim, base)[0])  # (T, hd/2)
-    import numpy as np
+    scheme = _position_scheme("rope", BuildContext.for_heads(1, head_dim, max_len=positions),
+                              base=base)
+    half = head_dim // 2
+    x = torch.zeros(1, 1, positions, head_dim)
+    x[..., :half] = 1.0  # the point (1, 0) in every pair (i, i + hd/2)
+    with torch.no_grad():  # rotate it at each position through the scheme's own interface
+        rot, _ = scheme.rotate(x, x, scheme.qk_state(torch.arange(positions)[None]))
+    ang = _np(torch.atan2(rot[0, 0, :, half:], rot[0, 0, :, :half]))  # (T, hd/2), in (-π, π]
 
     fig = _figure(10, 4.5)
     a, b = fig.subplots(1, 2)
@@ -247,11 +262,6 @@ def rope_rotation(head_dim: int = 64, positions: int = 16, pairs: Sequence[int] 
 
 def position_bias(spec, seq_len: int = 16, role: str | None = None, heads: Sequence[int] = (0, 1, 2, 3)):
     """The score bias of a bias-type scheme (ALiBi, T5 relative buckets) for a few heads."""
-    from .errors import ZooError
-    from .layers import make_parts
-    from .registry import get_registry
-    from .spec import parse_spec
-
     spec = spec if hasattr(spec, "stack") else parse_spec(spec)
     role = role or spec.roles[-1]
     scheme = make_parts(spec, role, get_registry()).positions()
@@ -279,8 +289,6 @@ def position_bias(spec, seq_len: int = 16, role: str | None = None, heads: Seque
 def compute_cost_curve(model_or_spec, seq_lens: Sequence[int] | None = None, batch: int = 1):
     """FLOPs per forward vs sequence length, split into attention core (quadratic), projections and
     feed-forward (linear), with the crossover where the core overtakes the feed-forward block."""
-    from .accounting import crossover, forward_cost, human
-
     seq_lens = list(seq_lens or [2 ** k for k in range(4, 15)])
     rows = [forward_cost(model_or_spec, T, batch=batch) for T in seq_lens]
     core = [2 * r["attention_core"] for r in rows]

@@ -38,6 +38,7 @@ from types import ModuleType
 from typing import Any, Iterable
 
 import pluggy
+import torch
 
 from . import hookspecs
 from .components import FAMILIES as FAMILY_TABLE
@@ -148,7 +149,7 @@ class Registry:
         self.components: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
         self.plugins: dict[str, PluginInfo] = {}
         if builtins:
-            from . import plugins as builtin_pkg
+            from . import plugins as builtin_pkg  # here: every built-in plugin imports zoo (a cycle)
 
             for modname in builtin_pkg.BUILTINS:
                 mod = importlib.import_module(f"{builtin_pkg.__name__}.{modname}")
@@ -378,8 +379,6 @@ class Registry:
         """Raise :class:`IncompatibleComponentsError` if a component of ``spec`` does not declare
         support for ``dtype`` (a ``torch.dtype`` or name; default: torch's default dtype) or the
         type of ``device`` (default ``cpu``; the ``meta`` device is always fine)."""
-        import torch
-
         dt = dtype if dtype is not None else torch.get_default_dtype()
         dt_name = str(dt).replace("torch.", "")
         dev = "cpu" if device is None else torch.device(device).type
@@ -488,7 +487,7 @@ def _dist_name(dist: Any) -> str | None:
 
 
 def _zoo_version() -> str:
-    from . import __version__
+    from . import __version__  # here: zoo/__init__ imports this module (a cycle)
 
     return __version__
 

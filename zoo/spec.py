@@ -21,9 +21,11 @@ from typing import Any, Literal, Mapping, Union
 
 import yaml
 
+from . import checkpoints  # the shipped folder, installed as the package ``zoo.checkpoints``
 from . import trust
 from .components import FAMILY, SPEC_FAMILIES
 from .errors import SpecError, did_you_mean
+from .registry import get_registry
 from .trust import short
 
 ARCHS = ("encoder", "decoder", "encoder_decoder")
@@ -62,8 +64,6 @@ def _plain(v: Any) -> Any:
 
 def parse_component(family: str, value: Any, where: str, registry=None) -> ComponentSpec:
     """``"causal"`` or ``{kind: "sliding_window", window: 64}`` -> a validated ComponentSpec."""
-    from .registry import get_registry
-
     reg = registry or get_registry()
     if isinstance(value, str):
         kind, params = value, {}
@@ -405,8 +405,6 @@ def resolve_spec_source(source: Any) -> dict:
 def preset_dirs() -> list[Path]:
     """Where preset specs are looked up: ``$ZOO_CHECKPOINTS`` (os.pathsep-separated), then the
     shipped ``checkpoints/`` folder."""
-    from . import checkpoints  # the shipped folder, installed as the package ``zoo.checkpoints``
-
     extra = [Path(p) for p in os.environ.get("ZOO_CHECKPOINTS", "").split(os.pathsep) if p]
     return extra + [Path(checkpoints.__file__).resolve().parent]
 
@@ -626,8 +624,6 @@ def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, An
 
 def _check_stack(spec: ModelSpec, role: str, registry) -> None:
     """Cross-field checks and component compatibility, once, at parse time."""
-    from .registry import get_registry
-
     reg = registry or get_registry()
     over = dict(spec.encoder if role == "encoder" else spec.decoder)
     src = lambda k: f"{role}.{k}" if k in over else k  # noqa: E731 - where a value came from

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .errors import ZooError
+from .tokenizers import check_fits, get_tokenizer
 
 
 def _encoder(model, head: str, where: str):
@@ -31,8 +32,6 @@ def _encoder(model, head: str, where: str):
 def _ids(model, inputs, tokenizer):
     tok = None
     if isinstance(inputs, str):
-        from .tokenizers import check_fits, get_tokenizer
-
         tok = get_tokenizer(model, tokenizer)
         check_fits(tok, model.spec.vocab_size)
         inputs = tok.encode(inputs)

@@ -46,7 +46,7 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
               zoo bench gpt2 --task generate --int8
     """
     import torch
-    from zoo.bench import TASKS, bench, load_for_bench
+    from zoo.bench import TASKS, bench
 
     if threads:
         torch.set_num_threads(threads)
@@ -58,7 +58,7 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
     if warmup < 0:
         raise zoo.ZooError(f"must be >= 0, got {warmup}", where="--warmup")
     overrides = parse_sets(sets)
-    model = load_for_bench(source, device=device, dtype=dtype, overrides=overrides)
+    model = zoo.load_or_build(source, device=device, dtype=dtype, **overrides)
     tasks = tuple(tasks) or TASKS
     if int8:
         from zoo.precision import quantize_int8

@@ -15,19 +15,15 @@ import sys
 import click
 
 import zoo
+from zoo.build import checkpoint_or_spec
+from zoo.tokenizers import tokenizer as make_tokenizer
 
 
 def load_model(source: str, *, seed: int = 0, device: str | None = None, tokenizer: str | None = None):
     """A checkpoint, else a spec/preset built with random weights (said on stderr)."""
-    from zoo.tokenizers import tokenizer as make_tokenizer
-
-    try:
-        model = zoo.load(source, device=device)
-    except zoo.CheckpointError as exc:
-        try:
-            model = zoo.build(source, seed=seed, device=device).eval()
-        except zoo.SpecError:
-            raise exc from None
+    what = checkpoint_or_spec(source)
+    model = zoo.load_or_build(what, seed=seed, device=device).eval()
+    if isinstance(what, zoo.ModelSpec):
         click.secho(f"note: '{source}' is a spec, not a checkpoint: random weights (seed {seed})",
                     fg="yellow", err=True)
     if tokenizer:

@@ -81,12 +81,8 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
 
 def _arch_of(source):
     import zoo
-    from zoo.io import load_spec, resolve_checkpoint
+    from zoo.build import checkpoint_or_spec
+    from zoo.io import load_spec
 
-    if isinstance(source, zoo.ModelSpec):
-        return source.arch
-    try:
-        resolve_checkpoint(source)
-        return load_spec(source).arch
-    except zoo.ZooError:
-        return zoo.spec(source).arch
+    what = checkpoint_or_spec(source)  # the checkpoint's stored spec, else the spec itself
+    return (what if isinstance(what, zoo.ModelSpec) else load_spec(what)).arch

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import importlib
 import json
 import tempfile
 import time
@@ -47,10 +48,15 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+import zoo
+
+from ..build import resolve_device
 from ..components import FAMILY, BuildContext, MaskContext, causal_mask, repeat_kv
-from ..errors import IncompatibleComponentsError, UnknownComponentError, ZooError
+from ..errors import IncompatibleComponentsError, UnknownComponentError, ZooError, did_you_mean
 from ..layers import attend
 from ..registry import Component, Registry, get_registry, set_registry
+from ..spec import resolve_spec_source
+from ..tokenizers import tokenizer
 
 #: architecture -> the preset its models start from
 ARCH_PRESETS = {"decoder": "gpt_tiny", "encoder": "bert_tiny", "encoder_decoder": "t5_tiny"}
@@ -129,7 +135,7 @@ class BoundCase:
         ``AssertionError`` (with the measured error) when it fails."""
         res = self.run()
         if res.status == "skip":
-            import pytest
+            import pytest  # here: pytest is a test-only dependency; `zoo verify` runs without it
 
             pytest.skip(res.note)
         if res.status == "fail":
@@ -155,8 +161,6 @@ def using_registry(registry: Registry) -> Iterator[Registry]:
 def kit_registry(plugins: Iterable[str] = (), modules: Iterable[Any] = ()) -> Registry:
     """A registry with the built-ins plus the named entry-point plugins (loaded even when
     ``ZOO_DISABLE_PLUGIN_AUTOLOAD`` is set) and plugin modules (objects or dotted names)."""
-    import importlib
-
     reg = Registry(entry_points=False)
     plugins = [p for p in plugins if p]
     if plugins:
@@ -180,7 +184,6 @@ class Kit:
                  device: Any = None):
         self.registry = registry or get_registry()
         self.params = dict(params or {})
-        from ..build import resolve_device
 
         self.device = resolve_device(device) or torch.device("cpu")  # a clear error without CUDA
         self._models: dict[tuple, Any] = {}
@@ -200,8 +203,6 @@ class Kit:
             if n in reg.plugins:
                 plugins.append(n)
             if not hit and n not in reg.plugins:
-                from ..errors import did_you_mean
-
                 options = sorted({c.key for c in comps} | set(reg.plugins))
                 raise UnknownComponentError(
                     f"no component or plugin named '{n}'", where="verify", options=options,
@@ -294,8 +295,6 @@ class Kit:
 
     def raw_spec(self, comp: Component, arch: str) -> dict:
         """The preset of ``arch`` (2 layers) with ``comp`` substituted in."""
-        from ..spec import resolve_spec_source
-
         raw = copy.deepcopy(resolve_spec_source(ARCH_PRESETS[arch]))
         raw["num_layers"] = LAYERS
         raw["dropout"] = 0.0
@@ -341,8 +340,6 @@ class Kit:
     def build(self, comp: Component, arch: str, *, dtype=None, fresh: bool = False):
         """A built model (eval mode, seed 0); cached unless ``fresh``.  Raises :class:`Skip` when
         the component cannot work in ``arch``."""
-        import zoo
-
         key = (comp.key, arch, str(dtype))
         if not fresh and key in self._models:
             return self._models[key]
@@ -535,8 +532,6 @@ def check_kv_cache(kit: Kit, comp: Component, arch: str):
 
 
 def check_save_load(kit: Kit, comp: Component, arch: str):
-    import zoo
-
     model = kit.build(comp, arch)
     ids = _ids(model)
     with tempfile.TemporaryDirectory(prefix="zoo-kit-") as tmp:
@@ -690,8 +685,6 @@ def check_mask_offset(kit: Kit, comp: Component):
 
 
 def check_tokenizer(kit: Kit, comp: Component):
-    from ..tokenizers import tokenizer
-
     params = kit.params_for(comp)
     try:
         tok = tokenizer(comp.name, **params)
@@ -767,7 +760,7 @@ def conformance_test(**selection):
 
         test_zoo_conformance = zoo.testing.conformance_test(plugin="linear_attention")
     """
-    import pytest
+    import pytest  # here: pytest is a test-only dependency; `zoo verify` runs without it
 
     @pytest.mark.zoo_conformance(**selection)
     def test_zoo_conformance(zoo_case):

@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import pytest
 
+# zoo.testing.kit (and with it torch) is imported inside the hooks below, on purpose: pytest loads
+# this plugin in every test session on a machine where zoo is installed, most of which never use it.
+
 _KITS: dict = {}
 
 
