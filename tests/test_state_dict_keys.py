@@ -47,5 +47,9 @@ def test_state_dict_keys_are_the_pinned_ones(preset):
 if __name__ == "__main__" and "--update" in sys.argv:
     SNAPSHOT.parent.mkdir(exist_ok=True)
     data = {p: keys_of(p) for p in sorted(zoo.list_presets())}
-    SNAPSHOT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    lines = []  # one key per line, so a diff of the snapshot reads as a list of renamed keys
+    for i, (preset, keys) in enumerate(data.items()):
+        rows = ",\n".join(f"  {json.dumps(k)}: {json.dumps(v)}" for k, v in keys.items())
+        lines.append(f"{json.dumps(preset)}: {{\n{rows}\n}}" + ("," if i < len(data) - 1 else ""))
+    SNAPSHOT.write_text("{\n" + "\n".join(lines) + "\n}\n", encoding="utf-8")
     print(f"wrote {SNAPSHOT.name}: {sum(map(len, data.values()))} keys of {len(data)} presets")
