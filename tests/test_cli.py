@@ -53,3 +53,50 @@ def test_components_prints_plain_whole_sentences():
     assert "``" not in r.stdout  # no reStructuredText markup
     text = " ".join(r.stdout.split())
     assert '"GLU Variants Improve Transformer"; after Dauphin et al.\'s gated linear units, 2017).' in text
+
+
+def test_user_errors_from_hostile_input_are_one_line_with_exit_2(tmp_path):
+    levels = ["&l0 [1, 2, 3, 4, 5, 6, 7, 8, 9]"]
+    levels += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    bomb = "[" + ", ".join(levels) + "]"  # 9 levels in one flow sequence: 9**9 leaves expanded
+    for args in (("build", "gpt_tiny", "--set", f"name={bomb}"),
+                 ("build", "gpt_tiny", "--set", "vocab_size=1000000000"),
+                 ("build", "gpt_tiny", "--set", "d_ff=0"),
+                 ("build", "gpt_tiny", "--budget", "lots"),
+                 ("check", str(tmp_path / "nothing.safetensors"))):
+        r = zoo_cli(*args)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+        assert "fix:" in lines[0] and "Traceback" not in r.stderr
+
+
+BUG = ("import sys, zoo.cli, zoo.commands.build as b\n"
+       "b.command.callback = lambda **kw: {}['missing']\n"  # a bug: a KeyError, not a user error
+       "zoo.cli.main(sys.argv[1:])")
+
+
+def test_unexpected_errors_are_one_line_naming_debug_and_debug_shows_the_traceback():
+    r = subprocess.run([sys.executable, "-c", BUG, "build", "gpt_tiny"], capture_output=True,
+                       text=True, timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "unexpected KeyError" in lines[0] and "--debug" in lines[0]
+    r = subprocess.run([sys.executable, "-c", BUG, "--debug", "build", "gpt_tiny"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Traceback" in r.stderr and "KeyError: 'missing'" in r.stderr
+
+
+def test_check_reports_each_step_and_refuses_a_damaged_file(tmp_path):
+    r = zoo_cli("build", "gpt_tiny", "--set", "num_layers=1", "--save", str(tmp_path / "g"))
+    assert r.returncode == 0, r.stderr
+    r = zoo_cli("check", str(tmp_path / "g"))
+    assert r.returncode == 0, r.stderr
+    steps = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("ok ")]
+    assert steps == ["header", "metadata", "spec", "dtypes", "tensors", "digest"]
+    assert "matches the tensor bytes" in r.stdout
+    file = tmp_path / "g" / "model.safetensors"
+    raw = bytearray(file.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    file.write_bytes(bytes(raw))
+    r = zoo_cli("check", str(file))
+    assert r.returncode == 2 and "digest" in r.stderr and len(r.stderr.strip().splitlines()) == 1
