@@ -80,10 +80,14 @@ class LayerCache:
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v (B, h_kv, T, hd)`` after the cached ones; return all keys and values so far,
         ``(B, h_kv, length + T, hd)`` views of the buffers."""
-        n = self.length
+        n, end = self.length, self.length + k.size(2)
+        self.length = end
+        if self.k is not None and end <= self.k.size(2) and self.k.size(0) == k.size(0):
+            self.k.narrow(2, n, end - n).copy_(k)  # the common case: room left, write in place
+            self.v.narrow(2, n, end - n).copy_(v)
+            return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
         self.k, k_all = _append(self.k, n, k, 2, self.capacity)
         self.v, v_all = _append(self.v, n, v, 2, self.capacity)
-        self.length = n + k.size(2)
         return k_all, v_all
 
 
