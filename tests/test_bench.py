@@ -204,6 +204,10 @@ def test_quantize_int8_model_generates_and_stays_close():
         q = quantize_int8(zoo.build("gpt_tiny", seed=0, **SMALL))
         got = q(ids)
     assert not any(type(x) is torch.nn.Linear for x in q.modules())
+    rep = bench(q, tasks=("generate",), prompt_len=4, new_tokens=3, warmup=0, repeats=1, peak=1.0,
+                bandwidth=1.0)
+    assert rep.parameters == m.num_parameters() + 97 * 32  # the int8 head is an untied copy
+    assert rep.precision == "int8" and "int8" in rep.table()
     assert (got - ref).norm() / ref.norm() < 0.05
     out = q.generate(ids, 20)  # the LM head is an Int8Linear: generation takes the plain path
     assert out.shape == (2, 32)

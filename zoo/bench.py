@@ -402,8 +402,7 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
     if bandwidth is None and decodes:
         bandwidth = memory_bandwidth(dev)
     report = Report(model=name or spec.name, device=str(dev), dtype=str(dt).replace("torch.", ""),
-                    threads=torch.get_num_threads(), parameters=model.num_parameters()
-                    if hasattr(model, "num_parameters") else sum(p.numel() for p in model.parameters()),
+                    threads=torch.get_num_threads(), parameters=_num_weights(model),
                     peak_gflops=peak, compiled=compile, bandwidth_gbs=bandwidth,
                     precision=getattr(model, "quantized", ""))
     run = torch.compile(model) if compile else model
@@ -462,6 +461,13 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
     finally:
         model.train(was_training)
     return report
+
+
+def _num_weights(model) -> int:
+    """Parameters, counting the packed weights of int8 layers (which are not ``Parameter``s)."""
+    n = model.num_parameters() if hasattr(model, "num_parameters") else \
+        sum(p.numel() for p in model.parameters())
+    return n + sum(getattr(m, "num_weights", 0) for m in model.modules())
 
 
 def generate_bytes(model, prompt_len: int, new_tokens: int, batch: int = 1) -> int:

@@ -57,6 +57,7 @@ class Int8Linear(nn.Module):
                                            axis=0, dtype=torch.qint8)
         bias = linear.bias.detach().float().cpu() if linear.bias is not None else None
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.num_weights = linear.weight.numel() + (bias.numel() if bias is not None else 0)
         self.packed = torch.ops.quantized.linear_prepack(q, bias)
         self.weight_bytes = q.numel() + scale.numel() * 4 + (bias.numel() * 4 if bias is not None else 0)
         self.dtype = linear.weight.dtype
