@@ -41,3 +41,36 @@ def test_requesting_cuda_without_gpu_is_a_clear_error():
         pytest.skip("a GPU is present")
     with pytest.raises(zoo.ZooError, match="CUDA is not available"):
         zoo.build("gpt_tiny", device="cuda")
+
+
+@pytest.mark.gpu
+def test_static_cache_decoding_captures_as_one_cuda_graph():
+    """The preallocated cache is written in place and nothing asks the host for a value, so a whole
+    greedy generation records as one CUDA graph whose replay gives zoo.generate's tokens."""
+    model = zoo.build("gpt_tiny", seed=0, device="cuda", dtype="bfloat16").eval()
+    prompt = torch.randint(1, 512, (1, 8), device="cuda")
+    N = 12
+
+    def decode():
+        cache = model.new_cache(capacity=8 + N)
+        out = torch.empty(1, N, dtype=torch.long, device="cuda")
+        nxt = model.lm_head(model(prompt, cache=cache, return_hidden=True)[:, -1]).argmax(-1)
+        out[:, 0] = nxt
+        for i in range(1, N):
+            nxt = model.lm_head(model(nxt[:, None], cache=cache, return_hidden=True)[:, -1]).argmax(-1)
+            out[:, i] = nxt
+        return out
+
+    with torch.inference_mode():
+        ref = model.generate(prompt, N)[:, 8:]
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            decode()
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = decode()
+        graph.replay()
+        torch.cuda.synchronize()
+    assert torch.equal(out, ref)
