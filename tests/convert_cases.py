@@ -63,7 +63,7 @@ def run(kind, hf, z, pad_id=None):
     src, sm, _ = padded(pad_id=pad_id)
     tgt, tm, _ = padded(seed=2, pad_id=pad_id, length=6)
     ref = hf(input_ids=src, attention_mask=sm, decoder_input_ids=tgt, decoder_attention_mask=tm).logits
-    return ref, z(src, tgt, src_mask=sm, tgt_mask=tm), tm
+    return ref, z(src, tgt, src_padding=sm, tgt_padding=tm), tm
 
 
 def maxdiff(a, b, mask):

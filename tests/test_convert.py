@@ -96,7 +96,7 @@ def run(family, hf, z):
     tgt, tm, _ = batch(seed=2)
     tgt, tm = tgt[:, :6], tm[:, :6]
     ref = hf(input_ids=src, attention_mask=sm, decoder_input_ids=tgt, decoder_attention_mask=tm).logits
-    return ref, z(src, tgt, src_mask=sm, tgt_mask=tm), tm
+    return ref, z(src, tgt, src_padding=sm, tgt_padding=tm), tm
 
 
 CASES = {

@@ -167,3 +167,23 @@ def test_max_len_exceeded_is_a_clear_error():
     model = _model()
     with pytest.raises(zoo.ZooError, match="max_len"):
         model(torch.randint(1, 61, (1, 40)))
+
+
+def test_seq2seq_padding_keywords_and_their_old_names():
+    """``src_padding`` / ``tgt_padding`` are padding masks (1 = real token); the old names
+    ``src_mask`` / ``tgt_mask`` (a trap: nn.Transformer's tgt_mask is the causal mask) still work
+    with a DeprecationWarning, and give the same logits."""
+    model = zoo.build(tiny("encoder_decoder"), seed=0).eval()
+    src, tgt = torch.randint(3, 61, (2, 5)), torch.randint(3, 61, (2, 4))
+    sp = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    tp = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    new = model(src, tgt, src_padding=sp, tgt_padding=tp)
+    with pytest.warns(DeprecationWarning, match="src_mask= is deprecated, use src_padding="):
+        old = model(src, tgt, src_mask=sp, tgt_mask=tp)
+    torch.testing.assert_close(old, new, rtol=0, atol=0)
+    # padding really is padding: the padded source tokens change nothing
+    other = src.clone()
+    other[0, 3:] = 7
+    torch.testing.assert_close(model(other, tgt, src_padding=sp, tgt_padding=tp)[0], new[0])
+    with pytest.raises(TypeError, match="unexpected keyword argument 'memory_mask'"):
+        model(src, tgt, memory_mask=sp)

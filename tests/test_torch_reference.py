@@ -99,7 +99,7 @@ def test_encoder_decoder_equals_nn_transformer():
     tgt = torch.randint(1, 50, (2, 5))
     src_real = torch.ones(2, 7, dtype=torch.bool)
     src_real[1, 5:] = False
-    ours = model(src, tgt, src_mask=src_real, return_hidden=True)
+    ours = model(src, tgt, src_padding=src_real, return_hidden=True)
     causal_blocked = torch.ones(5, 5, dtype=torch.bool).triu(1)  # PyTorch: True = blocked
     theirs = ref(model.tok_emb(src), model.tok_emb(tgt), tgt_mask=causal_blocked,
                  src_key_padding_mask=~src_real, memory_key_padding_mask=~src_real)

@@ -386,15 +386,15 @@ def _seq2seq_logits(model, src, src_mask, use_cache, start_id, head, steps):
     ones = torch.ones(B, 1, dtype=torch.bool, device=dev) if explicit else None
     if use_cache:
         cache = model.new_cache(capacity=1 + steps)
-        logits = head(model.decode(tgt, memory, mem_pad, tgt_mask=ones, cache=cache,
+        logits = head(model.decode(tgt, memory, mem_pad, tgt_padding=ones, cache=cache,
                                    return_hidden=True))
         while True:
             nxt = yield logits
-            logits = head(model.decode(nxt[:, None], memory, mem_pad, tgt_mask=ones,
+            logits = head(model.decode(nxt[:, None], memory, mem_pad, tgt_padding=ones,
                                        cache=cache, return_hidden=True))
     full = ones
     while True:
-        nxt = yield head(model.decode(tgt, memory, mem_pad, tgt_mask=full,
+        nxt = yield head(model.decode(tgt, memory, mem_pad, tgt_padding=full,
                                       return_hidden=True))
         tgt = torch.cat([tgt, nxt[:, None]], dim=1)
         if full is not None:

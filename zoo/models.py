@@ -10,11 +10,13 @@ Every model is a plain ``nn.Module`` with a ``.spec``; ``forward`` returns logit
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import nn
 
 from .errors import ZooError
+from .generate import generate
 from .layers import KVCache, Stack, make_parts, make_stack, real_padding
 from .spec import ModelSpec
 
@@ -105,8 +107,6 @@ class ZooModel(nn.Module):
     def generate(self, ids, max_new_tokens: int = 32, **options):
         """Generate with a KV cache (greedy, sampling, stop tokens, streaming, text in/out); see
         :func:`zoo.generate.generate` for the options."""
-        from .generate import generate
-
         return generate(self, ids, max_new_tokens, **options)
 
     def reset_buffers(self) -> None:
@@ -230,21 +230,25 @@ class EncoderDecoderModel(ZooModel):
         """An empty KV cache; ``capacity`` (prompt + new tokens) preallocates it in one go."""
         return KVCache(self.decoder.num_layers, capacity)
 
-    def encode(self, src_ids, src_mask=None):
-        """Encoder output ``(B, S, D)`` and its padding ``(B, S)`` (or None)."""
+    def encode(self, src_ids, src_padding=None, **renamed):
+        """Encoder output ``(B, S, D)`` and its padding ``(B, S)`` (or None).  ``src_padding (B, S)``:
+        1 / True for real tokens (default: from the spec's ``pad_id``)."""
+        src_padding = _renamed(renamed, src_padding=src_padding)["src_padding"]
         B, S = src_ids.shape
         self._check_length(S, None, "src_ids")
-        pad = self._key_padding(src_ids, src_mask)
+        pad = self._key_padding(src_ids, src_padding)
         pos = positions_from_padding(pad, S, src_ids.device)
         x = self.enc_embed(src_ids, pos, self.tok_emb, self.encoder.positions)
         return self.encoder(x, pos, key_padding=pad), pad
 
-    def decode(self, tgt_ids, memory, memory_padding=None, tgt_mask=None, cache=None,
-               return_hidden=False):
-        """Decoder logits ``(B, T, V)`` for ``tgt_ids (B, T)`` given the encoder ``memory``."""
+    def decode(self, tgt_ids, memory, memory_padding=None, tgt_padding=None, cache=None,
+               return_hidden=False, **renamed):
+        """Decoder logits ``(B, T, V)`` for ``tgt_ids (B, T)`` given the encoder ``memory``;
+        ``tgt_padding (B, T)``: 1 / True for real tokens (the decoder is causal by construction)."""
+        tgt_padding = _renamed(renamed, tgt_padding=tgt_padding)["tgt_padding"]
         B, T = tgt_ids.shape
         self._check_length(T, cache, "tgt_ids")
-        pad = self._key_padding(tgt_ids, tgt_mask)
+        pad = self._key_padding(tgt_ids, tgt_padding)
         offset = cache.key_pos[:, -1:] + 1 if (cache is not None and cache.length) else None
         pos = positions_from_padding(pad, T, tgt_ids.device, offset)
         x = self.dec_embed(tgt_ids, pos, self.tok_emb, self.decoder.positions)
@@ -252,11 +256,31 @@ class EncoderDecoderModel(ZooModel):
                          memory_padding=memory_padding)
         return x if return_hidden else self._head_out(self.lm_head(self._head_in(x)))
 
-    def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_mask=None, tgt_mask=None,
-                return_hidden: bool = False) -> torch.Tensor:
-        """``src_ids (B, S)``, ``tgt_ids (B, T)`` -> logits ``(B, T, V)``."""
-        memory, mem_pad = self.encode(src_ids, src_mask)
-        return self.decode(tgt_ids, memory, mem_pad, tgt_mask, return_hidden=return_hidden)
+    def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_padding=None, tgt_padding=None,
+                return_hidden: bool = False, **renamed) -> torch.Tensor:
+        """``src_ids (B, S)``, ``tgt_ids (B, T)`` -> logits ``(B, T, V)``.  ``src_padding (B, S)`` /
+        ``tgt_padding (B, T)``: 1 / True for real tokens, 0 for padding (default: from ``pad_id``).
+        They are *padding* masks; the decoder's causal rule comes from the spec."""
+        new = _renamed(renamed, src_padding=src_padding, tgt_padding=tgt_padding)
+        memory, mem_pad = self.encode(src_ids, new["src_padding"])
+        return self.decode(tgt_ids, memory, mem_pad, new["tgt_padding"], return_hidden=return_hidden)
+
+
+#: old keyword -> new: ``src_mask`` / ``tgt_mask`` meant padding (1 = real token), while in
+#: ``nn.Transformer`` ``tgt_mask`` is the causal attention mask, a trap in a project teaching masks
+_RENAMED = {"src_mask": "src_padding", "tgt_mask": "tgt_padding"}
+
+
+def _renamed(old: dict, **new):
+    """``new`` with the values passed under the old keyword names (a DeprecationWarning each)."""
+    for key, value in old.items():
+        if key not in _RENAMED or _RENAMED[key] not in new:
+            raise TypeError(f"unexpected keyword argument '{key}'")
+        warnings.warn(f"{key}= is deprecated, use {_RENAMED[key]}= (1 = real token; it was never "
+                      f"nn.Transformer's {key}, an attention mask)", DeprecationWarning, stacklevel=3)
+        if new[_RENAMED[key]] is None:
+            new[_RENAMED[key]] = value
+    return new
 
 
 ARCH_CLASSES = {"encoder": EncoderModel, "decoder": DecoderModel,

@@ -368,11 +368,11 @@ def _ids(model, B: int = BATCH, T: int = SEQ, seed: int = 1234) -> torch.Tensor:
     return torch.randint(lo, V, (B, T), generator=_gen(seed)).to(dev)
 
 
-def _forward(model, arch: str, ids, mask=None, src=None, src_mask=None, hidden: bool = False):
+def _forward(model, arch: str, ids, mask=None, src=None, src_padding=None, hidden: bool = False):
     """Logits (or hidden states) ``(B, T, ·)``; for encoder-decoder ``ids`` is the target."""
     if arch == "encoder_decoder":
         src = ids if src is None else src
-        return model(src, ids, src_mask=src_mask, tgt_mask=mask, return_hidden=hidden)
+        return model(src, ids, src_padding=src_padding, tgt_padding=mask, return_hidden=hidden)
     return model(ids, attention_mask=mask, return_hidden=hidden)
 
 
@@ -490,7 +490,7 @@ def check_padding(kit: Kit, comp: Component, arch: str):
         if arch == "encoder_decoder":  # pad the source; the decoder's outputs must not change
             tgt = _ids(model, B=2, T=6, seed=9)
             alone = model(x, tgt[:1], return_hidden=True)
-            both = model(ids, tgt, src_mask=mask, return_hidden=True)
+            both = model(ids, tgt, src_padding=mask, return_hidden=True)
             return _maxdiff(both[:1], alone), "decoder states, source right-padded by 3"
         alone = _forward(model, arch, x, hidden=True)
         both = _forward(model, arch, ids, mask=mask, hidden=True)
