@@ -287,7 +287,8 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
 def _run(model, steps, choose, stops, B, max_new_tokens, pad, device) -> Iterator[torch.Tensor]:
     """Drive a logits coroutine: choose, stop rows, yield ``(B,)`` ids per step."""
     was_training = model.training
-    model.eval()
+    if was_training:  # eval() walks every module: skip it when there is nothing to switch
+        model.eval()
     try:
         # inference_mode (cheaper per op than no_grad) only around the model's work, never across
         # a yield; what is yielded is cloned into an ordinary tensor the caller may use anywhere
@@ -309,7 +310,8 @@ def _run(model, steps, choose, stops, B, max_new_tokens, pad, device) -> Iterato
                 break
     finally:
         steps.close()
-        model.train(was_training)
+        if was_training:
+            model.train()
 
 
 #: LM heads with at least this many weights get a transposed copy for CPU decoding (see _make_head)
