@@ -69,6 +69,15 @@ class ZooModel(nn.Module):
 
     spec: ModelSpec
 
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:  # free unless raised: a note names the plugin whose code failed
+            from .trust import blame
+
+            blame(exc)
+            raise
+
     def _key_padding(self, ids: torch.Tensor, attention_mask: torch.Tensor | None):
         """``(B, T)`` bool, True for real tokens, from ``attention_mask`` or the spec's ``pad_id``;
         None when there is no padding (checked once here, not again by every stack)."""
