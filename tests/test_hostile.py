@@ -166,3 +166,56 @@ def test_error_messages_quote_bounded_values():
 
     assert short(10**100_000) == f"<int of {(10**100_000).bit_length()} bits>"
     assert len(short("x" * 10**6)) <= 80
+
+
+# ---------------------------------------------------------------------- plugins (item 6)
+def _plugin_with(**kernels):
+    import types
+
+    from zoo.components import AttentionKernel
+
+    classes = {name: type(name, (AttentionKernel,), {"forward": fwd}) for name, fwd in kernels.items()}
+    mod = types.ModuleType("hostile_plugin")
+
+    @zoo.hookimpl
+    def register_attention(register):
+        for name, cls in classes.items():
+            register(name, cls)
+    register_attention.__module__ = "hostile_plugin"
+    mod.register_attention = register_attention
+    reg = zoo.registry.Registry(entry_points=False)
+    assert reg.add_plugin(mod, name="hostile_plugin").errors == []
+    return reg
+
+
+@pytest.fixture
+def use_registry():
+    from zoo.registry import set_registry
+
+    old = []
+    yield lambda reg: old.append(set_registry(reg))
+    if old:
+        set_registry(old[0])
+
+
+def test_a_kernel_of_the_wrong_shape_is_caught_at_build_time_naming_its_plugin(use_registry):
+    use_registry(_plugin_with(halves=lambda self, q, k, v, mask=None, bias=None, need_weights=False:
+                              (q[..., : q.size(-1) // 2], None)))
+    with pytest.raises(zoo.PluginError) as info:
+        zoo.build("gpt_tiny", attention="halves", num_layers=1)
+    assert info.value.where == "hostile_plugin" and "(1, 4, 3, 16)" in str(info.value)
+
+
+def test_a_kernel_that_raises_at_run_time_gets_a_note_naming_its_plugin(use_registry):
+    def long_fails(self, q, k, v, mask=None, bias=None, need_weights=False):
+        if q.size(2) > 3:
+            raise ValueError("cannot do long sequences")
+        return q, None
+    use_registry(_plugin_with(short_only=long_fails))
+    model = zoo.build("gpt_tiny", attention="short_only", num_layers=1)  # the probe (T=3) passes
+    import torch
+
+    with pytest.raises(ValueError, match="cannot do long sequences") as info:
+        model(torch.randint(0, 10, (1, 8)))
+    notes = getattr(info.value, "__notes__", [])
+    assert any("attention component 'short_only' from plugin hostile_plugin" in n for n in notes)

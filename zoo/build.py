@@ -14,6 +14,7 @@ from .io import list_checkpoints, load, resolve_checkpoint
 from .models import ARCH_CLASSES, init_weights
 from .registry import get_registry
 from .spec import ModelSpec, list_presets, parse_spec, resolve_spec_source
+from .trust import probe_attention
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float64": torch.float64,
            "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
@@ -111,6 +112,8 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
         if not dt.is_floating_point:
             raise SpecError("dtype must be a floating-point type", where="dtype")
         model = model.to(dt)
+    if dev is None or dev.type != "meta":
+        probe_attention(model)  # a plugin kernel of the wrong shape fails here, naming its plugin
     return model
 
 
