@@ -121,7 +121,11 @@ class KVCache:
         """Record the positions ``(B|1, T)`` and padding ``(B, T)`` (or None) of ``T`` new tokens;
         return those of every key so far, ``(key_pos (B|1, n + T), key_padding (B, n + T) or
         None)``.  The cache's ``length`` advances when the stack's forward is complete."""
-        n = self.length
+        n, end = self.length, self.length + pos.size(1)
+        if key_padding is None and self._pad is None and self._pos is not None \
+                and end <= self._pos.size(1) and self._pos.size(0) == pos.size(0):
+            self._pos.narrow(1, n, end - n).copy_(pos)  # the common case: write in place
+            return self._pos.narrow(1, 0, end), None
         self._pos, key_pos = _append(self._pos, n, pos, 1, self.capacity)
         if key_padding is None and self._pad is None:
             return key_pos, None
@@ -236,7 +240,7 @@ class Attention(nn.Module):
         h, h_kv, hd = self.h, self.h_kv, self.hd
         if a.memory is None:
             qkv = self.qkv(x).view(B, T, h + 2 * h_kv, hd).transpose(1, 2)  # (B, h + 2 h_kv, T, hd)
-            q, k, v = qkv.split([h, h_kv, h_kv], dim=1)  # (B, h, T, hd), (B, h_kv, T, hd) x 2
+            q, k, v = qkv.split_with_sizes([h, h_kv, h_kv], dim=1)  # (B, h, T, hd), (B, h_kv, T, hd) x 2
             if self.q_norm is not None:
                 q, k = self.q_norm(q), self.k_norm(k)  # normalised over hd, per head
             if a.rotary is not None:
