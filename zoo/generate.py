@@ -10,6 +10,11 @@ biases are computed between the query's position and each cached key's, ``cache.
 mask rule sees the query offset (``MaskContext.q_offset``).  ``use_cache=False`` runs the slow way and
 must give the same tokens (the test suite checks it for every position scheme).
 
+The cache is **static**: its buffers are allocated once, for prompt + ``max_new_tokens`` slots, and
+each step writes its keys into the next slots in place, so decoding allocates nothing per token and
+its speed is set by reading the weights (batch-1 decoding is memory-bound: ``zoo bench`` shows the
+fraction of the memory roofline reached).  For fewer bytes per weight see :mod:`zoo.precision`.
+
 Choosing the next token from the logits:
 
 - greedy (``do_sample=False``): the most likely token, deterministic;
