@@ -2,11 +2,14 @@
 ``transformers`` model -> ``zoo.convert`` -> the same outputs on a padded batch; greedy tokens equal
 to transformers' ``generate``; HF -> zoo -> HF identical; save -> load identical; the parity
 certificate written into the checkpoint."""
+import subprocess
+import sys
+
 import pytest
 import torch
 
 import zoo
-from zoo.convert import certificate, certificate_text, from_transformers, to_transformers
+from zoo.convert import certificate, certificate_text, from_pretrained, from_transformers, to_transformers
 
 pytest.importorskip("transformers")
 from convert_cases import CASES, TOL, greedy, maxdiff, run  # noqa: E402
@@ -48,3 +51,37 @@ def test_family(case, tmp_path):
     assert certificate(meta) == cert and "max |Δlogit|" in certificate_text(meta)
     zoo.save(z2, tmp_path / "again")  # a loaded converted model keeps its certificate
     assert certificate(zoo.read_metadata(tmp_path / "again")) == cert
+
+    hf.save_pretrained(tmp_path / "hf")  # the folder route: config.json + safetensors
+    z3 = from_pretrained(tmp_path / "hf")
+    _, out3, _ = run(kind, hf, z3, extra.get("pad_id"))
+    assert torch.equal(out3, out) and z3.spec == z.spec
+
+
+NO_TRANSFORMERS = """
+import sys
+sys.modules["transformers"] = None  # any import of transformers now fails
+import zoo
+from zoo.convert import from_pretrained
+for name in sys.argv[2:]:
+    zoo.save(from_pretrained(sys.argv[1] + "/" + name), sys.argv[1] + "/zoo_" + name)
+assert "transformers" not in [m for m in sys.modules if sys.modules[m] is not None]
+print("ok")
+"""
+
+
+@torch.no_grad()
+def test_folders_convert_without_transformers(tmp_path):
+    """``from_pretrained`` needs no transformers: every family's folder converts in a process where
+    importing it fails, to the same outputs."""
+    made = {}
+    for case, (make, kind, extra) in CASES.items():
+        hf = make()
+        hf.save_pretrained(tmp_path / case)
+        made[case] = (hf, kind, extra)
+    res = subprocess.run([sys.executable, "-c", NO_TRANSFORMERS, str(tmp_path), *made], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
+    for case, (hf, kind, extra) in made.items():
+        ref, out, mask = run(kind, hf, zoo.load(tmp_path / f"zoo_{case}"), extra.get("pad_id"))
+        assert maxdiff(ref, out, mask) <= TOL, case
