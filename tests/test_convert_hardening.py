@@ -112,6 +112,15 @@ UNSUPPORTED = [
     ("roberta", "position_embedding_type", "relative_key"),
     ("roberta", "hidden_act", "relu"),
     ("distilbert", "activation", "relu"),
+    ("qwen3", "use_sliding_window", True),
+    ("gpt_neox", "hidden_act", "gelu_fast"),
+    ("gpt_neox", "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+    ("gemma2", "layer_types", ["sliding_attention", "chunked_attention"]),
+    ("gemma2", "use_bidirectional_attention", True),
+    ("bart", "activation_function", "gelu_fast"),
+    ("bart", "normalize_before", True),
+    ("marian", "share_encoder_decoder_embeddings", False),
+    ("marian", "decoder_vocab_size", 7),
 ]
 
 
@@ -182,3 +191,12 @@ def test_an_extra_tensor_in_the_file_is_refused(tmp_path):
     save_file(state, str(d / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(ConvertError, match="extra_gate"):
         from_pretrained(d)
+
+
+def test_a_trained_marian_position_table_is_refused():
+    hf = C.marian()
+    state = dict(hf.state_dict())
+    name = "model.encoder.embed_positions.weight"
+    state[name] = state[name] + 0.01
+    with pytest.raises(ConvertError, match="is not the sinusoidal table"):
+        convert_state(hf.config.to_dict(), state)
