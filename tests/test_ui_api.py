@@ -82,18 +82,22 @@ def test_calculator_and_compare_through_the_api(client):
     assert [round(float(x), 4) for x in weights] == [0.4011, 0.1978, 0.4011]
     assert "6.0165" in out[5] and "3.9835" in out[5]
     rows = client.predict("preset: gpt_tiny", "", "preset: gpt_tiny", "attention: eager", 8, "",
-                          api_name="/compare")[0]["data"]
+                          api_name="/compare")[0]
     assert float(rows[5][1]) < 1e-4
 
 
 def test_inspect_through_the_api(client):
-    heat, grid, mask, pos, nxt = client.predict("ui_bert", "床前明月光", "encoder", 1, 2, api_name="/inspect")
-    assert heat["type"] == "matplotlib" and heat["plot"].startswith("data:image")
-    assert grid["plot"].startswith("data:image") and mask["plot"].startswith("data:image")
-    assert nxt == ""  # an encoder predicts no next token
-    heat, grid, mask, pos, nxt = client.predict("ui_gpt", "abc", "decoder", 1, 3, api_name="/inspect")
-    assert heat["plot"].startswith("data:image") and "next" in nxt.lower()
-    assert pos["plot"].startswith("data:image")  # sinusoid waves
+    """The API returns the attention data (the page draws it); the weights are the model's."""
+    r = client.predict("ui_bert", "床前明月光", "encoder", 1, 2, api_name="/inspect")
+    assert r["tokens"] == list("床前明月光") and r["next"] == ""  # an encoder predicts no next token
+    model = zoo.load(zoo.io.resolve_checkpoint("ui_bert"))
+    want = zoo.trace(model, text="床前明月光")["encoder.blocks.1.attn.weights"][0, 2]
+    assert max(abs(a - float(b)) for ra, rb in zip(r["weights"], want) for a, b in zip(ra, rb)) < 1e-4
+    assert len(r["attention"]["w"]) == 2 and len(r["attention"]["w"][0]) == 4  # layers x heads
+    r = client.predict("ui_gpt", "abc", "decoder", 1, 3, api_name="/inspect")
+    assert r["weights"][0][1:] == [0.0, 0.0] and r["next"]  # causal; a decoder predicts the next byte
+    with pytest.raises(Exception, match="layer 9"):
+        client.predict("ui_gpt", "abc", "decoder", 9, 0, api_name="/inspect")
 
 
 @pytest.mark.slow

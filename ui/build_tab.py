@@ -472,25 +472,29 @@ def build(tr, lang_state) -> dict:
                 for entry in entries:
                     if not entry["params"]:
                         continue
-                    with gr.Row():
-                        gr.Markdown(f"**{'.'.join(map(str, entry['path']))}: {entry['kind']}**")
+                    where = "-".join(map(str, entry["path"]))
+                    with gr.Row(key=f"row-{where}-{entry['kind']}"):
+                        gr.Markdown(f"**{'.'.join(map(str, entry['path']))}: {entry['kind']}**",
+                                    key=f"title-{where}-{entry['kind']}")
                         for p in entry["params"]:
                             label = p["name"]
                             eid = f"param-{'-'.join(map(str, entry['path']))}-{p['name']}"
+                            # a key per field and type: a re-render never hands one field's value
+                            # to another kind of widget (a Number shown "gelu")
+                            opts = dict(label=label, elem_id=eid, key=f"{eid}-{entry['kind']}-{p['type']}",
+                                        preserved_by_key=None, interactive=True)
                             if p["type"] == "bool":
-                                w = gr.Checkbox(bool(p["value"]), label=label, elem_id=eid, interactive=True)
+                                w = gr.Checkbox(bool(p["value"]), **opts)
                                 events = [w.input]
                             elif p["type"] in ("int", "float"):
-                                w = gr.Number(p["value"], label=label, precision=0 if p["type"] == "int" else None,
-                                              elem_id=eid, interactive=True)
+                                w = gr.Number(p["value"], precision=0 if p["type"] == "int" else None, **opts)
                                 events = [w.submit, w.blur]
                             elif p["type"] == "choice":
                                 w = gr.Dropdown([(str(c), str(c)) for c in p["choices"]], value=str(p["value"]),
-                                                label=label, elem_id=eid, interactive=True)
+                                                **opts)
                                 events = [w.input]
                             else:
-                                w = gr.Textbox(str(p["value"]) if p["value"] is not None else "", label=label,
-                                               elem_id=eid, interactive=True)
+                                w = gr.Textbox(str(p["value"]) if p["value"] is not None else "", **opts)
                                 events = [w.submit, w.blur]
                             ptype, path, name = p["type"], entry["path"], p["name"]
                             options = {str(c): c for c in p["choices"] or ()}  # label -> typed value
@@ -567,11 +571,14 @@ def build(tr, lang_state) -> dict:
 
     # any YAML change -> validation, table, diagram, parameter fields
     @handler
-    def on_change(text, lang):
+    def on_change(text, lang, current=None):
         import pandas as pd
 
         st, rows, diag, ok = analyse(text, lang)
         entries = component_entries(text) if ok else gr.skip()
+        shown = lambda es: [e for e in es or [] if e["params"]]  # noqa: E731 - what the fields show
+        if ok and current is not None and shown(entries) == shown(current):
+            entries = gr.skip()  # the same fields with the same values: no re-render
         # an invalid spec has no structure or cost: say so instead of showing the last valid one
         diag = diag if ok else f"<div class='zoo-stale'>{html.escape(t('build.stale', lang))}</div>"
         fig, crow = cost(text, lang) if ok else (None, [])
@@ -579,14 +586,15 @@ def build(tr, lang_state) -> dict:
         crow = pd.DataFrame(crow, columns=[t(h, lang) for h in COST_HEADERS])
         return st, rows, diag, entries, fig, crow
 
-    code.change(on_change, inputs=[code, lang_state],
+    code.change(on_change, inputs=[code, lang_state, entries_state],
                 outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
                 show_progress="hidden", trigger_mode="always_last", api_name="validate")
     lang_state.change(on_change, inputs=[code, lang_state],
                       outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
                       show_progress="hidden", api_visibility="private")
     saved_event = save_btn.click(inline_errors(1)(raw(save)), inputs=[code, save_name, seed, lang_state],
-                                 outputs=[saved, save_error], api_visibility="private", concurrency_limit=2)
+                                 outputs=[saved, save_error], api_name="save_ui", api_visibility="private",
+                                 concurrency_limit=2)
 
     def save_api(text: str, name: str, seed: int = 0, lang: str = "en") -> str:
         """The HTTP API: save the spec with random weights; an error is an error response."""

@@ -87,9 +87,14 @@ def _text_output(model, prompt: str, lang: str) -> str:
         if model.spec.arch == "encoder":
             return "; ".join(", ".join(repr(c.get("text", c["id"])) for c in cands)
                              for cands in zoo.fill_mask(model, prompt, top_k=3))
-        return repr(model.generate(prompt, 24))
+        from zoo.commands.run import new_token_room, prompt_tokens
+
+        # 24 new tokens, or what the model's max_len leaves after the prompt
+        return repr(model.generate(prompt, min(24, new_token_room(model, prompt_tokens(model, prompt)))))
     except ZooError as exc:
-        return f"({exc.what})"
+        from .i18n import translate_error_text
+
+        return f"({translate_error_text(exc.what, lang)})"
 
 
 def _forward(model, ids):

@@ -445,8 +445,9 @@ def build(tr, lang_state) -> dict:
         names = checkpoint_names()
         return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
 
-    sel = handler(on_checkpoint)
-    ckpt.change(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head], api_visibility="private")
+    sel = inline_errors(3)(on_checkpoint)  # a bad name typed into the box: the tab's error box
+    ckpt.change(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head, error],
+                api_visibility="private")
     refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
     figs = [heat, grid, maskfig, posfig, nxt, error]
     go_inspect.click(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
@@ -468,7 +469,8 @@ def build(tr, lang_state) -> dict:
     # size the selectors for the chosen checkpoint when the page opens
     root = getattr(gr.context.Context, "root_block", None)
     if root is not None:
-        root.load(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head], api_visibility="private")
+        root.load(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head, error],
+                  api_visibility="private")
     out.update(checkpoint=ckpt, text=text, stack=stack, layer=layer, head=head, go_inspect=go_inspect,
                heatmap=heat, grid=grid, error=error)
     tr.add(gr.Markdown(f"### {tr('inspect.calc_heading')}"), value="### {inspect.calc_heading}")

@@ -3,6 +3,7 @@ and any error it raised while loading (a broken third-party plugin is listed her
 from __future__ import annotations
 
 import zoo
+from zoo.commands.components import first_sentence
 
 from .i18n import t
 
@@ -22,7 +23,7 @@ def component_rows() -> list[list[str]]:
     rows = []
     for c in zoo.list_components():
         params = ", ".join(f"{k}={v}" for k, v in c.params().items())
-        rows.append([c.family, c.name + (f" [{params}]" if params else ""), c.plugin, c.doc[:160]])
+        rows.append([c.family, c.name + (f" [{params}]" if params else ""), c.plugin, first_sentence(c.doc)])
     return rows
 
 
