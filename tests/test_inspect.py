@@ -206,3 +206,34 @@ def test_non_softmax_kernel_is_traced_not_swapped():
     torch.testing.assert_close(tr.logits, model(ids))
     assert tr.names("*.scores") == [] and len(tr.names("*.attn.heads")) == 2
     assert isinstance(model.decoder.blocks[0].attn.kernel, ReluAttention)
+
+
+def test_trace_records_the_eager_kernels_own_steps_without_recomputing():
+    """The eager kernel's ``steps`` are what the trace records: one call per attention layer, no
+    second attention pass (the kernel's ``forward`` is not called), and its ``heads`` are the
+    per-head outputs the model went on with."""
+    from zoo.plugins.attention_eager import EagerAttention
+
+    model = build("gpt_tiny", num_layers=2, attention="eager")
+    ids = inputs(model)
+    calls = {"steps": 0, "forward": 0}
+    steps, forward = EagerAttention.steps, EagerAttention.forward
+
+    def counted_steps(self, *a, **k):
+        calls["steps"] += 1
+        return steps(self, *a, **k)
+
+    def counted_forward(self, *a, **k):
+        calls["forward"] += 1
+        return forward(self, *a, **k)
+
+    EagerAttention.steps, EagerAttention.forward = counted_steps, counted_forward
+    try:
+        tr = trace(model, ids)
+    finally:
+        EagerAttention.steps, EagerAttention.forward = steps, forward
+    assert calls == {"steps": 2, "forward": 0}
+    torch.testing.assert_close(tr.logits, model(ids))
+    for i in range(2):
+        p = f"decoder.blocks.{i}.attn"
+        torch.testing.assert_close(tr[f"{p}.scores_masked"].softmax(-1), tr[f"{p}.weights"])
