@@ -3,9 +3,15 @@
 Runs :func:`zoo.train.train`.  The same command trains data-parallel under ``torchrun
 --nproc_per_node=N -m zoo.cli train ...`` (or ``torchrun --nproc_per_node=N $(which zoo) train ...``).
 """
+import os
+
 import click
 
-from zoo.train import DEFAULT_OBJECTIVE, OBJECTIVES, TrainConfig
+import zoo
+from zoo.build import checkpoint_or_spec
+from zoo.commands import parse_sets
+from zoo.io import load_spec
+from zoo.train import DEFAULT_OBJECTIVE, OBJECTIVES, TrainConfig, train
 
 _D = TrainConfig()
 
@@ -45,12 +51,6 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
             weight_decay, grad_clip, holdout, eval_every, save_every, log_every, seed, tokenizer, fit_vocab,
             sets, device, no_bf16, resume, overwrite, no_progress):
     """Train SPEC_OR_CHECKPOINT (a spec/preset, or a checkpoint to fine-tune) on --data."""
-    import os
-
-    import zoo
-    from zoo.commands import parse_sets
-    from zoo.train import train
-
     knobs = {k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, block_size=block_size,
                                    lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
                                    holdout=holdout, eval_every=eval_every, save_every=save_every,
@@ -80,9 +80,5 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
 
 
 def _arch_of(source):
-    import zoo
-    from zoo.build import checkpoint_or_spec
-    from zoo.io import load_spec
-
     what = checkpoint_or_spec(source)  # the checkpoint's stored spec, else the spec itself
     return (what if isinstance(what, zoo.ModelSpec) else load_spec(what)).arch

@@ -21,9 +21,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ..build import build
+from ..build import build, checkpoint_or_spec
 from ..errors import DataError, ZooError
-from ..io import load, resolve_checkpoint, save
+from ..io import load, save
 from ..spec import ModelSpec, parse_spec
 from ..tokenizers import from_json as tok_from_json
 from .config import ARCH_FOR, TrainConfig, TrainResult
@@ -223,15 +223,11 @@ def _resolve_model(source, dist: Dist):
     known)."""
     if isinstance(source, nn.Module):
         return source, source.spec, getattr(source, "tokenizer", None)
-    if isinstance(source, (str, os.PathLike)) and not isinstance(source, ModelSpec):
-        try:
-            resolve_checkpoint(source)
-        except ZooError:
-            pass
-        else:
-            m = load(source, device=dist.device)
-            return m, m.spec, getattr(m, "tokenizer", None)
-    return None, parse_spec(source), None
+    what = checkpoint_or_spec(source)  # a checkpoint's weights file, else the parsed spec
+    if isinstance(what, ModelSpec):
+        return None, what, None
+    m = load(what, device=dist.device)
+    return m, m.spec, getattr(m, "tokenizer", None)
 
 
 # ====================================================================== one step, evaluation, the end

@@ -215,8 +215,7 @@ class Seq2SeqObjective(_Pairs):
                 "tgt_padding": torch.arange(tin.size(1))[None, :] < tlen[:, None], "labels": tout}
 
     def loss(self, model, b):
-        # the padding masks go by position: the model's keyword names for them are being renamed
-        logits = model(b["src"], b["tgt"], b["src_padding"], b["tgt_padding"])
+        logits = model(b["src"], b["tgt"], src_padding=b["src_padding"], tgt_padding=b["tgt_padding"])
         sel = b["labels"] != IGNORE
         correct = (logits.argmax(-1)[sel] == b["labels"][sel]).sum()
         return ce_sum(logits, b["labels"]), {"correct": correct}
