@@ -27,4 +27,4 @@ def write(spec) -> dict:
 
 
 register(Family("phi3", read, write, "Phi3Config", "Phi3ForCausalLM",
-                refuses=("rope_parameters", "rope_scaling", "hidden_act", "partial_rotary_factor")))
+                refuses=("rope_parameters", "rope_scaling", "hidden_act")))
