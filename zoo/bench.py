@@ -430,7 +430,7 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
                                  return_hidden=True)
                 else:
                     h = m(prompt, cache=m.new_cache(), return_hidden=True)
-                return m.lm_head(m._head_in(h[:, -1]))
+                return m.lm_head(m.head_input(h[:, -1]))
             with torch.inference_mode():
                 pre()
                 flops = count_flops(pre)

@@ -328,7 +328,7 @@ def _make_head(model, steps: int):
     head = _linear_head(model, steps)
     if model.spec.logit_softcap is None:
         return head
-    return lambda hidden: model._head_out(head(hidden))
+    return lambda hidden: model.head_output(head(hidden))
 
 
 def _linear_head(model, steps: int):
@@ -340,7 +340,7 @@ def _linear_head(model, steps: int):
     than ``nn.Linear``'s ``(V, D)`` layout.  So for long enough runs a transposed copy is made once
     per call (it pays for itself within a few steps) and dropped afterwards; the weights
     themselves are untouched.  GPUs read both layouts alike, so they skip this."""
-    head_in = model._head_in
+    head_in = model.head_input
     if not isinstance(model.lm_head, torch.nn.Linear):  # e.g. int8 weights (zoo.precision)
         return lambda hidden: model.lm_head(head_in(hidden[:, -1]))
     weight, bias = model.lm_head.weight, model.lm_head.bias

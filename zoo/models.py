@@ -99,12 +99,13 @@ class ZooModel(nn.Module):
         if self.spec.tie_embeddings and getattr(self, "lm_head", None) is not None:
             self.lm_head.weight = self.tok_emb.weight
 
-    def _head_in(self, x: torch.Tensor) -> torch.Tensor:
-        """The LM head's input: the final hidden states, times ``spec.head_scale`` if set (T5 scales
+    def head_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The LM head's input (public: generation and benchmarks apply the head themselves, as
+        ``head_output(lm_head(head_input(hidden)))``): the final hidden states, times ``spec.head_scale`` if set (T5 scales
         by ``d_model ** -0.5`` before its tied output projection)."""
         return x if self.spec.head_scale is None else x * self.spec.head_scale
 
-    def _head_out(self, logits: torch.Tensor) -> torch.Tensor:
+    def head_output(self, logits: torch.Tensor) -> torch.Tensor:
         """Soft-capped logits ``cap * tanh(logits / cap)`` when ``spec.logit_softcap`` is set (Gemma
         2): smooth, order-preserving, and never beyond ``±cap``."""
         cap = self.spec.logit_softcap
@@ -159,7 +160,7 @@ class DecoderModel(ZooModel):
         pos = positions_from_padding(pad, T, ids.device, offset)
         x = self.embed(ids, pos, self.tok_emb, self.decoder.positions, token_type_ids)  # (B, T, D)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, prefix_lengths=prefix_lengths)
-        return x if return_hidden else self._head_out(self.lm_head(self._head_in(x)))  # (B, T, V)
+        return x if return_hidden else self.head_output(self.lm_head(self.head_input(x)))  # (B, T, V)
 
 
 class EncoderModel(ZooModel):
@@ -263,7 +264,7 @@ class EncoderDecoderModel(ZooModel):
         x = self.dec_embed(tgt_ids, pos, self.tok_emb, self.decoder.positions)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, memory=memory,
                          memory_padding=memory_padding)
-        return x if return_hidden else self._head_out(self.lm_head(self._head_in(x)))
+        return x if return_hidden else self.head_output(self.lm_head(self.head_input(x)))
 
     def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_padding=None, tgt_padding=None,
                 return_hidden: bool = False, **renamed) -> torch.Tensor:

@@ -62,11 +62,11 @@ def decode_all(model, prompt: torch.Tensor, n: int) -> torch.Tensor:
     cache = model.new_cache(capacity=P + n)
     out = torch.empty(B, n, dtype=torch.long, device=prompt.device)
     hidden = model(prompt, cache=cache, return_hidden=True)  # (B, P, D)
-    nxt = model.lm_head(model._head_in(hidden[:, -1])).argmax(-1)  # (B,)
+    nxt = model.lm_head(model.head_input(hidden[:, -1])).argmax(-1)  # (B,)
     out[:, 0] = nxt
     for i in range(1, n):
         hidden = model(nxt[:, None], cache=cache, return_hidden=True)  # (B, 1, D)
-        nxt = model.lm_head(model._head_in(hidden[:, -1])).argmax(-1)
+        nxt = model.lm_head(model.head_input(hidden[:, -1])).argmax(-1)
         out[:, i] = nxt
     return out
 
@@ -146,7 +146,7 @@ def run_shape(shape: str, device, dtype, P: int, N: int, prefill_len: int, repea
 
     def prefill():
         h = model(long, cache=model.new_cache(capacity=prefill_len), return_hidden=True)
-        return model.lm_head(model._head_in(h[:, -1]))
+        return model.lm_head(model.head_input(h[:, -1]))
 
     flops = count_flops(prefill)
     t = timed(prefill, device, repeats)
