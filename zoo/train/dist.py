@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as torch_dist
 
 from ..build import resolve_device
 
@@ -31,7 +32,7 @@ class Dist:
 
     def barrier(self):
         if self.world > 1:
-            torch.distributed.barrier()
+            torch_dist.barrier()
 
     def sum(self, x: float) -> float:
         """``x`` summed over all ranks (every rank must call it)."""
@@ -40,7 +41,7 @@ class Dist:
         t = torch.tensor([x], dtype=torch.float64)
         if self.device.type == "cuda":
             t = t.to(self.device)
-        torch.distributed.all_reduce(t)
+        torch_dist.all_reduce(t)
         return float(t.item())
 
     def close(self):
@@ -48,7 +49,7 @@ class Dist:
         if self.world > 1:
             self.barrier()
             if self.started_here:
-                torch.distributed.destroy_process_group()
+                torch_dist.destroy_process_group()
 
 
 def setup_dist(device: Any = None) -> Dist:
@@ -63,13 +64,11 @@ def setup_dist(device: Any = None) -> Dist:
             dev = torch.device(f"cuda:{local}")
     if world == 1:
         return Dist(device=dev)
-    import torch.distributed as dist
-
     started = False
-    if not dist.is_initialized():
+    if not torch_dist.is_initialized():
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+        torch_dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
         started = True
-    return Dist(rank=dist.get_rank(), world=dist.get_world_size(), local_rank=local, device=dev,
-                started_here=started)
+    return Dist(rank=torch_dist.get_rank(), world=torch_dist.get_world_size(), local_rank=local,
+                device=dev, started_here=started)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..build import build, checkpoint_or_spec
 from ..errors import DataError, ZooError
@@ -201,8 +202,6 @@ def _set_up(source, data, cfg: TrainConfig, state, dist: Dist, out: Path, tokeni
     net.train()
     ddp = net
     if dist.world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP  # only under torchrun
-
         ddp = DDP(net, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
     autocast = contextlib.nullcontext
     if cfg.bf16 and dist.device.type == "cuda":
