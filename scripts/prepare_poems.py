@@ -20,8 +20,9 @@ What it does, and why (``data/SOURCE.md`` gives the numbers):
 3. **Cleaning.** Editorial notes in full-width brackets (``（一作「東風」）``) are removed and the
    ``[ ]`` of restored characters dropped (keeping the character); then a poem is kept only if
    every line starts with a Chinese character, holds only characters and the punctuation
-   ``，。？！；：、`` and ends in one of ``。？！；``, and the body has at least 10 characters (this drops poems with missing characters
-   ``□``, composed-character notation ``{艹/尔}``, prose commentary and quotations).  Poems with a
+   ``，。？！；：、`` and ends in one of ``。？！；``, and the body has at least 10 characters
+   (this drops poems with missing characters ``□``, composed-character notation ``{艹/尔}``, prose
+   commentary and quotations).  Poems with a
    character used fewer than 3 times in the whole kept corpus are dropped too (rare variant
    characters: a model cannot learn them, and they would inflate the vocabulary).  Identical bodies
    are kept once.
