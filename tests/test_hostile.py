@@ -219,3 +219,34 @@ def test_a_kernel_that_raises_at_run_time_gets_a_note_naming_its_plugin(use_regi
         model(torch.randint(0, 10, (1, 8)))
     notes = getattr(info.value, "__notes__", [])
     assert any("attention component 'short_only' from plugin hostile_plugin" in n for n in notes)
+
+
+def test_a_plugin_tensor_no_estimate_foresaw_is_stopped_before_it_is_allocated(use_registry):
+    import types
+
+    import torch
+
+    from zoo.components import AttentionKernel
+
+    class Greedy(AttentionKernel):  # a 4 TB table the spec says nothing about
+        def __init__(self, config, ctx):
+            super().__init__(config, ctx)
+            self.table = torch.nn.Parameter(torch.empty(10**6, 10**6))
+
+        def forward(self, q, k, v, mask=None, bias=None, need_weights=False):
+            return q, None
+
+    mod = types.ModuleType("greedy_plugin")
+
+    @zoo.hookimpl
+    def register_attention(register):
+        register("greedy", Greedy)
+    register_attention.__module__ = "greedy_plugin"
+    mod.register_attention = register_attention
+    reg = zoo.registry.Registry(entry_points=False)
+    reg.add_plugin(mod, name="greedy_plugin")
+    use_registry(reg)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(zoo.SpecError, match=r"\(1000000, 1000000\), 4.0 TB"):
+        zoo.build("gpt_tiny", attention="greedy", num_layers=1)
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) * 1024 < 100 * 2**20
