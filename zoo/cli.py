@@ -20,7 +20,7 @@ COMMANDS = {
     "check": ("check", "Check a checkpoint (header, metadata, spec, shapes, digest) without loading it."),
     "run": ("run", "Generate from a checkpoint, streaming (fill-mask / classify for encoders)."),
     "inspect": ("inspect", "Write attention figures (PNG) and captured numbers (JSON) for a text."),
-    "convert": ("convert", "Convert a Hugging Face save_pretrained folder (GPT-2, BERT, Llama, T5) to a zoo checkpoint."),
+    "convert": ("convert", "Convert a Hugging Face save_pretrained folder (GPT-2 ... Marian: docs/CONVERT.md) to a zoo checkpoint."),
     "plugins": ("plugins", "List plugins (built-in and installed), their components and errors."),
     "verify": ("verify", "Run the conformance kit on components; print a pass/fail table."),
     "ui": ("ui", "Start the Gradio UI on http://127.0.0.1:7860 (English / 中文)."),
