@@ -1,6 +1,6 @@
 """Exact reproduction of GPT-2, BERT, Llama and T5: a 2-layer random-init ``transformers`` model (built
 from a config object, never downloaded) -> ``zoo.convert`` -> the same logits / hidden states to
-1e-4 in float32 on padded batches, before and after a zoo.save / zoo.load round trip."""
+1e-5 in float32 on padded batches, before and after a zoo.save / zoo.load round trip."""
 import json
 
 import pytest
@@ -11,7 +11,7 @@ from zoo.convert import ConvertError, convert_state, from_pretrained, from_trans
 
 T = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-TOL = 1e-4
+TOL = 1e-5
 V, B, L = 101, 3, 9
 
 
@@ -265,8 +265,8 @@ def test_unsupported_config_fields_are_named(make, key, value):
 
 def test_unknown_family_and_unknown_tensor():
     cfg, state = _cfg_state(gpt2())
-    with pytest.raises(ConvertError, match="config.model_type.*valid options: bert, gpt2, llama, t5"):
-        convert_state({**cfg, "model_type": "mistral"}, state)
+    with pytest.raises(ConvertError, match="config.model_type.*valid options: bart, bert, distilbert, gemma"):
+        convert_state({**cfg, "model_type": "mamba"}, state)
     state = dict(state, **{"transformer.h.0.attn.extra_gate.weight": torch.ones(3)})
     with pytest.raises(ConvertError, match="extra_gate"):
         convert_state(cfg, state)
