@@ -325,5 +325,5 @@ def check(spec, budget: Any = None, device: Any = None) -> tuple[float, str]:
 def _refuse(limit: float, why: str, where: str, detail: str):
     raise SpecError(f"building this model needs more than the budget of {human_bytes(limit)} "
                     f"({why}): {detail}", where=where,
-                    fix=f"lower {where}, or pass a larger budget (zoo.build(..., budget=BYTES); "
-                        f"--budget on the command line) to build it anyway")
+                    fix=f"lower {where}, or pass a larger budget to build it anyway "
+                        f"(zoo.build / zoo.load(..., budget=BYTES), zoo build --budget SIZE)")
