@@ -155,6 +155,8 @@ def test_cli_writes_the_certificate_or_says_there_is_none(tmp_path, certify):
     else:
         assert certificate(meta) is None and "without a parity certificate" in text
     assert str(tmp_path) not in json.dumps(meta)  # no path of this machine in the artifact
+    res = CliRunner().invoke(cli, ["check", str(tmp_path / "out"), "--no-digest"])
+    assert res.exit_code == 0 and text in res.output, res.output
 
 
 def test_certificate_numbers_are_what_they_claim():

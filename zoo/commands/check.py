@@ -25,3 +25,9 @@ def command(path, no_digest):
 
     check(path, digest=not no_digest, report=report)
     click.echo(f"checked in {time.perf_counter() - t0:.2f} s")
+    from zoo.convert import certificate_text
+    from zoo.io import read_metadata
+
+    parity = certificate_text(read_metadata(path))  # converted checkpoints: their parity certificate
+    if parity:
+        click.echo(parity)
