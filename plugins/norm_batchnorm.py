@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 import zoo
@@ -28,6 +29,11 @@ class BatchNorm(Norm):
     def __init__(self, config, ctx):
         super().__init__(config, ctx)
         self.bn = nn.BatchNorm1d(ctx.d_model, eps=config.eps, momentum=config.momentum)
+        # BatchNorm counts batches only for momentum=None (a cumulative average), which a float
+        # momentum never is: the counter stays out of the checkpoint, which holds floats only
+        del self.bn.num_batches_tracked
+        self.bn.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long),
+                                persistent=False)
 
     def reset_parameters(self):
         self.bn.reset_parameters()
