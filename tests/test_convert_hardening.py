@@ -202,3 +202,18 @@ def test_a_trained_marian_position_table_is_refused():
     state[name] = state[name] + 0.01
     with pytest.raises(ConvertError, match="is not the sinusoidal table"):
         convert_state(hf.config.to_dict(), state)
+
+
+@torch.no_grad()
+def test_gemma_folder_whose_config_has_both_activation_keys(tmp_path):
+    """Gemma's config.json says hidden_act: gelu and hidden_activation: gelu_pytorch_tanh; transformers
+    runs the second, so must zoo."""
+    hf = C.gemma()
+    hf.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg.update(hidden_act="gelu", hidden_activation="gelu_pytorch_tanh")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    z = from_pretrained(tmp_path)
+    assert z.spec.ffn.config.activation == "gelu_tanh"
+    ref, out, mask = C.run("decoder", hf, z)
+    assert C.maxdiff(ref, out, mask) <= C.TOL

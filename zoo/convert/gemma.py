@@ -15,14 +15,17 @@ GELUS = ("gelu", "gelu_pytorch_tanh", "gelu_new")
 def read(src: Source, attention: str):
     src.expect("use_bidirectional_attention", lambda v: not v, "zoo converts Gemma as a causal decoder",
                "set it to false")
-    src.act("hidden_act", allowed=GELUS, default="gelu_pytorch_tanh")
-    return read_decoder(src, attention, "gemma", norm="rmsnorm_plus1", ffn="geglu", scale_embeddings=True)
+    # transformers lets hidden_activation (the tanh GELU in Gemma's config.json) override hidden_act
+    key = "hidden_activation" if src.get("hidden_activation") is not None else "hidden_act"
+    src.act(key, allowed=GELUS, default="gelu_pytorch_tanh")
+    return read_decoder(src, attention, "gemma", norm="rmsnorm_plus1", ffn="geglu", act_key=key,
+                        scale_embeddings=True)
 
 
 def write(spec) -> dict:
     st = spec.stack("decoder")
     act = {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}.get(st.ffn.config.activation, "?")
-    return dict(decoder_config(spec), hidden_act=act, attention_bias=st.qkv_bias)
+    return dict(decoder_config(spec), hidden_act=act, hidden_activation=act, attention_bias=st.qkv_bias)
 
 
 register(Family("gemma", read, write, "GemmaConfig", "GemmaForCausalLM",
