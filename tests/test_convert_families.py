@@ -85,3 +85,29 @@ def test_folders_convert_without_transformers(tmp_path):
     for case, (hf, kind, extra) in made.items():
         ref, out, mask = run(kind, hf, zoo.load(tmp_path / f"zoo_{case}"), extra.get("pad_id"))
         assert maxdiff(ref, out, mask) <= TOL, case
+
+
+class _OnCuda(torch.nn.Module):
+    """Runs a zoo model on the GPU for run(), which passes CPU tensors."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, *a, **kw):
+        mv = lambda t: t.cuda() if isinstance(t, torch.Tensor) else t  # noqa: E731
+        return self.m(*map(mv, a), **{k: mv(v) for k, v in kw.items()}).float().cpu()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(CASES))
+@torch.no_grad()
+def test_family_on_cuda(case):
+    """On a GPU: fp32 parity with transformers on the CPU at 1e-5; bf16 within bf16's precision."""
+    make, kind, extra = CASES[case]
+    hf = make()
+    ref, _, mask = run(kind, hf, from_transformers(hf, certify=False), extra.get("pad_id"))
+    for dtype, tol in ((torch.float32, TOL), (torch.bfloat16, 0.05 * ref.abs().max().item())):
+        z = from_transformers(hf, dtype=dtype, certify=False).to("cuda")
+        _, out, _ = run(kind, hf, _OnCuda(z), extra.get("pad_id"))
+        assert maxdiff(ref, out, mask) <= tol, (dtype, maxdiff(ref, out, mask))
