@@ -221,21 +221,31 @@ def build(tr, lang_state) -> dict:
 
         columns = [t("run.fill_header", lang), t("run.candidates", lang)]
         stats: dict = {}
-        out, rows = "", []
+        out, rows, first = "", [], True
+
+        def table(rows):  # the fill-mask table is cleared once, then only written with candidates
+            nonlocal first
+            if rows or first:
+                first = False
+                return pd.DataFrame(rows, columns=columns)
+            return gr.skip()
+
         for out, rows in raw(run)(name, text, temperature, top_k, top_p, max_new, seed_, lang=lang,
                                   stats=stats):
-            yield out, pd.DataFrame(rows, columns=columns), ""
-        yield out, pd.DataFrame(rows, columns=columns), speed_line(stats, lang)
+            yield out, table(rows), ""
+        yield out, table(rows), speed_line(stats, lang)
 
     @inline_errors(2)
     def on_checkpoint(name, lang):
         return raw(model_card)(name, lang), gr.update(**max_new_tokens_for(name, lang))
 
+    runs = []  # the example's run
     if examples is not None:  # one click: pick the checkpoint (card, limits), then run with the defaults
-        examples.load_input_event.then(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
-                                       api_visibility="private").then(
+        runs.append(examples.load_input_event.then(
+            on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
+            api_visibility="private").then(
             run_ui, inputs=inputs, outputs=[output, fills, speed, error], concurrency_limit=4,
-            concurrency_id="generate", api_visibility="private")
+            concurrency_id="generate", api_visibility="private"))
 
     @handler
     def on_refresh(current):
@@ -245,9 +255,16 @@ def build(tr, lang_state) -> dict:
     refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
     ckpt.change(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
                 api_visibility="private")
-    for event in (go.click, prompt.submit):
-        event(run_ui, inputs=inputs, outputs=[output, fills, speed, error], concurrency_limit=4,
-              concurrency_id="generate", api_visibility="private")
+    go_run, submit_run = (event(run_ui, inputs=inputs, outputs=[output, fills, speed, error], concurrency_limit=4,
+                                concurrency_id="generate", api_visibility="private")
+                          for event in (go.click, prompt.submit))
+    # a run started while another one streams stops the old one (which would overwrite the new
+    # output): each trigger cancels the runs of the other triggers, and an example its predecessor
+    # (the example's own run starts only after its inputs load, so the cancel never hits it)
+    go.click(None, cancels=[submit_run] + runs, api_visibility="private")
+    prompt.submit(None, cancels=[go_run] + runs, api_visibility="private")
+    if examples is not None:
+        examples.dataset.click(None, cancels=[go_run, submit_run] + runs, api_visibility="private")
 
     # the HTTP API: plain values in and out, and a ZooError is an error response (not a box)
     def run_api(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
