@@ -308,12 +308,14 @@ function table(d, rows, rowLabel, weights, onRow, selected, cellInfo) {
   head.appendChild(el("th", "corner", ""));
   d.k.forEach(k => head.appendChild(el("th", "key", show(k))));
   tb.appendChild(head);
+  const all = rows.map((r, i) => weights(r, i));
+  const top = Math.max(...all.flat(), 1e-9);  // one colour scale for the whole table
   rows.forEach((r, i) => {
     const tr = el("tr", i === selected ? "selected" : "");
     const th = el("th", "query", rowLabel(r, i));
     if (onRow) { th.classList.add("clickable"); th.onclick = () => onRow(i); }
     tr.appendChild(th);
-    const row = weights(r, i), top = Math.max(...row, 1e-9);
+    const row = all[i];
     row.forEach((w, j) => {
       const td = el("td", "cell");
       td.style.background = colour(w / top);
