@@ -578,3 +578,23 @@ def test_verify_summary_counts_skips_apart():
              "tol": None, "note": "n/a"}]
     _, summary = verify_tab.table_rows(rows)
     assert summary == "1 of 1 checks passed. 1 not applicable (skipped)."
+
+
+def test_building_the_app_draws_chinese_without_a_system_font(monkeypatch):
+    """`zoo ui` used to print 25 "Glyph ... missing" warnings without Debian's fonts-noto-cjk: the
+    figures the app draws at start-up now find the PyPI font (system faces hidden here)."""
+    import warnings
+
+    from zoo import plots
+    from zoo.ui.app import build_app
+
+    monkeypatch.setattr(plots, "_FONT", {})
+    monkeypatch.setattr(plots, "_PREFERRED", ())
+    monkeypatch.setattr(plots, "_CANDIDATES", ())
+    monkeypatch.delenv("ZOO_CJK_FONT", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_app("zh")
+    missing = [str(w.message) for w in caught if "Glyph" in str(w.message) or "CJK" in str(w.message)]
+    assert not missing, missing[:3]
+    assert plots._FONT.get("file") == plots._pypi_font()
