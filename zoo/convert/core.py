@@ -23,6 +23,8 @@ _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tan
 _INV_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 _REQUIRED = object()
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KB
+_ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+              "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 
 
 class ConvertError(ZooError):
@@ -158,8 +160,13 @@ class Source:
         if name not in self.state:
             raise ConvertError(f"the {self.family} checkpoint has no tensor '{name}'", where="weights",
                                fix="check that the weights belong to this config.json")
+        t = self.state[name]
+        if isinstance(t, torch.Tensor) and not t.is_floating_point():
+            raise ConvertError(f"tensor '{name}' is {str(t.dtype).replace('torch.', '')}; zoo converts "
+                               f"floating-point weights only", where=f"weights.{name}",
+                               fix="convert the unquantised (float16 / bfloat16 / float32) checkpoint")
         self.used.add(name)
-        return self.state[name]
+        return t
 
     def take_t(self, name: str) -> torch.Tensor:
         """A transposed tensor (GPT-2's ``Conv1D`` stores ``(in, out)``)."""
@@ -232,7 +239,7 @@ def convert_state(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], 
         raise ConvertError(f"config.json must be a JSON object, got {type(config).__name__}",
                            where="config.json", fix="pass the config.json written by save_pretrained")
     family = config.get("model_type")
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
         raise ConvertError(f"model_type {short(family)} cannot be converted", where="config.model_type",
                            options=list(FAMILIES), fix="convert one of the supported families")
     src = Source(config, state, family)
@@ -324,7 +331,7 @@ def read_config(d: Path) -> dict:
     text = read_text(d / "config.json", where="config.json", max_bytes=MAX_CONFIG_BYTES, error=ConvertError)
     try:
         config = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than Python's stack
         raise ConvertError(f"config.json is not valid JSON: {exc}", where="config.json",
                            fix="pass the config.json written by save_pretrained") from exc
     if not isinstance(config, dict):
@@ -344,7 +351,7 @@ def weight_files(d: Path) -> list[Path]:
         try:
             data = json.loads(read_text(index, where=where, max_bytes=64 * MAX_CONFIG_BYTES, error=ConvertError))
             names = data["weight_map"].values()
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise ConvertError(f"not a shard index ({short(exc)})", where=where,
                                fix="pass the index written by save_pretrained") from exc
         return sorted({confine(d, n, where=f"{where}.weight_map", error=ConvertError) for n in names})
@@ -368,8 +375,7 @@ def read_hf_dir(path: str | os.PathLike, *, meta: bool = False) -> tuple[dict, d
                 for name in fh.keys():
                     if meta:
                         sl = fh.get_slice(name)
-                        dt = getattr(torch, {"F32": "float32", "F16": "float16", "BF16": "bfloat16",
-                                             "F64": "float64"}.get(sl.get_dtype(), "float32"))
+                        dt = getattr(torch, _ST_DTYPES.get(sl.get_dtype(), "uint8"))  # others: not float
                         state[name] = torch.empty(sl.get_shape(), dtype=dt, device="meta")
                     else:
                         state[name] = fh.get_tensor(name)
