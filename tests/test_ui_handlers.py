@@ -598,3 +598,10 @@ def test_building_the_app_draws_chinese_without_a_system_font(monkeypatch):
     missing = [str(w.message) for w in caught if "Glyph" in str(w.message) or "CJK" in str(w.message)]
     assert not missing, missing[:3]
     assert plots._FONT.get("file") == plots._pypi_font()
+
+
+def test_model_cards_keep_server_paths_on_the_server():
+    model = zoo.build("gpt_tiny", num_layers=1, d_model=32, num_heads=4, vocab_size=64, seed=0)
+    zoo.save(model, common.runs_dir() / "pathy", metadata={"data": "/home/someone/secret/train.txt", "lr": 0.1})
+    card = run_tab.model_card("pathy")
+    assert "data: train.txt" in card and "/home/someone" not in card and "lr: 0.1" in card

@@ -61,8 +61,9 @@ def model_card(name: str, lang: str = "en") -> str:
             kind = "?"
         lines.append(f"- tokenizer: `{kind}`")
     for key, value in sorted(meta.items()):
-        if key.startswith("zoo.extra.") and len(value) < 300:
-            lines.append(f"- {key[len('zoo.extra.'):]}: {value}")
+        if key.startswith("zoo.extra.") and len(value) < 300:  # a server's paths stay on the server
+            shown = _ABS_PATH.sub(r"\1", value)
+            lines.append(f"- {key[len('zoo.extra.'):]}: {shown}")
     lines.append("- " + t("run.room", lang, n=spec.max_len))
     if spec.arch == "encoder":
         lines += ["", t("run.mask_hint", lang, mask="`<mask>`")]
@@ -77,6 +78,8 @@ def model_card(name: str, lang: str = "en") -> str:
 
 
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+#: an absolute path in a metadata value (``/home/me/runs/x/data.tsv``): shown as its file name
+_ABS_PATH = re.compile(r"(?<![\w.])/(?:[^/\s\"']+/)+([^/\s\"']+)")
 
 
 def _inline_images(markdown: str, folder) -> str:
