@@ -237,3 +237,11 @@ def test_decode_speed_and_the_run_tab_speed_line():
     en, zh = speed_line(stats, "en"), speed_line(stats, "zh")
     assert "tokens/s" in en and "roofline" in en and "memory-bound" in en and "compute-bound" in en
     assert "访存受限" in zh and "计算受限" in zh and "个 token" in zh
+
+
+def test_cli_int8_and_roofline_columns():
+    r = zoo_cli("bench", "gpt_tiny", "--set", "num_layers=1", "--int8", "--task", "prefill",
+                "--task", "generate", "--task", "train", "--new-tokens", "4", "-r", "2", "--warmup", "0")
+    assert r.returncode == 0, r.stderr
+    assert "(int8," in r.stdout and "memory bandwidth" in r.stdout and "% roofline" in r.stdout
+    assert "prefill" in r.stdout and "generate" in r.stdout and "train" not in r.stdout.split("\n", 2)[2]
