@@ -344,6 +344,7 @@ def test_layout_holds_at_common_sizes(page, viewport):
 def test_errors_read_in_chinese(page):
     page.locator("#lang-switch label", has_text="中文").click()
     expect(page.locator("button[role=tab]", has_text="搭建")).to_be_visible()
+    expect(page.locator("#build-status")).to_contain_text("规格有效")  # the switch has re-validated
     set_yaml(page, yaml_text(page).replace("attention: sdpa", "attention: banana"))
     status = page.locator("#build-status")
     expect(status).to_contain_text("问题: 没有名为 'banana' 的注意力实现")
