@@ -423,6 +423,23 @@ def finished_run(run_dir: Path) -> TrainResult:
                        out=run_dir, step=end["step"], wall_time=end.get("wall_time_s", 0.0))
 
 
+def scrub_paths(file: Path) -> None:
+    """Name the training data in the checkpoint's metadata by a repository-relative path (or a bare
+    file name), never by a path of the machine that trained it."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(file), framework="pt") as f:
+        meta = dict(f.metadata() or {})
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    extra = json.loads(meta.get("zoo.extra.train", "{}"))
+    if "data" in extra:
+        data = Path(extra["data"])
+        extra["data"] = data.relative_to(ROOT).as_posix() if data.is_relative_to(ROOT) else data.name
+        meta["zoo.extra.train"] = json.dumps(extra, ensure_ascii=False)
+        save_file(tensors, str(file), metadata=meta)  # the tensors, and so zoo.digest, are unchanged
+
+
 def hardware(device: str, threads: int) -> str:
     """Which machine produced the weights, without names of this machine's paths."""
     if device.startswith("cuda"):
@@ -509,6 +526,7 @@ def run(name: str, args) -> dict:
         dest.mkdir(parents=True, exist_ok=True)
         for f in ("model.safetensors", "spec.yaml"):
             shutil.copy2(src_dir / f, dest / f)
+        scrub_paths(dest / "model.safetensors")
         shutil.copy2(run_dir / "loss.png", dest / "loss.png")
         spec_yaml = (run_dir / "spec.yaml").read_text(encoding="utf-8")
         (dest / "README.md").write_text(model_card(name, preset, result, spec_yaml, extra, rows, info, knobs),
