@@ -337,19 +337,11 @@ def test_converted_gpt2_runs_on_text_like_transformers(tmp_path):
 @torch.no_grad()
 def test_converted_models_on_cuda(case):
     """On a GPU: fp32 parity with the CPU reference, and bf16 within bf16's precision."""
+    from convert_cases import OnCuda  # the shared GPU wrapper (needs transformers, like this test)
+
     make, family = CASES[case]
     hf = make()
     ref, _, mask = run(family, hf, from_transformers(hf))
-
-    class OnCuda(torch.nn.Module):  # run() passes CPU tensors; move them for the zoo model
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, *a, **kw):
-            mv = lambda t: t.cuda() if isinstance(t, torch.Tensor) else t  # noqa: E731
-            return self.m(*map(mv, a), **{k: mv(v) for k, v in kw.items()}).float().cpu()
-
     for dtype, tol in ((torch.float32, TOL), (torch.bfloat16, 0.05 * ref.abs().max().item())):
         z = from_transformers(hf, dtype=dtype).to("cuda")
         _, out, _ = run(family, hf, OnCuda(z))

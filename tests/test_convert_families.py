@@ -12,7 +12,7 @@ import zoo
 from zoo.convert import certificate, certificate_text, from_pretrained, from_transformers, to_transformers
 
 pytest.importorskip("transformers")
-from convert_cases import CASES, TOL, greedy, maxdiff, run  # noqa: E402
+from convert_cases import CASES, TOL, OnCuda, greedy, maxdiff, run  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -87,18 +87,6 @@ def test_folders_convert_without_transformers(tmp_path):
         assert maxdiff(ref, out, mask) <= TOL, case
 
 
-class _OnCuda(torch.nn.Module):
-    """Runs a zoo model on the GPU for run(), which passes CPU tensors."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, *a, **kw):
-        mv = lambda t: t.cuda() if isinstance(t, torch.Tensor) else t  # noqa: E731
-        return self.m(*map(mv, a), **{k: mv(v) for k, v in kw.items()}).float().cpu()
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(CASES))
 @torch.no_grad()
@@ -109,5 +97,5 @@ def test_family_on_cuda(case):
     ref, _, mask = run(kind, hf, from_transformers(hf, certify=False), extra.get("pad_id"))
     for dtype, tol in ((torch.float32, TOL), (torch.bfloat16, 0.05 * ref.abs().max().item())):
         z = from_transformers(hf, dtype=dtype, certify=False).to("cuda")
-        _, out, _ = run(kind, hf, _OnCuda(z), extra.get("pad_id"))
+        _, out, _ = run(kind, hf, OnCuda(z), extra.get("pad_id"))
         assert maxdiff(ref, out, mask) <= tol, (dtype, maxdiff(ref, out, mask))
