@@ -256,8 +256,8 @@ def build(tr, lang_state) -> dict:
         return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
 
     refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
-    ckpt.change(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
-                api_visibility="private")
+    for event in (ckpt.change, lang_state.change):  # the card's own lines follow the language too
+        event(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error], api_visibility="private")
     go_run, submit_run = (event(run_ui, inputs=inputs, outputs=[output, fills, speed, error], concurrency_limit=4,
                                 concurrency_id="generate", api_visibility="private")
                           for event in (go.click, prompt.submit))
