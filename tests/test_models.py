@@ -187,3 +187,12 @@ def test_seq2seq_padding_keywords_and_their_old_names():
     torch.testing.assert_close(model(other, tgt, src_padding=sp, tgt_padding=tp)[0], new[0])
     with pytest.raises(TypeError, match="unexpected keyword argument 'memory_mask'"):
         model(src, tgt, memory_mask=sp)
+
+
+def test_meta_build_keeps_tied_embeddings():
+    """A meta-device build (used by zoo.load and the converter's shape check) must tie the LM head to
+    the embedding as a real build does; CPU -> meta conversion makes new Parameters and would untie."""
+    meta = zoo.build("gpt_tiny", device="meta", init=False)
+    real = zoo.build("gpt_tiny", seed=0)
+    assert meta.lm_head.weight is meta.tok_emb.weight
+    assert sum(p.numel() for p in meta.parameters()) == sum(p.numel() for p in real.parameters())

@@ -107,7 +107,9 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
                 if init:
                     init_weights(model)
     if dev is not None and dev.type == "meta":
-        model = model.to("meta")
+        model = model.to("meta")  # CPU -> meta makes new Parameters, which unties shared weights:
+        if hasattr(model, "tie_weights"):  # tie them again, so meta models count parameters right
+            model.tie_weights()
     if dt is not None:
         if not dt.is_floating_point:
             raise SpecError("dtype must be a floating-point type", where="dtype")
