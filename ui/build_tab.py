@@ -21,6 +21,7 @@ import yaml
 import zoo
 from zoo.components import SPEC_FAMILIES
 from zoo.errors import SpecError, ZooError
+from zoo.spec import yaml_to_dict
 from zoo.summary import parameter_table
 
 from .common import (LIMITS, check_name, check_spec_limits, check_value, error_box, handler, inline_errors,
@@ -39,9 +40,7 @@ _DEFAULT_MASK = {"encoder": "bidirectional", "decoder": "causal"}
 # ---------------------------------------------------------------------- YAML <-> dict
 def _load(text: str) -> dict:
     """YAML text -> dict, with the engine's error for bad YAML."""
-    from zoo.spec import _yaml_to_dict
-
-    return _yaml_to_dict(text or "", "yaml")
+    return yaml_to_dict(text or "", "yaml")
 
 
 def _dump(raw: dict) -> str:

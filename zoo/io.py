@@ -43,7 +43,7 @@ from safetensors.torch import save_file
 from .components import SPEC_FAMILIES
 from .errors import CheckpointError, SpecError, UnknownComponentError, ZooError
 from .trust import clip, short
-from .spec import ModelSpec, parse_spec, preset_dirs
+from .spec import ModelSpec, parse_spec, preset_dirs, yaml_to_dict
 
 WEIGHTS = "model.safetensors"
 
@@ -73,8 +73,6 @@ def atomic_write(path: str | os.PathLike, write) -> None:
             os.unlink(tmp)
         raise
 
-
-_atomic_write = atomic_write  # the old private name, still imported by zoo.train and zoo.convert
 
 #: Age after which a temp file of the pre-PID naming (``.NAME.XXXXXXXX.tmp``) counts as stale.
 STALE_AFTER_S = 3600
@@ -173,7 +171,6 @@ def dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dic
     return tensors, tied
 
 
-_dedupe = dedupe  # the old private name, still imported by zoo.train and zoo.convert
 
 
 # ---------------------------------------------------------------------- digest of the tensors
@@ -454,10 +451,8 @@ def load_spec(source: str | os.PathLike) -> ModelSpec:
     if "zoo.spec" not in meta:
         raise CheckpointError("no zoo spec in the checkpoint metadata", where=str(source),
                               fix="this file was not written by zoo.save; convert it first")
-    from .spec import _yaml_to_dict
-
     try:
-        return parse_spec(_yaml_to_dict(meta["zoo.spec"], f"{source}: zoo.spec"))
+        return parse_spec(yaml_to_dict(meta["zoo.spec"], f"{source}: zoo.spec"))
     except UnknownComponentError as exc:
         from .registry import missing_plugins_hint
 

@@ -367,11 +367,14 @@ _DEFAULTS = {f.field: f.default for f in SPEC_FAMILIES if f.default and f.parent
 def load_yaml(source: str | os.PathLike) -> dict:
     """Read a spec file into a dict through zoo's one bounded YAML loader (:mod:`zoo.trust`)."""
     path = Path(source)
-    return _yaml_to_dict(trust.read_text(path, where=str(path)), str(path))
+    return yaml_to_dict(trust.read_text(path, where=str(path)), str(path))
 
 
-def _yaml_to_dict(text: str | bytes, where: str) -> dict:
-    """Spec YAML text -> dict: bounded parsing (size, depth, aliases, duplicate keys), then a mapping."""
+def yaml_to_dict(text: str | bytes, where: str) -> dict:
+    """Spec YAML text -> dict: bounded parsing (size, depth, aliases, duplicate keys), then a mapping.
+
+    The one way spec text becomes a dict (files, ``--set`` values, checkpoint metadata, the UI editor);
+    ``where`` names the source in error messages."""
     data = trust.load_yaml(text, where=where)
     if not isinstance(data, dict):
         raise SpecError(f"a spec must be a mapping of fields, got {type(data).__name__}", where=where,
@@ -388,7 +391,7 @@ def resolve_spec_source(source: Any) -> dict:
     if isinstance(source, (str, os.PathLike)):
         s = str(source)
         if isinstance(source, str) and "\n" in s:
-            return _yaml_to_dict(s, "<yaml text>")
+            return yaml_to_dict(s, "<yaml text>")
         path = Path(s)
         if path.is_file():
             return load_yaml(path)
