@@ -605,3 +605,19 @@ def test_model_cards_keep_server_paths_on_the_server():
     zoo.save(model, common.runs_dir() / "pathy", metadata={"data": "/home/someone/secret/train.txt", "lr": 0.1})
     card = run_tab.model_card("pathy")
     assert "data: train.txt" in card and "/home/someone" not in card and "lr: 0.1" in card
+
+
+def test_model_card_shows_a_converted_checkpoints_parity_certificate():
+    """issue 15: the card of a converted checkpoint shows its parity certificate, measured at conversion
+    against the transformers model it came from (random-init GPT-2 built from a config, offline)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=4)
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    zoo.save(zoo.convert.from_transformers(hf), common.runs_dir() / "converted")
+    card = run_tab.model_card("converted")
+    line = next(li for li in card.splitlines() if "Parity with" in li)
+    assert "top-1 agreement 100.0%" in line and "GPT2LMHeadModel" in line, line
+    assert "parity:" not in card  # the raw JSON entry is not repeated
+    # a converted checkpoint without a certificate says so
+    zoo.save(zoo.convert.from_transformers(hf, certify=False), common.runs_dir() / "uncertified")
+    assert "without a parity certificate" in run_tab.model_card("uncertified")

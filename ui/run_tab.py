@@ -21,6 +21,7 @@ from typing import Iterator
 import zoo
 
 from zoo.commands.run import DEFAULT_NEW_TOKENS, new_token_room, prompt_tokens
+from zoo.convert import certificate_text
 
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
                      default_checkpoint, error_box, handler, inline_errors, load_checkpoint, raw,
@@ -60,7 +61,12 @@ def model_card(name: str, lang: str = "en") -> str:
         except ValueError:
             kind = "?"
         lines.append(f"- tokenizer: `{kind}`")
+    cert = certificate_text(meta)  # a converted model: how closely it matches its source (or that nobody checked)
+    if cert:
+        lines.append(f"- {cert}")
     for key, value in sorted(meta.items()):
+        if key in ("zoo.extra.parity", "zoo.extra.converted_from"):
+            continue  # shown as the certificate line above
         if key.startswith("zoo.extra.") and len(value) < 300:  # a server's paths stay on the server
             shown = _ABS_PATH.sub(r"\1", value)
             lines.append(f"- {key[len('zoo.extra.'):]}: {shown}")
