@@ -171,6 +171,9 @@ def load_yaml(text: str | bytes, *, where: str, max_bytes: int = MAX_YAML_BYTES,
         mark = getattr(exc, "problem_mark", None)
         loc = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "nesting depth" in problem:  # newer libyaml scans a flow ahead and stops at its own limit
+            raise error(f"YAML nested deeper than {max_depth} levels{loc}", where=where,
+                        fix="a spec is nested 2-3 levels; flatten it") from exc
         raise error(f"invalid YAML{loc}: {clip(problem)}", where=where,
                     fix="fix the YAML syntax") from exc
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
