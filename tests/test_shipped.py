@@ -23,7 +23,6 @@ GPT_FORM_UNMET = ("next line form 30.1% < 90% after 620 CPU steps (0.75 epoch); 
 GPT_RUN_UNMET = ("greedy repeats a character 6 times in a row (target < 3) after 620 CPU steps; "
                  "needs a longer run")
 BERT_TOP1_UNMET = None
-BERT_MOON_UNMET = None
 
 
 @pytest.fixture(scope="module")
@@ -181,9 +180,9 @@ def test_poet_bert_beats_the_baselines_on_heldout_poems(models, shipped):
     assert res["masked_top1"] > res["bigram_baseline"] > res["most_frequent_baseline"], res
 
 
-@tang_measure("poet_bert", unmet=BERT_MOON_UNMET)
 def test_poet_bert_puts_the_moon_in_its_top_3(models):
-    """月 among the top 3 for 床前明<mask>光，疑是地上霜。"""
+    """月 among the top 3 for 床前明<mask>光，疑是地上霜。 (Not marked: the poems.txt weights still
+    shipped meet it, just: 月 third at p = 0.005 after a line break at 0.69.)"""
     top = [c["text"] for c in zoo.fill_mask(_load(models, "poet_bert"), "床前明<mask>光，疑是地上霜。",
                                             top_k=3)[0]]
     assert "月" in top, top
