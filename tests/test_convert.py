@@ -11,37 +11,9 @@ from zoo.convert import ConvertError, convert_state, from_pretrained, from_trans
 
 T = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-TOL = 1e-5
-V, B, L = 101, 3, 9
-
-
-@torch.no_grad()
-def randomize(model, seed=0):
-    """Every tensor random (norm weights near 1): a swapped weight/bias or a missed tensor shows."""
-    g = torch.Generator().manual_seed(seed)
-    for name, p in model.named_parameters():
-        r = torch.randn(p.shape, generator=g)
-        is_norm = p.dim() == 1 and ("norm" in name.lower() or "ln_" in name) and name.endswith("weight")
-        p.copy_(1.0 + 0.2 * r if is_norm else 0.3 * r if p.dim() == 1 else r * 0.15)
-    return model.eval()
-
-
-def batch(seed=1, left=False):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, V, (B, L), generator=g)
-    am = torch.ones(B, L, dtype=torch.long)
-    lengths = [L, L - 3, 4]
-    for b, n in enumerate(lengths):
-        if left:
-            am[b, : L - n] = 0
-        else:
-            am[b, n:] = 0
-    pos = (am.cumsum(-1) - 1).clamp(min=0)
-    return ids, am, pos
-
-
-def maxdiff(a, b, mask):
-    return (a - b).abs()[mask.bool()].max().item()
+# the random-init helpers every conversion test shares (convert_cases draws the same tensors)
+from convert_cases import B, L, TOL, V, maxdiff, randomize  # noqa: E402
+from convert_cases import OnCuda, padded as batch  # noqa: E402
 
 
 # ---------------------------------------------------------------------- the four families
@@ -337,8 +309,6 @@ def test_converted_gpt2_runs_on_text_like_transformers(tmp_path):
 @torch.no_grad()
 def test_converted_models_on_cuda(case):
     """On a GPU: fp32 parity with the CPU reference, and bf16 within bf16's precision."""
-    from convert_cases import OnCuda  # the shared GPU wrapper (needs transformers, like this test)
-
     make, family = CASES[case]
     hf = make()
     ref, _, mask = run(family, hf, from_transformers(hf))
