@@ -85,6 +85,17 @@ class _Stream(Objective):
         starts = torch.randint(0, self.train_ids.numel() - need + 1, (size,), generator=gen)
         return torch.stack([self.train_ids[s:s + need] for s in starts.tolist()])  # (B, need)
 
+    def make_batch(self, w: torch.Tensor, gen: torch.Generator) -> dict:
+        """One batch from windows ``w (B, block + extra)``; ``gen`` draws any randomness (masking)."""
+        raise NotImplementedError
+
+    def train_batch(self, gen, size):
+        return self.make_batch(self.windows(gen, size), gen)
+
+    def eval_set(self):
+        gen = torch.Generator().manual_seed(1234)  # the same held-out batches every evaluation
+        return [self.make_batch(w, gen) for w in self.eval_windows()]
+
     def eval_windows(self) -> list[torch.Tensor]:
         need = min(self.block + self.extra, self.eval_ids.numel())
         if need < 2:
@@ -103,11 +114,8 @@ class CLMObjective(_Stream):
     def shift(w: torch.Tensor) -> dict:
         return {"ids": w[:, :-1], "labels": w[:, 1:]}  # (B, block) each
 
-    def train_batch(self, gen, size):
-        return self.shift(self.windows(gen, size))
-
-    def eval_set(self):
-        return [self.shift(w) for w in self.eval_windows()]
+    def make_batch(self, w, gen):
+        return self.shift(w)
 
     def loss(self, model, b):
         return ce_sum(model(b["ids"]), b["labels"]), {}
@@ -139,12 +147,7 @@ class MLMObjective(_Stream):
         x = torch.where(pick & (r >= 0.8) & (r < 0.9), rand_ids, x)
         return {"ids": x, "labels": labels}
 
-    def train_batch(self, gen, size):
-        return self.mask(self.windows(gen, size), gen)
-
-    def eval_set(self):
-        gen = torch.Generator().manual_seed(1234)
-        return [self.mask(w, gen) for w in self.eval_windows()]
+    make_batch = mask
 
     def loss(self, model, b):
         logits = model(b["ids"])
@@ -163,12 +166,7 @@ class PrefixDocObjective(_Stream):
         labels[torch.arange(T)[None, :] < (plen[:, None] - 1)] = IGNORE
         return {"ids": ids, "labels": labels, "prefix": plen}
 
-    def train_batch(self, gen, size):
-        return self.split(self.windows(gen, size), gen)
-
-    def eval_set(self):
-        gen = torch.Generator().manual_seed(1234)
-        return [self.split(w, gen) for w in self.eval_windows()]
+    make_batch = split
 
     def loss(self, model, b):
         return ce_sum(model(b["ids"], prefix_lengths=b["prefix"]), b["labels"]), {}
