@@ -120,6 +120,26 @@ def test_static_cache_is_written_in_place():
     assert cache.key_pos[1].tolist() == [0, 0, 0, 0, 1, 2, 3, 4, 5, 6]  # counted from the first real
 
 
+@pytest.mark.parametrize("positions", ["learned", "rope", "alibi"])
+def test_cache_positions_stay_right_when_padding_first_appears_mid_decode(positions):
+    """While nothing is padding, a cache hands out positions as views of a preallocated arange (no
+    work per step); the first padded token switches it to positions written as given.  Both halves
+    must agree with one full forward over the same tokens and mask."""
+    model = small(positions=positions, mask=MASKS[1])
+    ids = prompts(B=2, T=10)
+    pad = torch.ones(2, 10, dtype=torch.bool)
+    pad[1, 6] = False  # row 1 has a hole at position 6: no padding before it
+    full = model(ids, attention_mask=pad)  # (2, T, V)
+    cache = model.new_cache(capacity=10)
+    model(ids[:, :4], cache=cache)  # plain: no mask at all
+    for t in range(4, 10):
+        step = model(ids[:, t:t + 1], attention_mask=pad[:, t:t + 1], cache=cache)
+        if pad[:, t].all():
+            torch.testing.assert_close(step[:, 0], full[:, t], atol=1e-4, rtol=1e-4)
+    assert cache.key_pos[0].tolist() == list(range(10))
+    assert cache.key_pos[1].tolist() == [0, 1, 2, 3, 4, 5, 5, 6, 7, 8]  # the hole takes no position
+
+
 def test_cache_without_capacity_grows_and_stays_right():
     """``new_cache()`` without a capacity grows its buffers by doubling; same logits."""
     model = small(positions="alibi")

@@ -105,6 +105,10 @@ class KVCache:
         self.capacity = capacity
         self._pos: torch.Tensor | None = None  # (B|1, capacity) long
         self._pad: torch.Tensor | None = None  # (B, capacity) bool, None while nothing is padding
+        # while no token was padding and every row counts from 0, slot j holds position j: then
+        # _pos is a preallocated arange and next_positions hands out views of it (no work per step)
+        self._plain = True
+        self._issued: torch.Tensor | None = None  # the view handed out for the coming append
 
     @property
     def key_pos(self) -> torch.Tensor | None:
@@ -116,12 +120,30 @@ class KVCache:
         """``(B, T_cached)`` bool, True for real tokens, or None if no cached token is padding."""
         return None if self._pad is None else self._pad[:, :self.length]
 
+    def next_positions(self, T: int, device) -> torch.Tensor | None:
+        """``(1, T)`` absolute positions of the next ``T`` tokens while every key so far sits at
+        its slot index (no padding seen, all rows alike): a view of a preallocated ``arange``, so a
+        decoding step spends no tensor operation on its position.  None once that stops being true;
+        the caller then derives positions from the cached ones (:attr:`key_pos`)."""
+        if not self._plain:
+            return None
+        end = self.length + T
+        if self._pos is None or end > self._pos.size(1) or self._pos.device != torch.device(device):
+            size = max(self.capacity or 0, end, 2 * self._pos.size(1) if self._pos is not None else 0)
+            self._pos = torch.arange(size, device=device)[None]  # (1, size): slot j at position j
+        self._issued = self._pos.narrow(1, self.length, T)
+        return self._issued
+
     def append(self, pos: torch.Tensor, key_padding: torch.Tensor | None
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Record the positions ``(B|1, T)`` and padding ``(B, T)`` (or None) of ``T`` new tokens;
         return those of every key so far, ``(key_pos (B|1, n + T), key_padding (B, n + T) or
         None)``.  The cache's ``length`` advances when the stack's forward is complete."""
         n, end = self.length, self.length + pos.size(1)
+        issued, self._issued = self._issued, None
+        if pos is issued and key_padding is None:  # from next_positions: already in place
+            return self._pos.narrow(1, 0, end), None
+        self._plain = False  # from here on, positions are written as given
         if key_padding is None and self._pad is None and self._pos is not None \
                 and end <= self._pos.size(1) and self._pos.size(0) == pos.size(0):
             self._pos.narrow(1, n, end - n).copy_(pos)  # the common case: write in place

@@ -35,6 +35,24 @@ def positions_from_padding(attention_mask: torch.Tensor | None, T: int, device, 
     return pos
 
 
+def step_positions(pad: torch.Tensor | None, T: int, device, cache: KVCache | None) -> torch.Tensor:
+    """Positions ``(B|1, T)`` of ``T`` tokens fed to a model, after the cached ones if any, counted
+    as :func:`positions_from_padding` counts a whole sequence: a real token's position is the number
+    of real tokens before it.  While a cache has seen no padding they are simply its next slots (a
+    view it keeps ready, no work per decoding step)."""
+    if cache is not None and pad is None:
+        pos = cache.next_positions(T, device)
+        if pos is not None:
+            return pos
+    if cache is None or not cache.length:
+        return positions_from_padding(pad, T, device)
+    kp = cache.key_padding  # (B, n) or None: every cached token real
+    seen = cache.length if kp is None else kp.sum(-1, keepdim=True)  # real tokens so far, per row
+    if pad is None:
+        return seen + torch.arange(T, device=device)[None, :]
+    return (seen + pad.long().cumsum(-1) - 1).clamp(min=0)  # a padded token repeats the last one
+
+
 class Embeddings(nn.Module):
     """Token (+ segment) embeddings, scaled by sqrt(d_model) as in "Attention Is All You Need" when
     ``scale_embeddings``, plus embedding-level positions, an optional norm (BERT) and dropout."""
@@ -154,10 +172,7 @@ class DecoderModel(ZooModel):
         B, T = ids.shape
         self._check_length(T, cache, "ids")
         pad = self._key_padding(ids, attention_mask)
-        offset = None
-        if cache is not None and cache.length:
-            offset = cache.key_pos[:, -1:] + 1  # (B|1, 1) next position of each row
-        pos = positions_from_padding(pad, T, ids.device, offset)
+        pos = step_positions(pad, T, ids.device, cache)
         x = self.embed(ids, pos, self.tok_emb, self.decoder.positions, token_type_ids)  # (B, T, D)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, prefix_lengths=prefix_lengths)
         return x if return_hidden else self.head_output(self.lm_head(self.head_input(x)))  # (B, T, V)
@@ -195,13 +210,20 @@ class EncoderModel(ZooModel):
         return self.encoder(x, pos, key_padding=pad), pad
 
     def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None, return_hidden: bool = False):
+                token_type_ids: torch.Tensor | None = None, return_hidden: bool = False,
+                select: torch.Tensor | None = None):
         """``ids (B, T)`` -> MLM logits ``(B, T, V)``, classifier logits ``(B, num_labels)``, or
-        hidden states ``(B, T, D)`` for ``head: none`` / ``return_hidden``."""
+        hidden states ``(B, T, D)`` for ``head: none`` / ``return_hidden``.
+
+        ``select (B, T)`` (bool, MLM head only): logits ``(N, V)`` of the ``N`` selected positions
+        only, in row-major order.  Masked-LM training predicts ~15% of the positions, and the
+        vocabulary projection is the largest matmul of a small model, so this skips most of it."""
         x, pad = self.encode(ids, attention_mask, token_type_ids)
         if return_hidden:
             return x
         if self.lm_head is not None:
+            if select is not None:
+                x = x[select]  # (N, D)
             if self.transform is not None:
                 x = self.transform(x)
             return self.lm_head(x)
@@ -259,8 +281,7 @@ class EncoderDecoderModel(ZooModel):
         B, T = tgt_ids.shape
         self._check_length(T, cache, "tgt_ids")
         pad = self._key_padding(tgt_ids, tgt_padding)
-        offset = cache.key_pos[:, -1:] + 1 if (cache is not None and cache.length) else None
-        pos = positions_from_padding(pad, T, tgt_ids.device, offset)
+        pos = step_positions(pad, T, tgt_ids.device, cache)
         x = self.dec_embed(tgt_ids, pos, self.tok_emb, self.decoder.positions)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, memory=memory,
                          memory_padding=memory_padding)
