@@ -340,6 +340,44 @@ def test_mlm_reports_masked_accuracy(tmp_path):
     assert 0.0 <= r.final["eval_masked_acc"] <= 1.0 and r.final["eval_loss"] > 0
 
 
+@pytest.mark.parametrize("frac, shares", [(0.8, (0.8, 0.1, 0.1)), (1.0, (1.0, 0.0, 0.0)),
+                                          (0.0, (0.0, 0.5, 0.5))])
+def test_mlm_corrupts_the_picked_tokens_as_mask_token_frac_says(frac, shares):
+    """Of the picked tokens, ``mask_token_frac`` become <mask> and the rest split evenly between a
+    random token and the token itself (BERT's 80/10/10 at 0.8); counted on ~12,000 picks, so the
+    shares are within 0.02 of the rule."""
+    from zoo.train.prepare import prepare
+
+    cfg = TrainConfig(objective="mlm", mask_prob=0.3, mask_token_frac=frac, block_size=32,
+                      holdout=0.1).validate()
+    obj, tok, spec, _ = prepare(POEMS, cfg, zoo.spec(_spec("encoder", vocab_size=8)),
+                                fit_vocab=True)
+    b = obj.train_batch(torch.Generator().manual_seed(0), 1280)
+    picked = b["labels"] != -100
+    assert 0.28 < picked.float().mean() < 0.32  # mask_prob of the (non-special) tokens
+    x, gold = b["ids"][picked], b["labels"][picked]
+    masked = x == tok.mask_id
+    kept = x == gold
+    # a random draw can hit the original token (1 in ~1,800 here): count those as random
+    rand = ~masked & ~kept
+    got = (float(masked.float().mean()), float(rand.float().mean()), float(kept.float().mean()))
+    for g, want in zip(got, shares):
+        assert abs(g - want) < 0.02, (got, shares)
+
+
+def test_mlm_head_on_selected_positions_equals_the_full_head():
+    """``model(ids, select=...)`` (what MLM training calls) projects only the picked positions: the
+    same logits as the full (B, T, V) output at those positions, in row-major order."""
+    torch.manual_seed(0)
+    model = zoo.build(_spec("encoder", head={"kind": "mlm", "transform": True})).eval()
+    ids = torch.randint(5, 64, (3, 16))
+    sel = torch.rand(3, 16) < 0.3
+    full = model(ids)  # (3, 16, V)
+    part = model(ids, select=sel)  # (N, V)
+    assert part.shape == (int(sel.sum()), 64)
+    torch.testing.assert_close(part, full[sel], atol=1e-5, rtol=1e-5)
+
+
 def test_metrics_file_and_trainer_state_are_safe_formats(tmp_path):
     data = _text(tmp_path, "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n" * 4)
     r = train(_spec(), data, out=tmp_path / "o", steps=5, batch_size=2, block_size=8, **Q)

@@ -47,7 +47,9 @@ class TrainConfig:
     exact_match_samples: int = 256  # seq2seq: examples greedily decoded per periodic evaluation
     save_every: int = 500
     log_every: int = 10
-    mask_prob: float = 0.15       # mlm
+    mask_prob: float = 0.15       # mlm: fraction of the tokens picked for prediction
+    mask_token_frac: float = 0.8  # mlm: of the picked, this share becomes <mask>; the rest is half
+                                  # random tokens, half left as they are (BERT: 0.8 = 80/10/10)
     seed: int = 0
     bf16: bool = True             # autocast to bfloat16 on CUDA (ignored on CPU)
     tokenizer: str = "char"       # for a fresh model: "char" (vocabulary from the data) or "byte"
@@ -73,6 +75,9 @@ class TrainConfig:
             bad("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
         if not 0 < self.mask_prob < 1:
             bad("mask_prob", f"must be in (0, 1), got {self.mask_prob}")
+        if not 0 <= self.mask_token_frac <= 1:
+            bad("mask_token_frac", f"must be in [0, 1], got {self.mask_token_frac}",
+                fix="0.8 is BERT's 80/10/10; 1.0 replaces every picked token by <mask>")
         if self.warmup < 0 or self.grad_clip < 0:
             bad("warmup", "warmup and grad_clip must not be negative")
         return self

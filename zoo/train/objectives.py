@@ -122,7 +122,9 @@ class CLMObjective(_Stream):
 
 
 class MLMObjective(_Stream):
-    """Masked LM with BERT's 80/10/10 rule; also counts correctly predicted masked tokens."""
+    """Masked LM: ``mask_prob`` of the tokens are picked; ``mask_token_frac`` of those become
+    ``<mask>`` and the rest are split evenly between a random token and the token itself (BERT's
+    80/10/10 at the default 0.8).  Also counts correctly predicted picked tokens."""
 
     extra = 0
 
@@ -136,24 +138,27 @@ class MLMObjective(_Stream):
         self.n_special = int(self.specials.max()) + 1 if len(self.specials) else 0
 
     def mask(self, ids: torch.Tensor, gen) -> dict:
-        """BERT's 80/10/10 rule on ``mask_prob`` of the (non-special) tokens."""
+        """Pick ``mask_prob`` of the (non-special) tokens and corrupt them as the class says."""
         pick = torch.rand(ids.shape, generator=gen) < self.cfg.mask_prob
         pick &= ~torch.isin(ids, self.specials)
         labels = torch.where(pick, ids, torch.full_like(ids, IGNORE))
         r = torch.rand(ids.shape, generator=gen)
         rand_ids = torch.randint(0, self.tok.vocab_size, ids.shape, generator=gen)
         rand_ids = torch.where(rand_ids < self.n_special, ids, rand_ids)  # never inject a special
-        x = torch.where(pick & (r < 0.8), torch.full_like(ids, self.tok.mask_id), ids)
-        x = torch.where(pick & (r >= 0.8) & (r < 0.9), rand_ids, x)
+        to_mask = self.cfg.mask_token_frac
+        to_random = to_mask + (1 - to_mask) / 2
+        x = torch.where(pick & (r < to_mask), torch.full_like(ids, self.tok.mask_id), ids)
+        x = torch.where(pick & (r >= to_mask) & (r < to_random), rand_ids, x)
         return {"ids": x, "labels": labels}
 
     make_batch = mask
 
     def loss(self, model, b):
-        logits = model(b["ids"])
-        sel = b["labels"] != IGNORE
-        correct = (logits.argmax(-1)[sel] == b["labels"][sel]).sum()
-        return ce_sum(logits, b["labels"]), {"correct": correct}
+        sel = b["labels"] != IGNORE  # (B, T)
+        labels = b["labels"][sel]  # (N,)
+        logits = model(b["ids"], select=sel)  # (N, V): the vocabulary projection only where asked
+        correct = (logits.argmax(-1) == labels).sum()
+        return ce_sum(logits, labels), {"correct": correct}
 
 
 class PrefixDocObjective(_Stream):
