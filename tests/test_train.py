@@ -365,6 +365,43 @@ def test_mlm_corrupts_the_picked_tokens_as_mask_token_frac_says(frac, shares):
         assert abs(g - want) < 0.02, (got, shares)
 
 
+@pytest.mark.parametrize("rule", ["line", "document"])
+def test_training_windows_begin_where_window_starts_says(tmp_path, rule):
+    """``window_starts: line``: every window's first token starts a line (it is the stream's first
+    token or follows a newline or <eos>); ``document``: it follows <eos>.  ``any`` windows do not
+    (checked too, so the test knows a mid-line start when it sees one)."""
+    from zoo.train.prepare import prepare
+
+    text = "《春晓》孟浩然\n春眠不觉晓，处处闻啼鸟。\n夜来风雨声，花落知多少。\n\n" \
+           "《登鹳雀楼》王之涣\n白日依山尽，黄河入海流。\n欲穷千里目，更上一层楼。\n\n"
+    data = _text(tmp_path, text * 20)
+    spec = zoo.spec(_spec(vocab_size=8))
+
+    def firsts(rule):
+        cfg = TrainConfig(objective="clm", block_size=8, window_starts=rule, holdout=0.05).validate()
+        obj, tok, _, _ = prepare(data, cfg, spec, fit_vocab=True)
+        w = obj.windows(torch.Generator().manual_seed(0), 400)  # (400, 9)
+        stream = obj.train_ids.tolist()
+        found = []
+        for row in w.tolist():  # where in the stream each window was cut
+            at = next(i for i in range(len(stream)) if stream[i:i + len(row)] == row)
+            found.append(stream[at - 1] if at else None)
+        return found, tok
+
+    before, tok = firsts(rule)
+    allowed = {None, tok.eos_id} | ({tok.encode("\n")[0]} if rule == "line" else set())
+    assert set(before) <= allowed
+    if rule == "line":
+        assert tok.encode("\n")[0] in before  # line starts inside a poem are used too
+    anywhere, _ = firsts("any")
+    assert not set(anywhere) <= allowed
+
+
+def test_window_starts_is_checked():
+    with pytest.raises(zoo.ZooError, match="train.window_starts"):
+        TrainConfig(window_starts="sentence").validate()
+
+
 def test_mlm_head_on_selected_positions_equals_the_full_head():
     """``model(ids, select=...)`` (what MLM training calls) projects only the picked positions: the
     same logits as the full (B, T, V) output at those positions, in row-major order."""

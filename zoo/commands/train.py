@@ -12,6 +12,7 @@ from zoo.build import checkpoint_or_spec
 from zoo.commands import parse_sets
 from zoo.io import load_spec
 from zoo.train import DEFAULT_OBJECTIVE, OBJECTIVES, TrainConfig, train
+from zoo.train.config import WINDOW_STARTS
 
 _D = TrainConfig()
 
@@ -28,6 +29,11 @@ _D = TrainConfig()
 @click.option("--batch-size", type=int, help=f"Sequences per step, all ranks [{_D.batch_size}].")
 @click.option("--grad-accum", type=int, help=f"Micro-batches per step [{_D.grad_accum}].")
 @click.option("--block-size", type=int, help="Window length for documents [min(max_len, 128)].")
+@click.option("--window-starts", type=click.Choice(WINDOW_STARTS), help="Where a training window "
+              f"may begin: any token, a line start, a document start [{_D.window_starts}].")
+@click.option("--mask-prob", type=float, help=f"mlm: share of tokens to predict [{_D.mask_prob}].")
+@click.option("--mask-token-frac", type=float, help="mlm: share of those replaced by <mask>; the "
+              f"rest half random, half kept [{_D.mask_token_frac}: BERT's 80/10/10].")
 @click.option("--lr", type=float, help=f"Peak learning rate [{_D.lr}].")
 @click.option("--warmup", type=int, help=f"Warm-up steps [{_D.warmup}].")
 @click.option("--weight-decay", type=float, help=f"AdamW weight decay [{_D.weight_decay}].")
@@ -47,11 +53,14 @@ _D = TrainConfig()
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out.")
 @click.option("--overwrite", is_flag=True, help="Start over even if --out holds a run.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs still go to metrics.jsonl).")
-def command(source, data, objective, steps, out, batch_size, grad_accum, block_size, lr, warmup,
+def command(source, data, objective, steps, out, batch_size, grad_accum, block_size, window_starts,
+            mask_prob, mask_token_frac, lr, warmup,
             weight_decay, grad_clip, holdout, eval_every, save_every, log_every, seed, tokenizer, fit_vocab,
             sets, device, no_bf16, resume, overwrite, no_progress):
     """Train SPEC_OR_CHECKPOINT (a spec/preset, or a checkpoint to fine-tune) on --data."""
     knobs = {k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, block_size=block_size,
+                                   window_starts=window_starts, mask_prob=mask_prob,
+                                   mask_token_frac=mask_token_frac,
                                    lr=lr, warmup=warmup, weight_decay=weight_decay, grad_clip=grad_clip,
                                    holdout=holdout, eval_every=eval_every, save_every=save_every,
                                    log_every=log_every,

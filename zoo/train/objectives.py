@@ -79,10 +79,36 @@ class _Stream(Objective):
                             f"window of {need}", where=where,
                             fix="give more text or a smaller --block-size")
         self.train_ids, self.eval_ids = train_ids, eval_ids
+        self.starts = self.allowed_starts(train_ids, need, cfg.window_starts, where)
+
+    def allowed_starts(self, ids: torch.Tensor, need: int, rule: str, where) -> torch.Tensor | None:
+        """Offsets where a training window may begin under ``cfg.window_starts`` (None: anywhere):
+        the first token and every token right after a separator (the document separator, and for
+        ``line`` the newline too), as long as a whole window fits after it."""
+        if rule == "any":
+            return None
+        seps = [self.tok.eos_id]
+        if rule == "line":
+            nl = self.tok.encode("\n")
+            if len(nl) != 1 or nl[0] == getattr(self.tok, "unk_id", None):
+                raise DataError("window_starts 'line' needs a tokenizer that reads a newline as one "
+                                "known token", where="train.window_starts",
+                                fix="use window_starts: document (or any), or the char / byte tokenizer")
+            seps.append(nl[0])
+        after = torch.isin(ids[:-1], torch.tensor([s for s in seps if s is not None]))
+        starts = torch.cat([torch.zeros(1, dtype=torch.long), after.nonzero().squeeze(1) + 1])
+        starts = starts[starts <= ids.numel() - need]
+        if not starts.numel():
+            raise DataError(f"no {rule} start leaves room for a window of {need} tokens", where=where,
+                            fix="give more text, a smaller --block-size, or window_starts: any")
+        return starts
 
     def windows(self, gen, size):
         need = self.block + self.extra
-        starts = torch.randint(0, self.train_ids.numel() - need + 1, (size,), generator=gen)
+        if self.starts is None:
+            starts = torch.randint(0, self.train_ids.numel() - need + 1, (size,), generator=gen)
+        else:
+            starts = self.starts[torch.randint(0, self.starts.numel(), (size,), generator=gen)]
         return torch.stack([self.train_ids[s:s + need] for s in starts.tolist()])  # (B, need)
 
     def make_batch(self, w: torch.Tensor, gen: torch.Generator) -> dict:
