@@ -340,6 +340,27 @@ def test_batched_greedy_generation_matches_transformers(family):
     assert torch.equal(out, ref)
 
 
+@pytest.mark.parametrize("family", list(GENERATE))
+@torch.no_grad()
+def test_repetition_penalty_matches_transformers(family):
+    """Greedy decoding with a repetition penalty (CTRL's, as Hugging Face applies it to the prompt
+    and the generated tokens, or to an encoder-decoder's decoder tokens): the same tokens as
+    transformers' generate, and not the tokens without the penalty."""
+    hf = GENERATE[family]()
+    z = from_transformers(hf)
+    torch.manual_seed(1)
+    src = torch.randint(1, V, (3, 7))
+    kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
+    if family == "t5":
+        kw["decoder_start_token_id"] = 0
+    mine = dict(max_new_tokens=12, **({"decoder_start_id": 0} if family == "t5" else {}))
+    ref = hf.generate(input_ids=src, attention_mask=torch.ones_like(src), repetition_penalty=1.8,
+                      **kw)
+    out = z.generate(src, repetition_penalty=1.8, **mine)
+    assert torch.equal(out, ref)
+    assert not torch.equal(out, z.generate(src, **mine))  # the penalty changed something
+
+
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 @torch.no_grad()
 def test_base_models_without_head(family):

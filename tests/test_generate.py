@@ -140,6 +140,31 @@ def test_cache_positions_stay_right_when_padding_first_appears_mid_decode(positi
     assert cache.key_pos[1].tolist() == [0, 1, 2, 3, 4, 5, 5, 6, 7, 8]  # the hole takes no position
 
 
+def test_penalize_repeats_is_transformers_repetition_penalty():
+    """Against Hugging Face's RepetitionPenaltyLogitsProcessor on logits of both signs: a seen
+    token's positive logit is divided by the penalty, a negative one multiplied."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
+    from zoo.generate import penalize_repeats
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50) * 4
+    ids = torch.randint(0, 50, (3, 9))
+    seen = torch.zeros(3, 50, dtype=torch.bool).scatter_(1, ids, True)
+    ref = RepetitionPenaltyLogitsProcessor(1.7)(ids, logits.clone())
+    torch.testing.assert_close(penalize_repeats(logits, seen, 1.7), ref)
+    assert (ref != logits).any() and ((logits > 0) & seen).any() and ((logits < 0) & seen).any()
+    assert penalize_repeats(torch.tensor([[2.0, -2.0, 3.0]]), torch.tensor([[True, True, False]]),
+                            2.0).tolist() == [[1.0, -4.0, 3.0]]  # by hand
+
+
+@pytest.mark.parametrize("bad", [0.5, 0, 11, float("nan"), True, "1.2"])
+def test_repetition_penalty_out_of_range_is_a_clear_error(bad):
+    model = small()
+    with pytest.raises(zoo.ZooError, match="generate.repetition_penalty"):
+        model.generate(prompts(B=1, T=3), max_new_tokens=2, repetition_penalty=bad)
+
+
 def test_cache_without_capacity_grows_and_stays_right():
     """``new_cache()`` without a capacity grows its buffers by doubling; same logits."""
     model = small(positions="alibi")

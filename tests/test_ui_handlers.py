@@ -259,6 +259,17 @@ def test_run_streams_the_same_text_as_zoo_generate():
     assert a == b
 
 
+def test_run_passes_the_repetition_penalty_to_generation():
+    """The Run tab's repetition penalty reaches zoo.generate (greedy here), and 1.0 is off."""
+    model = zoo.load(common.checkpoint_path("ui_gpt"))
+    on = list(run_tab.run("ui_gpt", "床前明月光", 0.0, 0, 1.0, 16, 0, 3.0))[-1][0]
+    assert on == model.generate("床前明月光", 16, repetition_penalty=3.0)
+    off = list(run_tab.run("ui_gpt", "床前明月光", 0.0, 0, 1.0, 16, 0, 1.0))[-1][0]
+    assert off == model.generate("床前明月光", 16) != on
+    with pytest.raises(gr.Error, match="generate.repetition_penalty"):  # where / problem / fix
+        list(run_tab.run("ui_gpt", "床前明月光", 0.0, 0, 1.0, 4, 0, 0.5))
+
+
 def test_run_encoder_decoder_and_fill_mask():
     out = list(run_tab.run("ui_t5", "hello", 0.0, 0, 1.0, 6, 0))[-1][0]
     model = zoo.load(common.checkpoint_path("ui_t5"))

@@ -172,6 +172,10 @@ STRINGS: dict[str, tuple[str, str]] = {
     "run.top_p": ("Top-p (1 = off)", "Top-p（1 为关闭）"),
     "run.max_new_tokens": ("Max new tokens", "最多生成的 token 数"),
     "run.seed": ("Seed", "随机种子"),
+    "run.repetition_penalty": ("Repetition penalty (1 = off)", "重复惩罚（1 为关闭）"),
+    "run.repetition_info": ("Makes characters already in the text less likely (greedy decoding "
+                            "too): small models otherwise loop, 风吹吹吹吹",
+                            "让文中已出现的字更不容易再出现（贪心解码同样适用）：小模型否则会打转，如 风吹吹吹吹"),
     "run.go": ("Run", "运行"),
     "run.mask_hint": ("Encoders: write {mask} where a token is missing.",
                       "编码器：在缺失的位置写 {mask}。"),

@@ -1,7 +1,7 @@
 """The Run tab: text in, text out, from a shipped or saved checkpoint.
 
 - decoder-only: the continuation streams in as it is generated (``zoo.generate.stream_text``) with the
-  sampling controls (temperature, top-k, top-p, max new tokens, seed);
+  sampling controls (temperature, top-k, top-p, max new tokens, seed, repetition penalty);
 - encoder-decoder: the same, from the source text to the target text;
 - encoder with an MLM head: fill-mask, the top candidates for each ``<mask>`` position.
 
@@ -129,11 +129,12 @@ def max_new_tokens_for(name: str | None, lang: str = "en") -> dict:
 
 @handler
 def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-        max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, lang: str = "en",
-        stats: dict | None = None) -> Iterator[tuple[str, list]]:
+        max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, repetition_penalty: float = 1.0,
+        lang: str = "en", stats: dict | None = None) -> Iterator[tuple[str, list]]:
     """Stream ``(output text so far, fill-mask rows)``.  ``max_new_tokens`` is capped by what the
-    model's ``max_len`` leaves after the prompt.  ``stats``, when given, receives the finished
-    generation's speed against the memory roofline (:func:`zoo.bench.decode_speed`)."""
+    model's ``max_len`` leaves after the prompt.  ``repetition_penalty`` (1 = off) applies to greedy
+    decoding too.  ``stats``, when given, receives the finished generation's speed against the
+    memory roofline (:func:`zoo.bench.decode_speed`)."""
     model = load_checkpoint(name, lang)
     text = check_text(text, lang)
     max_new_tokens = int(max_new_tokens or 0)
@@ -148,7 +149,8 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
 
     temperature = float(temperature or 0.0)
     sampling = temperature > 0
-    options = dict(do_sample=sampling, seed=int(seed or 0))
+    options = dict(do_sample=sampling, seed=int(seed or 0),
+                   repetition_penalty=float(repetition_penalty if repetition_penalty is not None else 1.0))
     if sampling:
         options.update(temperature=temperature, top_k=int(top_k) if top_k else None,
                        top_p=float(top_p) if top_p is not None and float(top_p) < 1.0 else None)
@@ -212,6 +214,10 @@ def build(tr, lang_state) -> dict:
                                  label="run.max_new_tokens", info="run.max_new_info")
                 seed = tr.add(gr.Number(0, precision=0, label=tr("run.seed"), elem_id="run-seed"),
                               label="run.seed")
+                repetition = tr.add(gr.Slider(1.0, 2.0, value=1.0, step=0.05,
+                                              label=tr("run.repetition_penalty"),
+                                              info=tr("run.repetition_info"), elem_id="run-repetition"),
+                                    label="run.repetition_penalty", info="run.repetition_info")
             go = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
             error = error_box("run-error")
             output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False,
@@ -222,10 +228,10 @@ def build(tr, lang_state) -> dict:
         with gr.Column(scale=2):  # the model card beside the controls, scrolling on its own
             card = gr.Markdown(model_card(first) if first else "", elem_id="run-card", max_height=900)
 
-    inputs = [ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state]
+    inputs = [ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state, repetition]
 
     @inline_errors(3)
-    def run_ui(name, text, temperature, top_k, top_p, max_new, seed_, lang):
+    def run_ui(name, text, temperature, top_k, top_p, max_new, seed_, lang, repetition_penalty=1.0):
         import pandas as pd
 
         columns = [t("run.fill_header", lang), t("run.candidates", lang)]
@@ -239,8 +245,8 @@ def build(tr, lang_state) -> dict:
                 return pd.DataFrame(rows, columns=columns)
             return gr.skip()
 
-        for out, rows in raw(run)(name, text, temperature, top_k, top_p, max_new, seed_, lang=lang,
-                                  stats=stats):
+        for out, rows in raw(run)(name, text, temperature, top_k, top_p, max_new, seed_,
+                                  repetition_penalty, lang=lang, stats=stats):
             yield out, table(rows), ""
         yield out, table(rows), speed_line(stats, lang)
 
@@ -277,10 +283,11 @@ def build(tr, lang_state) -> dict:
 
     # the HTTP API: plain values in and out, and a ZooError is an error response (not a box)
     def run_api(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, lang: str = "en"
-                ) -> tuple[str, list]:
+                max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, lang: str = "en",
+                repetition_penalty: float = 1.0) -> tuple[str, list]:
         out, rows = "", []
-        for out, rows in run(name, text, temperature, top_k, top_p, max_new_tokens, seed, lang=lang):
+        for out, rows in run(name, text, temperature, top_k, top_p, max_new_tokens, seed,
+                             repetition_penalty, lang=lang):
             pass
         return out, rows
 

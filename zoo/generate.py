@@ -65,11 +65,23 @@ def pick_next(logits: torch.Tensor, *, do_sample: bool = False, temperature: flo
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """The repetition penalty of CTRL (Keskar et al., 2019), as Hugging Face applies it: the logit
+    of every token already in the sequence (``seen (B, V)`` bool) is divided by ``penalty`` when
+    positive and multiplied by it when negative, so with ``penalty > 1`` a repeat always becomes
+    less likely, whatever the logit's sign.  Applied before temperature, top-k and top-p."""
+    hit = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, hit, logits)
+
+
 #: Smallest sampling temperature: logits / 1e-45 overflow float32 to inf and softmax gives NaN.
 #: Below it the distribution is one-hot anyway: use do_sample=False (greedy).
 MIN_TEMPERATURE = 1e-4
 #: Smallest top_p: it is compared in float32, where 1e-300 rounds to 0 and drops every token.
 MIN_TOP_P = 1e-6
+#: Largest repetition penalty: beyond it a repeat is all but forbidden, and a float32 logit
+#: multiplied by it could overflow.
+MAX_REPETITION_PENALTY = 10.0
 
 
 def _is_int(x) -> bool:
@@ -78,7 +90,7 @@ def _is_int(x) -> bool:
 
 def _check_options(max_new_tokens, temperature, top_k, top_p, *, do_sample=False, seed=None,
                    stop_tokens=None, use_cache=True, prefix_length=None, decoder_start_id=None,
-                   pad_id=None, vocab_limit=None, vocab_size=None) -> None:
+                   pad_id=None, vocab_limit=None, vocab_size=None, repetition_penalty=1.0) -> None:
     """Every generation option, checked for type and range before any work is done."""
     def bad(name, what, fix=None):
         raise ZooError(f"{name} {what}", where=f"generate.{name}", fix=fix)
@@ -101,6 +113,10 @@ def _check_options(max_new_tokens, temperature, top_k, top_p, *, do_sample=False
                               or not MIN_TOP_P <= top_p <= 1.0):
         bad("top_p", f"must be a number in [{MIN_TOP_P:g}, 1], got {short(top_p)}",
             "a smaller top_p keeps only the most likely token: use do_sample=False")
+    if isinstance(repetition_penalty, bool) or not isinstance(repetition_penalty, (int, float)) \
+            or not 1.0 <= repetition_penalty <= MAX_REPETITION_PENALTY:
+        bad("repetition_penalty", f"must be a number in [1, {MAX_REPETITION_PENALTY:g}], got "
+            f"{short(repetition_penalty)}", "1 is off; 1.1 to 1.3 discourage repeats gently")
     if seed is not None and (not _is_int(seed) or not -2**63 <= seed < 2**64):
         bad("seed", f"must be an integer in [-2**63, 2**64), got {short(seed)}")
     ids = {"decoder_start_id": decoder_start_id, "pad_id": pad_id}
@@ -226,7 +242,8 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
            top_p: float | None = None, stop_tokens: int | Sequence[int] | None = None,
            seed: int | None = None, use_cache: bool = True, prefix_length: int | None = None,
            decoder_start_id: int | None = None, pad_id: int | None = None,
-           tokenizer=None, vocab_limit: int | None = None) -> Iterator[torch.Tensor]:
+           tokenizer=None, vocab_limit: int | None = None, repetition_penalty: float = 1.0
+           ) -> Iterator[torch.Tensor]:
     """Yield the next token of every row, ``(B,)`` per step, as soon as it is chosen.
 
     ``ids``: the prompt (decoder-only) or the source (encoder-decoder), as a ``(B, T)`` tensor (with
@@ -236,7 +253,10 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     many leading tokens attend bidirectionally; default the whole (padded) prompt.
     ``decoder_start_id`` (encoder-decoder): the first decoder token; default the tokenizer's bos,
     else ``pad_id`` (as in T5).  ``vocab_limit``: only ids below it may be chosen (the text helpers
-    set it to the tokenizer's size when the model's vocabulary is larger).
+    set it to the tokenizer's size when the model's vocabulary is larger).  ``repetition_penalty``
+    (> 1 to use it): make every token already in the sequence (the prompt's real tokens, or an
+    encoder-decoder's decoder tokens, and what was generated) less likely, see
+    :func:`penalize_repeats`; with greedy decoding too.
     """
     arch = model.spec.arch
     if arch == "encoder":
@@ -245,7 +265,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     _check_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample, seed=seed,
                    stop_tokens=stop_tokens, use_cache=use_cache, prefix_length=prefix_length,
                    decoder_start_id=decoder_start_id, pad_id=pad_id, vocab_limit=vocab_limit,
-                   vocab_size=model.spec.vocab_size)
+                   vocab_size=model.spec.vocab_size, repetition_penalty=repetition_penalty)
     temperature = float(temperature)  # an int like 2**64 would overflow inside torch
     pad = _pad_id(model, tokenizer) if pad_id is None else pad_id
     ids, mask = _as_batch(model, ids, attention_mask, pad)
@@ -257,12 +277,25 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
         gen = torch.Generator(device=ids.device)
         gen.manual_seed(seed)
 
+    seen = None  # (B, V) bool: the tokens a repetition penalty applies to
+    if repetition_penalty != 1.0:
+        seen = torch.zeros(B, model.spec.vocab_size, dtype=torch.bool, device=ids.device)
+        if arch == "decoder":  # the prompt's real tokens (an encoder-decoder's: its start token)
+            real = mask.int() if mask is not None else torch.ones_like(ids, dtype=torch.int32)
+            seen = torch.zeros(B, model.spec.vocab_size, dtype=torch.int32,
+                               device=ids.device).scatter_add_(1, ids, real) > 0
+
     def choose(logits):
         if vocab_limit is not None and vocab_limit < logits.size(-1):
             logits = logits.clone()
             logits[..., vocab_limit:] = float("-inf")
-        return pick_next(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                         top_p=top_p, generator=gen)
+        if seen is not None:
+            logits = penalize_repeats(logits, seen, float(repetition_penalty))
+        nxt = pick_next(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
+                        top_p=top_p, generator=gen)
+        if seen is not None:
+            seen[torch.arange(nxt.size(0), device=nxt.device), nxt] = True
+        return nxt
 
     if use_cache:
         from .registry import get_registry
@@ -283,6 +316,8 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
             tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
             bos = getattr(tok, "bos_id", None)
             decoder_start_id = bos if bos is not None and bos < model.spec.vocab_size else pad
+        if seen is not None:
+            seen[:, decoder_start_id] = True
         steps = _seq2seq_logits(model, ids, mask, use_cache, decoder_start_id,
                                 _make_head(model, max_new_tokens), max_new_tokens)
     # everything above ran now, so bad options raise here, not at the first next()

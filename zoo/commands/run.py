@@ -73,14 +73,16 @@ def prompt_tokens(model, prompt: str) -> int:
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=None)
 @click.option("--top-p", type=float, default=None)
+@click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
+              help="> 1 makes tokens already in the text less likely (greedy too); 1 is off.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling (and random-init) seed.")
 @click.option("--tokenizer", default=None, metavar="KIND[:ARG]",
               help="byte, char:CORPUS_TEXT or hf:PATH/tokenizer.json (default: the checkpoint's).")
 @click.option("--device", default=None, help="cpu or cuda (default cpu).")
 @click.option("--no-cache", is_flag=True, help="Recompute everything each step (slow; for comparison).")
 @click.option("--candidates", type=int, default=5, show_default=True, help="Fill-mask: top-k shown.")
-def command(checkpoint, prompt, max_new_tokens, sample, temperature, top_k, top_p, seed, tokenizer,
-            device, no_cache, candidates):
+def command(checkpoint, prompt, max_new_tokens, sample, temperature, top_k, top_p, repetition_penalty,
+            seed, tokenizer, device, no_cache, candidates):
     """Generate from CHECKPOINT, streaming tokens as they come (fill-mask for encoder models)."""
     model = load_model(checkpoint, seed=seed, device=device, tokenizer=tokenizer)
     spec = model.spec
@@ -104,7 +106,7 @@ def command(checkpoint, prompt, max_new_tokens, sample, temperature, top_k, top_
         max_new_tokens = room
     pieces = model.generate(prompt, max_new_tokens, stream_tokens=True, do_sample=sample,
                             temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                            use_cache=not no_cache)
+                            repetition_penalty=repetition_penalty, use_cache=not no_cache)
     if spec.arch == "decoder":
         click.secho(prompt, bold=True, nl=False)
     for piece in pieces:
