@@ -9,6 +9,10 @@ The poem models learn from the Tang corpus in ``data/`` (see ``data/SOURCE.md``)
 its held-out poems against a unigram and a smoothed character-bigram baseline computed here, on the
 same text; the numerals model is measured on 1,000 fresh held-out numbers.
 
+``poet_bert`` starts from the weights of ``checkpoints/poet_gpt`` (its preset's ``init_from``; an
+encoder block is a decoder block with another mask), so it reproduces the shipped poet_bert from the
+shipped poet_gpt; ``all`` trains and exports poet_gpt first, and poet_bert then starts from that.
+
 Each preset trains with :func:`zoo.train.train` into ``runs/<name>/`` (checkpoint, trainer state,
 ``metrics.jsonl``, ``loss.png``; ``--resume`` continues a killed run), then evaluates it, and unless
 ``--no-export`` copies the weights into ``checkpoints/<name>/`` with a model card (``README.md``)
@@ -95,7 +99,9 @@ PRESETS = {
                    eval_batches=16, save_every=250, keep_best=True),
         blurb="A small BERT (encoder-only, bidirectional, pre-norm, rotary positions, MLM head "
               "with BERT's transform) trained with masked-language modelling on the same Tang poems "
-              "(40% of the characters hidden, every one as `<mask>`). Hide a character with "
+              "(40% of the characters hidden, every one as `<mask>`), starting from poet_gpt's "
+              "weights: an encoder block is a decoder block with a bidirectional mask, so the "
+              "GPT's character embeddings and layers carry over. Hide a character with "
               "`<mask>` and it proposes what fits, using the context on both sides (the parallel "
               "lines of a couplet help).",
     ),
@@ -367,7 +373,8 @@ ZH = {
                  "给出「《题目》作者」，它开始写一首诗。这么小的模型用贪心解码容易打转（风吹吹吹吹）："
                  "请用采样，或把界面的「重复惩罚」设为 1.3。"),
     "poet_bert": ("小型 BERT（仅编码器，双向注意力，前置归一化，旋转位置编码 RoPE），以掩码语言模型在同一批唐诗上训练"
-                  "（每次遮住 40% 的字，全部换成 `<mask>`）。用 `<mask>` 遮住一个字，它根据前后文给出候选字。"),
+                  "（每次遮住 40% 的字，全部换成 `<mask>`），从 poet_gpt 的权重开始：编码器层就是换成双向掩码的解码器层，"
+                  "GPT 学到的字向量和各层都能沿用。用 `<mask>` 遮住一个字，它根据前后文给出候选字。"),
     "numerals_t5": ("小型编码器-解码器（T5 式），把阿拉伯数字写成中文数字（0 到 99,999,999），"
                     "遵循标准读法：万位组与个位组之间，只有个位组不足四位（以零开头）时才读「零」。"),
 }

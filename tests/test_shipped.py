@@ -93,9 +93,11 @@ def test_checkpoint_is_small_self_describing_and_has_a_card(models, name):
 
 
 def _windows_setup(model, objective, block):
+    """The objective's windows over the held-out Tang poems (never trained on), in the model's own
+    vocabulary."""
     cfg = TrainConfig(objective=objective, holdout=0.1, block_size=block, batch_size=16,
                       eval_batches=16, seed=0)
-    return prepare(POEMS, cfg, model.spec, model.tokenizer)
+    return prepare(ROOT / "data" / "tang_heldout.txt", cfg, model.spec, model.tokenizer)
 
 
 @tang_measure("poet_gpt", unmet=GPT_NATS_UNMET)
@@ -184,8 +186,8 @@ def test_poet_bert_beats_the_baselines_on_heldout_poems(models, shipped):
 
 
 def test_poet_bert_puts_the_moon_in_its_top_3(models):
-    """月 among the top 3 for 床前明<mask>光，疑是地上霜。 (Not marked: the poems.txt weights still
-    shipped meet it, just: 月 third at p = 0.005 after a line break at 0.69.)"""
+    """月 among the top 3 for 床前明<mask>光，疑是地上霜。 (The Tang corpus has Li Bai's poem as
+    床前看月光, so this is the line as learners know it, not a training line.)"""
     top = [c["text"] for c in zoo.fill_mask(_load(models, "poet_bert"), "床前明<mask>光，疑是地上霜。",
                                             top_k=3)[0]]
     assert "月" in top, top
