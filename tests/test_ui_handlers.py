@@ -469,6 +469,15 @@ def test_inspect_errors_and_limits_are_messages():
         inspect_tab.inspect("ui_bare", "abc", "decoder", 0, 0)
     with pytest.raises(gr.Error, match="not a checkpoint name"):
         inspect_tab.inspect("/etc/passwd", "abc", "decoder", 0, 0)
+    with pytest.raises(gr.Error, match="'sideways' is not a stack.*Valid options: encoder"):
+        inspect_tab.inspect("ui_bert", "abc", "sideways", 0, 0)  # typed into the dropdown
+
+
+def test_inspect_takes_the_models_own_stack_when_the_dropdown_is_stale():
+    """A click right after switching to an encoder can still carry 'decoder' (the dropdown's new
+    choices not yet in the browser): the encoder's stack is shown, not an error."""
+    out = inspect_tab.inspect("ui_bert", "abc", "decoder", 0, 0)
+    assert out["attention"]["stack"] == "encoder"
 
 
 def test_build_cost_curve_and_memory_table():

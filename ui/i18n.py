@@ -255,6 +255,9 @@ STRINGS: dict[str, tuple[str, str]] = {
                        "每行长度一致；K 和 V 每个键一行"),
     "calc.fix_finite": ("use finite numbers", "请用有限的数字"),
     "inspect.no_layer": ("layer {n} does not exist", "第 {n} 层不存在"),
+    "inspect.no_stack": ("'{value}' is not a stack", "'{value}' 不是一个层栈"),
+    "inspect.no_stack_fix": ("pick encoder, decoder or cross (the model's own are listed)",
+                             "请选择 encoder、decoder 或 cross（列出的是本模型有的）"),
     "inspect.no_head": ("head {n} does not exist", "第 {n} 个头不存在"),
     # ------------------------------------------------------------------ compare tab
     "compare.intro": ("Two specs or checkpoints side by side on the same input: outputs, parameter "

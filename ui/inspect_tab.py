@@ -223,7 +223,10 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
         raise ZooError(t("err.limit", lang, field="tokens", value=len(ids), limit=LIMITS["inspect_tokens"]),
                        where="text", fix=t("err.limit_fix", lang))
     stacks = stacks_of(model.spec)
-    stack = stack if stack in stacks else stacks[-1]
+    if stack not in (None, "", "encoder", "decoder", "cross"):  # typed into the dropdown
+        raise ZooError(t("inspect.no_stack", lang, value=str(stack)[:40]), where="stack",
+                       options=stacks, fix=t("inspect.no_stack_fix", lang))
+    stack = stack if stack in stacks else stacks[-1]  # another model's stack: this one's last
     role = "decoder" if stack == "cross" else stack
     st = model.spec.stack(role)
     layer, head = int(layer or 0), int(head or 0)
@@ -401,8 +404,11 @@ def build(tr, lang_state) -> dict:
     text = tr.add(gr.Textbox("床前明月光，疑是地上霜。", label=tr("inspect.text"), elem_id="inspect-text",
                              max_length=LIMITS["text_chars"]), label="inspect.text")
     with gr.Row():
+        # allow_custom_value: a click right after a checkpoint change can send the old stack
+        # ("decoder") before the new choices (["encoder"]) arrive; Gradio would reject it before the
+        # handler runs, and inspect() already falls back to the model's last stack
         stack = tr.add(gr.Dropdown(["encoder", "decoder", "cross"], value="decoder", label=tr("inspect.stack"),
-                                   elem_id="inspect-stack"), label="inspect.stack")
+                                   elem_id="inspect-stack", allow_custom_value=True), label="inspect.stack")
         layer = tr.add(gr.Slider(0, LIMITS["num_layers"] - 1, value=0, step=1, label=tr("inspect.layer"),
                                  elem_id="inspect-layer"),
                        label="inspect.layer")

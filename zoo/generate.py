@@ -279,11 +279,11 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
 
     seen = None  # (B, V) bool: the tokens a repetition penalty applies to
     if repetition_penalty != 1.0:
-        seen = torch.zeros(B, model.spec.vocab_size, dtype=torch.bool, device=ids.device)
+        seen = torch.zeros(B, model.spec.vocab_size, dtype=torch.int32, device=ids.device)
         if arch == "decoder":  # the prompt's real tokens (an encoder-decoder's: its start token)
             real = mask.int() if mask is not None else torch.ones_like(ids, dtype=torch.int32)
-            seen = torch.zeros(B, model.spec.vocab_size, dtype=torch.int32,
-                               device=ids.device).scatter_add_(1, ids, real) > 0
+            seen.scatter_add_(1, ids, real)  # a count, so a pad never erases a real token's mark
+        seen = seen > 0
 
     def choose(logits):
         if vocab_limit is not None and vocab_limit < logits.size(-1):

@@ -5,6 +5,7 @@ and the trainer state: ``trainer_state.safetensors`` (weights as ``model.*``, Ad
 ``optim.{param}.{key}``; step, config, schedule, tokenizer and data fingerprint in its header) with a
 readable copy of the header in ``trainer_state.json``.  Each file is written atomically, and the state
 file alone is enough to resume, so a kill at any moment loses at most the steps since the last save.
+(The JSON copy is written after the state file: a kill between the two leaves it one save behind.)
 """
 from __future__ import annotations
 
