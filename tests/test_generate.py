@@ -140,6 +140,20 @@ def test_cache_positions_stay_right_when_padding_first_appears_mid_decode(positi
     assert cache.key_pos[1].tolist() == [0, 1, 2, 3, 4, 5, 5, 6, 7, 8]  # the hole takes no position
 
 
+def test_generated_and_streamed_tokens_are_ordinary_tensors():
+    """generate() runs its loop in one inference_mode and streaming enters it per step; what the
+    caller gets back must still be an ordinary tensor (an inference tensor refuses in-place
+    updates and autograd outside inference mode)."""
+    model = small()
+    ids = prompts(B=2, T=4)
+    out = model.generate(ids, max_new_tokens=3)
+    assert not out.is_inference()
+    out[:, -1] = 0  # in place: an inference tensor would raise here
+    steps = list(model.generate(ids, max_new_tokens=3, stream_tokens=True))
+    assert len(steps) == 3 and not any(s.is_inference() for s in steps)
+    steps[0] += 1
+
+
 def test_penalize_repeats_is_transformers_repetition_penalty():
     """Against Hugging Face's RepetitionPenaltyLogitsProcessor on logits of both signs: a seen
     token's positive logit is divided by the penalty, a negative one multiplied."""

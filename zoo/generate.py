@@ -294,7 +294,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
         nxt = pick_next(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
                         top_p=top_p, generator=gen)
         if seen is not None:
-            seen[torch.arange(nxt.size(0), device=nxt.device), nxt] = True
+            seen.scatter_(1, nxt[:, None], True)  # what was just chosen counts from now on
         return nxt
 
     if use_cache:
