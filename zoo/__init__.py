@@ -28,6 +28,7 @@ from .spec import ModelSpec, list_presets, parse_spec
 from .tokenizers import tokenizer
 from .inspection import Trace, trace
 from .tasks import classify, fill_mask
+from .generate import GenerationOptions
 from . import convert  # noqa: E402 - zoo.convert.from_transformers / to_transformers (no transformers import)
 
 __all__ = [
@@ -35,5 +36,5 @@ __all__ = [
     "list_plugins", "list_presets", "list_checkpoints", "get_registry", "hookimpl", "ModelSpec",
     "parse_spec", "ZooError", "SpecError", "UnknownComponentError", "IncompatibleComponentsError",
     "CheckpointError", "PluginError", "TokenizerError", "DataError",
-    "tokenizer", "trace", "Trace", "fill_mask", "classify",
+    "tokenizer", "trace", "Trace", "fill_mask", "classify", "GenerationOptions",
 ]

@@ -34,8 +34,9 @@ Entry points: ``model.generate(...)`` (a method on every zoo model), :func:`gene
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -88,56 +89,184 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _check_options(max_new_tokens, temperature, top_k, top_p, *, do_sample=False, seed=None,
-                   stop_tokens=None, use_cache=True, prefix_length=None, decoder_start_id=None,
-                   pad_id=None, vocab_limit=None, vocab_size=None, repetition_penalty=1.0) -> None:
-    """Every generation option, checked for type and range before any work is done."""
-    def bad(name, what, fix=None):
-        raise ZooError(f"{name} {what}", where=f"generate.{name}", fix=fix)
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """What one generation option is, for every front door that shows or checks it.
 
-    if not _is_int(max_new_tokens) or max_new_tokens < 0:
-        bad("max_new_tokens", f"must be an integer >= 0, got {short(max_new_tokens)}")
-    for name, flag in (("do_sample", do_sample), ("use_cache", use_cache)):
-        if not isinstance(flag, bool):
-            bad(name, f"must be true or false, got {short(flag)}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not math.isfinite(temperature) or not temperature > 0:
-        bad("temperature", f"must be a finite number > 0, got {short(temperature)}",
-            "use do_sample=False for greedy decoding instead of temperature 0")
-    if do_sample and temperature < MIN_TEMPERATURE:
-        bad("temperature", f"{temperature:g} is below {MIN_TEMPERATURE:g} (logits / temperature would "
-            "overflow)", "use do_sample=False: greedy decoding is what a tiny temperature means")
-    if top_k is not None and (not _is_int(top_k) or top_k < 1):
-        bad("top_k", f"must be an integer >= 1, got {short(top_k)}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                              or not MIN_TOP_P <= top_p <= 1.0):
-        bad("top_p", f"must be a number in [{MIN_TOP_P:g}, 1], got {short(top_p)}",
-            "a smaller top_p keeps only the most likely token: use do_sample=False")
-    if isinstance(repetition_penalty, bool) or not isinstance(repetition_penalty, (int, float)) \
-            or not 1.0 <= repetition_penalty <= MAX_REPETITION_PENALTY:
-        bad("repetition_penalty", f"must be a number in [1, {MAX_REPETITION_PENALTY:g}], got "
-            f"{short(repetition_penalty)}", "1 is off; 1.1 to 1.3 discourage repeats gently")
-    if seed is not None and (not _is_int(seed) or not -2**63 <= seed < 2**64):
-        bad("seed", f"must be an integer in [-2**63, 2**64), got {short(seed)}")
-    ids = {"decoder_start_id": decoder_start_id, "pad_id": pad_id}
-    stops = [stop_tokens] if _is_int(stop_tokens) or not isinstance(stop_tokens, (list, tuple)) \
-        else list(stop_tokens)
-    if stop_tokens is not None:
-        ids.update({f"stop_tokens[{i}]": s for i, s in enumerate(stops[:1000])})
-        if len(stops) > 1000:
-            bad("stop_tokens", f"lists {len(stops)} ids; at most 1000")
-    for name, v in ids.items():
-        if v is None:
-            continue
+    ``kind``: ``"int"``, ``"float"``, ``"bool"``, ``"token"`` (a token id, checked against the
+    vocabulary) or ``"tokens"`` (one id or a list of them).  ``low`` / ``high``: the valid range
+    (``high`` inclusive for floats, exclusive for ints; ``low_open``: ``low`` itself is not valid).
+    ``optional``: ``None`` is valid (and means "off" / "the model's default").  ``cli``: the ``zoo
+    run`` flag (``"--sample/--greedy"`` for an on/off pair), ``None`` for API-only options;
+    ``short``: its one-letter alias.  ``ui_low`` / ``ui_high`` / ``step``: a slider's range, for
+    options a person sets by hand (``ui_high`` is a sensible top, not the hard limit).  ``fix``: the
+    advice an out-of-range value gets."""
+    help: str
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    optional: bool = False
+    cli: str | None = None
+    short: str | None = None
+    ui_low: float | None = None
+    ui_high: float | None = None
+    step: float | None = None
+    fix: str | None = None
+
+
+def _opt(default, **meta):
+    return dataclasses.field(default=default, metadata={"option": Option(**meta)})
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationOptions:
+    """Every option of :func:`generate` / :func:`stream`, declared once.
+
+    The API checks through it (``GenerationOptions(**options)`` raises a :class:`ZooError` naming
+    ``generate.<option>`` for a bad type or range), ``zoo run`` makes its flags from it
+    (:func:`cli_options`) and the Run tab its controls (``dataclasses.fields(GenerationOptions)``,
+    each field's ``metadata["option"]`` an :class:`Option`).  Adding an option is one field here
+    and its use in the decoding loop.
+
+    >>> GenerationOptions(do_sample=True, temperature=0.7, top_k=40).top_k
+    40
+    """
+    max_new_tokens: int = _opt(32, help="At most this many new tokens.", kind="int", low=0,
+                               high=2**63, cli="--max-new-tokens", short="-n", ui_low=1, step=1)
+    do_sample: bool = _opt(False, help="Sample from the distribution, or take the most likely "
+                           "token (greedy).", kind="bool", cli="--sample/--greedy")
+    temperature: float = _opt(1.0, help="Sampling: divide the logits by this; < 1 sharpens, > 1 "
+                              "flattens.", kind="float", low=0.0, low_open=True, high=math.inf,
+                              cli="--temperature", ui_low=0.0, ui_high=2.0, step=0.05,
+                              fix="use do_sample=False for greedy decoding instead of temperature 0")
+    top_k: int | None = _opt(None, help="Sampling: keep only the k most likely tokens.", kind="int",
+                             low=1, high=2**63, optional=True, cli="--top-k", ui_low=0, ui_high=200,
+                             step=1)
+    top_p: float | None = _opt(None, help="Sampling: keep the smallest set of tokens whose "
+                               "probability reaches p (nucleus sampling).", kind="float",
+                               low=MIN_TOP_P, high=1.0, optional=True, cli="--top-p", ui_low=0.05,
+                               ui_high=1.0, step=0.05, fix="a smaller top_p keeps only the most "
+                               "likely token: use do_sample=False")
+    repetition_penalty: float = _opt(1.0, help="> 1 makes tokens already in the text less likely "
+                                     "(greedy too); 1 is off.", kind="float", low=1.0,
+                                     high=MAX_REPETITION_PENALTY, cli="--repetition-penalty",
+                                     ui_low=1.0, ui_high=2.0, step=0.05,
+                                     fix="1 is off; 1.1 to 1.3 discourage repeats gently")
+    seed: int | None = _opt(None, help="Sampling seed (a sampled run with a seed is reproducible).",
+                            kind="int", low=-2**63, high=2**64, optional=True, cli="--seed", step=1)
+    use_cache: bool = _opt(True, help="Keep each layer's keys and values (off: recompute "
+                           "everything each step; slow, for comparison).", kind="bool",
+                           cli="--cache/--no-cache")
+    stop_tokens: int | Sequence[int] | None = _opt(None, help="Token id(s) that end a row.",
+                                                   kind="tokens", optional=True)
+    prefix_length: int | None = _opt(None, help="Prefix LMs: how many leading tokens attend "
+                                     "bidirectionally (default: the whole prompt).", kind="int",
+                                     low=0, high=2**63, optional=True)
+    decoder_start_id: int | None = _opt(None, help="Encoder-decoder: the first decoder token "
+                                        "(default: the tokenizer's bos, else pad_id).",
+                                        kind="token", optional=True)
+    pad_id: int | None = _opt(None, help="The id of padding and of rows that stopped.",
+                              kind="token", optional=True)
+    vocab_limit: int | None = _opt(None, help="Only ids below it may be chosen.", kind="int", low=1,
+                                   high=2**63, optional=True)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            _check_option(f.name, getattr(self, f.name), f.metadata["option"])
+        if self.do_sample and self.temperature < MIN_TEMPERATURE:
+            _bad("temperature", f"{self.temperature:g} is below {MIN_TEMPERATURE:g} (logits / "
+                 "temperature would overflow)", "use do_sample=False: greedy decoding is what a "
+                 "tiny temperature means")
+
+    @classmethod
+    def from_kwargs(cls, **options: Any) -> "GenerationOptions":
+        """Options by keyword, with an unknown name a :class:`ZooError` listing the valid ones."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        for name in options:
+            if name not in names:
+                raise ZooError(f"unknown generation option {short(name)}",
+                               where=f"generate.{name}", fix=f"valid options: {', '.join(names)}")
+        return cls(**options)
+
+    def stop_list(self) -> list:
+        """``stop_tokens`` as a list (one id, a list of ids, or none)."""
+        s = self.stop_tokens
+        return [] if s is None else [s] if _is_int(s) else list(s)
+
+    def check_vocab(self, vocab_size: int) -> None:
+        """Every token-id option lies inside a vocabulary of ``vocab_size`` ids."""
+        ids = {"decoder_start_id": self.decoder_start_id, "pad_id": self.pad_id}
+        ids.update({f"stop_tokens[{i}]": s for i, s in enumerate(self.stop_list())})
+        for name, v in ids.items():
+            if v is not None and not 0 <= v < vocab_size:
+                _bad(name, f"{v} is outside the vocabulary [0, {vocab_size})",
+                     "use an id the model's tokenizer produces")
+
+
+def _bad(name, what, fix=None):
+    raise ZooError(f"{name} {what}", where=f"generate.{name}", fix=fix)
+
+
+def _check_option(name: str, v, opt: Option) -> None:
+    """One option's type and range, from its :class:`Option` declaration."""
+    if v is None and opt.optional:
+        return
+    if opt.kind == "bool":
+        if not isinstance(v, bool):
+            _bad(name, f"must be true or false, got {short(v)}")
+    elif opt.kind == "int":
+        if not _is_int(v) or not opt.low <= v < opt.high:
+            rng = f">= {opt.low}" if opt.high == 2**63 else f"in [{_num(opt.low)}, {_num(opt.high)})"
+            _bad(name, f"must be an integer {rng}, got {short(v)}", opt.fix)
+    elif opt.kind == "float":
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) \
+            and (v > opt.low if opt.low_open else v >= opt.low) and v <= opt.high
+        if not ok:
+            rng = f"> {opt.low:g}" if opt.high == math.inf else f"in [{opt.low:g}, {opt.high:g}]"
+            _bad(name, f"must be a finite number {rng}, got {short(v)}", opt.fix)
+    elif opt.kind == "token":
         if not _is_int(v):
-            bad(name, f"must be a token id (an integer), got {short(v)}")
-        if vocab_size is not None and not 0 <= v < vocab_size:
-            bad(name, f"{v} is outside the vocabulary [0, {vocab_size})",
-                "use an id the model's tokenizer produces")
-    for name, v, low in (("prefix_length", prefix_length, 0), ("vocab_limit", vocab_limit, 1),
-                         ("top_k", top_k, 1)):
-        if v is not None and (not _is_int(v) or not low <= v < 2**63):
-            bad(name, f"must be an integer in [{low}, 2**63), got {short(v)}")
+            _bad(name, f"must be a token id (an integer), got {short(v)}")
+    elif opt.kind == "tokens":
+        stops = [v] if _is_int(v) or not isinstance(v, (list, tuple)) else list(v)
+        if len(stops) > 1000:
+            _bad(name, f"lists {len(stops)} ids; at most 1000")
+        for i, s in enumerate(stops):
+            if not _is_int(s):
+                _bad(f"{name}[{i}]", f"must be a token id (an integer), got {short(s)}")
+
+
+def _num(x) -> str:
+    """Range ends as people write them: ``2**63`` rather than nineteen digits."""
+    for p in (63, 64):
+        if abs(x) == 2**p:
+            return ("-" if x < 0 else "") + f"2**{p}"
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def cli_options(*, skip: Sequence[str] = (), defaults: dict | None = None,
+                helps: dict | None = None) -> Callable:
+    """A decorator adding a click option for every :class:`GenerationOptions` field with a ``cli``
+    flag (``zoo run`` uses it), its help and type from the declaration; ``defaults`` / ``helps``
+    override a field's default / help for that command."""
+    import click  # the CLI's dependency; imported only when a command is being defined
+
+    defaults, helps = defaults or {}, helps or {}
+
+    def decorate(fn):
+        for f in reversed(dataclasses.fields(GenerationOptions)):
+            opt = f.metadata["option"]
+            if opt.cli is None or f.name in skip:
+                continue
+            names = [opt.cli] + ([opt.short] if opt.short else [])
+            default = defaults.get(f.name, f.default)
+            kw = dict(default=default, help=helps.get(f.name, opt.help), show_default=default is not None)
+            if opt.kind != "bool":
+                kw["type"] = int if opt.kind == "int" else float
+            fn = click.option(*names, f.name, **kw)(fn)
+        return fn
+    return decorate
 
 
 def _check_prompts(prompts) -> None:
@@ -238,40 +367,36 @@ def _as_tensor(values, name: str) -> torch.Tensor:
 
 # ---------------------------------------------------------------------- the decoding loops
 def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor | None = None,
-           do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
-           top_p: float | None = None, stop_tokens: int | Sequence[int] | None = None,
-           seed: int | None = None, use_cache: bool = True, prefix_length: int | None = None,
-           decoder_start_id: int | None = None, pad_id: int | None = None,
-           tokenizer=None, vocab_limit: int | None = None, repetition_penalty: float = 1.0
-           ) -> Iterator[torch.Tensor]:
+           tokenizer=None, **options: Any) -> Iterator[torch.Tensor]:
     """Yield the next token of every row, ``(B,)`` per step, as soon as it is chosen.
 
     ``ids``: the prompt (decoder-only) or the source (encoder-decoder), as a ``(B, T)`` tensor (with
     an optional left-padded ``attention_mask``), a list of ids, or a list of lists (left-padded
-    here).  Rows that have produced a stop token yield ``pad_id`` afterwards; the iterator ends when
-    every row has stopped or after ``max_new_tokens`` steps.  ``prefix_length`` (prefix LMs): how
-    many leading tokens attend bidirectionally; default the whole (padded) prompt.
-    ``decoder_start_id`` (encoder-decoder): the first decoder token; default the tokenizer's bos,
-    else ``pad_id`` (as in T5).  ``vocab_limit``: only ids below it may be chosen (the text helpers
-    set it to the tokenizer's size when the model's vocabulary is larger).  ``repetition_penalty``
-    (> 1 to use it): make every token already in the sequence (the prompt's real tokens, or an
-    encoder-decoder's decoder tokens, and what was generated) less likely, see
-    :func:`penalize_repeats`; with greedy decoding too.
+    here).  ``options``: the fields of :class:`GenerationOptions` (sampling, stop tokens, cache...),
+    checked before any work is done.  Rows that have produced a stop token yield ``pad_id``
+    afterwards; the iterator ends when every row has stopped or after ``max_new_tokens`` steps.
+    ``prefix_length`` (prefix LMs): how many leading tokens attend bidirectionally; default the
+    whole (padded) prompt.  ``decoder_start_id`` (encoder-decoder): the first decoder token;
+    default the tokenizer's bos, else ``pad_id`` (as in T5).  ``vocab_limit``: only ids below it
+    may be chosen (the text helpers set it to the tokenizer's size when the model's vocabulary is
+    larger).  ``repetition_penalty`` (> 1 to use it): make every token already in the sequence (the
+    prompt's real tokens, or an encoder-decoder's decoder tokens, and what was generated) less
+    likely, see :func:`penalize_repeats`; with greedy decoding too.
     """
     arch = model.spec.arch
     if arch == "encoder":
         raise ZooError("an encoder-only model does not generate text", where="model.arch",
                        fix="use zoo.tasks.fill_mask(model, text) or zoo.tasks.classify(...)")
-    _check_options(max_new_tokens, temperature, top_k, top_p, do_sample=do_sample, seed=seed,
-                   stop_tokens=stop_tokens, use_cache=use_cache, prefix_length=prefix_length,
-                   decoder_start_id=decoder_start_id, pad_id=pad_id, vocab_limit=vocab_limit,
-                   vocab_size=model.spec.vocab_size, repetition_penalty=repetition_penalty)
-    temperature = float(temperature)  # an int like 2**64 would overflow inside torch
-    pad = _pad_id(model, tokenizer) if pad_id is None else pad_id
+    o = GenerationOptions.from_kwargs(max_new_tokens=max_new_tokens, **options)
+    o.check_vocab(model.spec.vocab_size)
+    (do_sample, top_k, top_p, seed, use_cache, prefix_length, decoder_start_id, vocab_limit,
+     repetition_penalty) = (o.do_sample, o.top_k, o.top_p, o.seed, o.use_cache, o.prefix_length,
+                            o.decoder_start_id, o.vocab_limit, o.repetition_penalty)
+    temperature = float(o.temperature)  # an int like 2**64 would overflow inside torch
+    pad = _pad_id(model, tokenizer) if o.pad_id is None else o.pad_id
     ids, mask = _as_batch(model, ids, attention_mask, pad)
     B, T0 = ids.shape
-    stops = torch.as_tensor([stop_tokens] if isinstance(stop_tokens, int) else list(stop_tokens or []),
-                            dtype=torch.long, device=ids.device)
+    stops = torch.as_tensor(o.stop_list(), dtype=torch.long, device=ids.device)
     gen = None
     if do_sample and seed is not None:
         gen = torch.Generator(device=ids.device)
@@ -525,7 +650,7 @@ def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32,
     options = _stops(tok, options)
     options.setdefault("vocab_limit", tok.vocab_size)
     new = list(stream(model, rows, max_new_tokens, tokenizer=tok, **options))
-    stops = set(options.get("stop_tokens") or [])
+    stops = set(GenerationOptions.from_kwargs(**options).stop_list())
     texts = []
     for b in range(len(rows)):
         out = []
@@ -551,7 +676,7 @@ def stream_text(model, prompt: str, max_new_tokens: int = 32, *, tokenizer=None,
     check_fits(tok, model.spec.vocab_size)
     options = _stops(tok, options)
     options.setdefault("vocab_limit", tok.vocab_size)
-    stops = set(options.get("stop_tokens") or [])
+    stops = set(GenerationOptions.from_kwargs(**options).stop_list())
     out: list[int] = []
     shown = ""
     for step in stream(model, [_encode_prompt(model, tok, prompt)], max_new_tokens, tokenizer=tok,

@@ -16,6 +16,7 @@ import click
 
 import zoo
 from zoo.build import checkpoint_or_spec
+from zoo.generate import cli_options
 from zoo.tokenizers import tokenizer as make_tokenizer
 
 
@@ -66,25 +67,18 @@ def prompt_tokens(model, prompt: str) -> int:
 @click.argument("checkpoint")
 @click.option("--prompt", "-p", required=True, help="Text to continue (or, for an encoder, text "
               "with <mask> tokens to fill / a sentence to classify).")
-@click.option("--max-new-tokens", "-n", type=int, default=None,
-              help=f"At most this many new tokens [default: {DEFAULT_NEW_TOKENS}, capped by what the "
-                   "model's max_len leaves after the prompt].")
-@click.option("--sample/--greedy", default=False, show_default=True, help="Sample or take the argmax.")
-@click.option("--temperature", type=float, default=1.0, show_default=True)
-@click.option("--top-k", type=int, default=None)
-@click.option("--top-p", type=float, default=None)
-@click.option("--repetition-penalty", type=float, default=1.0, show_default=True,
-              help="> 1 makes tokens already in the text less likely (greedy too); 1 is off.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling (and random-init) seed.")
+@cli_options(skip=("stop_tokens", "prefix_length", "decoder_start_id", "pad_id", "vocab_limit"),
+             defaults={"max_new_tokens": None, "seed": 0},
+             helps={"max_new_tokens": f"At most this many new tokens [default: {DEFAULT_NEW_TOKENS}, "
+                                      "capped by what the model's max_len leaves after the prompt].",
+                    "seed": "Sampling (and random-init) seed."})
 @click.option("--tokenizer", default=None, metavar="KIND[:ARG]",
               help="byte, char:CORPUS_TEXT or hf:PATH/tokenizer.json (default: the checkpoint's).")
 @click.option("--device", default=None, help="cpu or cuda (default cpu).")
-@click.option("--no-cache", is_flag=True, help="Recompute everything each step (slow; for comparison).")
 @click.option("--candidates", type=int, default=5, show_default=True, help="Fill-mask: top-k shown.")
-def command(checkpoint, prompt, max_new_tokens, sample, temperature, top_k, top_p, repetition_penalty,
-            seed, tokenizer, device, no_cache, candidates):
+def command(checkpoint, prompt, tokenizer, device, candidates, **options):
     """Generate from CHECKPOINT, streaming tokens as they come (fill-mask for encoder models)."""
-    model = load_model(checkpoint, seed=seed, device=device, tokenizer=tokenizer)
+    model = load_model(checkpoint, seed=options["seed"], device=device, tokenizer=tokenizer)
     spec = model.spec
     if spec.arch == "encoder":
         if spec.head.kind == "classifier":
@@ -98,15 +92,14 @@ def command(checkpoint, prompt, max_new_tokens, sample, temperature, top_k, top_
                 click.echo(f"  {c.get('text', c['id'])!r:>12}  p={c['p']:.4f}  (id {c['id']})")
         return
     room = new_token_room(model, prompt_tokens(model, prompt))
+    max_new_tokens = options.pop("max_new_tokens")
     if max_new_tokens is None:
         max_new_tokens = min(DEFAULT_NEW_TOKENS, room)
     elif max_new_tokens > room:
         click.secho(f"note: max_len {spec.max_len} leaves room for {room} new tokens after this "
                     f"prompt; generating {room}, not {max_new_tokens}", fg="yellow", err=True)
         max_new_tokens = room
-    pieces = model.generate(prompt, max_new_tokens, stream_tokens=True, do_sample=sample,
-                            temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                            repetition_penalty=repetition_penalty, use_cache=not no_cache)
+    pieces = model.generate(prompt, max_new_tokens, stream_tokens=True, **options)
     if spec.arch == "decoder":
         click.secho(prompt, bold=True, nl=False)
     for piece in pieces:
