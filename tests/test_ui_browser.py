@@ -173,7 +173,7 @@ def test_run_a_checkpoint(page):
     if name != "ui_gpt":  # a shipped checkpoint: its model card's loss curve is embedded, not fetched
         expect(page.locator("#run-card img").first).to_be_visible()
     page.locator("#run-prompt textarea").fill("床前明月光")
-    page.locator("#run-max-new input[type=number]").fill("24")
+    page.locator("#run-max-new-tokens input[type=number]").fill("24")
     page.locator("#run-go").click()
     output = page.locator("#run-output textarea")
     expect(output).not_to_have_value("", timeout=TIMEOUT)
@@ -265,7 +265,7 @@ def test_every_shipped_model_runs_from_its_example_with_the_defaults(page):
             expect(fills).to_contain_text(re.compile(r"\(0\.\d{3}\)"), timeout=TIMEOUT)
         elif name == "numerals_t5":  # an independent library says what 10086 is in Chinese
             expect(output).to_have_value(cn2an.an2cn("10086"), timeout=TIMEOUT)
-            expect(page.locator("#run-max-new input[type=number]")).to_have_value("32")  # its max_len
+            expect(page.locator("#run-max-new-tokens input[type=number]")).to_have_value("32")  # its max_len
         else:
             expect(output).not_to_have_value(re.compile(r"^$"), timeout=TIMEOUT)
         expect(error).not_to_contain_text("Error")

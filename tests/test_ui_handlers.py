@@ -35,7 +35,7 @@ def _dirs(ckpt_dir, tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------- i18n
 def test_every_string_has_english_and_chinese():
-    for key, (en, zh) in i18n.STRINGS.items():
+    for key, (en, zh) in i18n.all_strings().items():
         assert en.strip() and zh.strip(), key
         # the Chinese column is really Chinese (or deliberately identical, e.g. "Dropout", "YAML")
         assert zh != en or len(en) < 12, key
@@ -83,7 +83,7 @@ def test_every_translated_label_exists_in_both_languages():
         for attr, key in attrs.items():
             assert i18n.keys_of(key), key
             for k in i18n.keys_of(key):
-                assert k in i18n.STRINGS, k
+                assert k in i18n.all_strings(), k
     zh = tr.updates("zh")
     en = tr.updates("en")
     assert len(zh) == len(en) == len(tr.items)

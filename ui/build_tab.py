@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 import zoo
-from zoo.components import SPEC_FAMILIES
+from zoo import components
 from zoo.errors import SpecError, ZooError
 from zoo.spec import yaml_to_dict
 from zoo.summary import parameter_table
@@ -28,13 +28,33 @@ from .common import (LIMITS, check_name, check_spec_limits, check_value, error_b
                      raw, runs_dir, safe_markdown)
 from .i18n import format_error, t
 
-#: form field -> (kind of widget, i18n key)
+#: the form's scalar fields (each a number or text box; ``build.<field>`` is its label)
 SCALARS = ("name", "vocab_size", "max_len", "d_model", "num_layers", "num_heads", "num_kv_heads", "d_ff",
            "dropout")
-#: form field -> registry family: every per-stack family of the one family table
-COMPONENTS = {f.field: f.name for f in SPEC_FAMILIES if f.per_stack}
-FORM_FIELDS = ("arch",) + SCALARS + tuple(COMPONENTS)
 _DEFAULT_MASK = {"encoder": "bidirectional", "decoder": "causal"}
+
+
+# ---------------------------------------------------------------------- the families the form shows
+def form_families() -> tuple:
+    """The component families the form shows: every per-stack family of the one family table
+    (:data:`zoo.components.SPEC_FAMILIES`), in table order.  Read when called, so a row added to the
+    table is a dropdown here (and a label in :mod:`ui.i18n`) without touching ``ui/``."""
+    return tuple(f for f in components.SPEC_FAMILIES if f.per_stack)
+
+
+def component_fields() -> dict[str, str]:
+    """Form field -> registry family (``{"attention": "attention", "positions": "position", ...}``)."""
+    return {f.field: f.name for f in form_families()}
+
+
+def form_fields() -> tuple[str, ...]:
+    """Every field of the form, in layout order: the architecture, the scalars, the components."""
+    return ("arch",) + SCALARS + tuple(component_fields())
+
+
+def _children(fam) -> list:
+    """The families whose entry lives inside ``fam``'s (a norm's ``placement``)."""
+    return [f for f in form_families() if f.parent == fam.field]
 
 
 # ---------------------------------------------------------------------- YAML <-> dict
@@ -52,6 +72,11 @@ def preset_yaml(name: str) -> str:
     return zoo.spec(name).to_yaml()
 
 
+def _parse(text: str):
+    """The spec of the editor's text (a one-line text is a preset name or a path)."""
+    return zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+
+
 def _kind_of(entry: Any) -> str | None:
     if isinstance(entry, str):
         return entry
@@ -60,50 +85,72 @@ def _kind_of(entry: Any) -> str | None:
     return None
 
 
-def set_field(text: str, field: str, value: Any) -> str:
-    """Rewrite one form field into the YAML.  Choosing a new component kind drops the old kind's
-    parameters (they belong to it); switching architecture adjusts what only some architectures take
-    (mask default, ``head``, ``encoder:``/``decoder:`` sections)."""
-    raw = _load(text)
-    if field in ("num_kv_heads", "d_ff"):
+def _set_scalar(raw: dict, field: str, value: Any) -> None:
+    if field in ("num_kv_heads", "d_ff"):  # 0 or empty: derived from the other sizes
         if value in (None, 0, "") or (isinstance(value, float) and value == 0):
             raw.pop(field, None)
         else:
             raw[field] = int(value)
-    elif field in ("vocab_size", "max_len", "d_model", "num_layers", "num_heads"):
-        raw[field] = int(value) if value is not None else value
     elif field == "dropout":
         raw[field] = float(value) if value is not None else 0.0
     elif field == "name":
         raw[field] = str(value or "")
-    elif field == "arch":
-        old = raw.get("arch")
-        raw["arch"] = value
-        if value != old:
-            if value == "encoder_decoder":
-                raw.pop("mask", None)
-                raw.setdefault("encoder", {"mask": "bidirectional"})
-                raw.setdefault("decoder", {"mask": "causal"})
-            else:
-                raw.pop("encoder", None)
-                raw.pop("decoder", None)
-                raw["mask"] = _DEFAULT_MASK[value] if value in _DEFAULT_MASK else raw.get("mask")
-            if value != "encoder":
-                raw.pop("head", None)
-    elif field == "placement":
-        norm = raw.get("norm", {"kind": "layernorm"})
-        norm = {"kind": norm} if isinstance(norm, str) else dict(norm)
-        norm["placement"] = value
-        raw["norm"] = norm
-    elif field == "norm":
-        norm = raw.get("norm", {})
-        placement = norm.get("placement", "pre") if isinstance(norm, dict) else "pre"
-        raw["norm"] = {"kind": value, "placement": placement}
-    elif field in COMPONENTS:
-        if _kind_of(raw.get(field)) != value or not isinstance(raw.get(field), (str, dict)):
-            raw[field] = value
     else:
-        raise SpecError(f"unknown form field '{field}'", where=field, options=FORM_FIELDS)
+        raw[field] = int(value) if value is not None else value
+
+
+def _set_arch(raw: dict, value: Any) -> None:
+    """Switching architecture adjusts what only some architectures take: the mask default,
+    ``head``, the ``encoder:`` / ``decoder:`` sections."""
+    old = raw.get("arch")
+    raw["arch"] = value
+    if value == old:
+        return
+    if value == "encoder_decoder":
+        raw.pop("mask", None)
+        raw.setdefault("encoder", {"mask": "bidirectional"})
+        raw.setdefault("decoder", {"mask": "causal"})
+    else:
+        raw.pop("encoder", None)
+        raw.pop("decoder", None)
+        raw["mask"] = _DEFAULT_MASK[value] if value in _DEFAULT_MASK else raw.get("mask")
+    if value != "encoder":
+        raw.pop("head", None)
+
+
+def _set_component(raw: dict, fam, value: str) -> None:
+    """Choose kind ``value`` for family ``fam``.  A new kind drops the old kind's parameters (they
+    belong to it); an entry nested in another (``norm: {kind, placement}``) is written inside its
+    parent, and a parent keeps the entries nested in it."""
+    if fam.parent is not None:
+        parent_default = next((f.default for f in form_families() if f.field == fam.parent), None)
+        parent = raw.get(fam.parent, {"kind": parent_default})
+        parent = {"kind": parent} if isinstance(parent, str) else dict(parent)
+        parent[fam.field] = value
+        raw[fam.parent] = parent
+        return
+    children = _children(fam)
+    if children:
+        old = raw.get(fam.field, {})
+        old = old if isinstance(old, dict) else {}
+        raw[fam.field] = {"kind": value, **{c.field: old.get(c.field, c.default) for c in children}}
+    elif _kind_of(raw.get(fam.field)) != value or not isinstance(raw.get(fam.field), (str, dict)):
+        raw[fam.field] = value
+
+
+def set_field(text: str, field: str, value: Any) -> str:
+    """Rewrite one form field into the YAML (see :func:`_set_scalar`, :func:`_set_arch`,
+    :func:`_set_component`)."""
+    raw = _load(text)
+    families = {f.field: f for f in form_families()}
+    if field == "arch":
+        _set_arch(raw, value)
+    elif field in SCALARS:
+        _set_scalar(raw, field, value)
+    elif field in families:
+        _set_component(raw, families[field], value)
+    else:
+        raise SpecError(f"unknown form field '{field}'", where=field, options=form_fields())
     return _dump(raw)
 
 
@@ -143,42 +190,52 @@ def parse_param_text(value: str) -> Any:
 
 
 # ---------------------------------------------------------------------- spec -> form
+def _chosen(spec, fam) -> list:
+    """The component entries ``spec`` holds for family ``fam`` (model-wide, else its last stack's;
+    a list only for families that compose, like masks)."""
+    entry = getattr(spec, fam.field, None)
+    if not entry and spec.roles:
+        entry = getattr(spec.stack(spec.roles[-1]), fam.field, None)
+    if entry is None:
+        return []
+    return list(entry) if fam.many else [entry]
+
+
 def form_values(text: str) -> dict[str, Any] | None:
     """The form's field values for the YAML (None when the YAML is not a valid spec)."""
     try:
-        spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+        spec = _parse(text)
     except ZooError:
         return None
-    return {
-        "arch": spec.arch, "name": spec.name, "vocab_size": spec.vocab_size, "max_len": spec.max_len,
-        "d_model": spec.d_model, "num_layers": spec.num_layers, "num_heads": spec.num_heads,
-        "num_kv_heads": spec.num_kv_heads or 0, "d_ff": spec.d_ff or 0, "dropout": spec.dropout,
-        "attention": spec.attention.kind,
-        "mask": spec.mask[0].kind if spec.mask else spec.stack(spec.roles[-1]).mask[0].kind,
-        "positions": spec.positions.kind, "norm": spec.norm.kind, "placement": spec.placement.kind,
-        "ffn": spec.ffn.kind,
-    }
+    values = {"arch": spec.arch, "name": spec.name, "vocab_size": spec.vocab_size, "max_len": spec.max_len,
+              "d_model": spec.d_model, "num_layers": spec.num_layers, "num_heads": spec.num_heads,
+              "num_kv_heads": spec.num_kv_heads or 0, "d_ff": spec.d_ff or 0, "dropout": spec.dropout}
+    for fam in form_families():  # the first entry's kind (a composed mask shows its first rule)
+        chosen = _chosen(spec, fam)
+        values[fam.field] = chosen[0].kind if chosen else fam.default
+    return values
 
 
 def component_entries(text: str) -> list[dict]:
     """The top-level component entries of the spec with their parameters, for the parameter fields:
-    ``[{family, path, kind, params: [{name, type, value, choices}]}]`` (empty when invalid)."""
+    ``[{family, path, kind, params: [{name, type, value, choices}]}]`` (empty when invalid).  ``path``
+    locates the entry in the YAML: ``["attention"]``, ``["mask", 1]`` in a list, ``["norm",
+    "placement"]`` inside its parent."""
     try:
-        spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+        spec = _parse(text)
     except ZooError:
         return []
     reg = zoo.get_registry()
-    entries = [("attention", ["attention"], spec.attention), ("position", ["positions"], spec.positions),
-               ("norm", ["norm"], spec.norm), ("placement", ["norm", "placement"], spec.placement),
-               ("ffn", ["ffn"], spec.ffn)]
-    if spec.mask:
-        many = len(spec.mask) > 1
-        entries[1:1] = [("mask", ["mask", i] if many else ["mask"], m) for i, m in enumerate(spec.mask)]
     out = []
-    for family, path, cs in entries:
-        comp = reg.get(family, cs.kind)
-        out.append({"family": family, "path": path, "kind": cs.kind,
-                    "params": _param_fields(comp.config, cs.config)})
+    for fam in form_families():
+        top = getattr(spec, fam.field, None)
+        chosen = (list(top) if fam.many else [top]) if top else []
+        for i, cs in enumerate(chosen):
+            path = [fam.parent, fam.field] if fam.parent else \
+                [fam.field, i] if fam.many and len(chosen) > 1 else [fam.field]
+            comp = reg.get(fam.name, cs.kind)
+            out.append({"family": fam.name, "path": path, "kind": cs.kind,
+                        "params": _param_fields(comp.config, cs.config)})
     return out
 
 
@@ -265,7 +322,7 @@ def analyse(text: str, lang: str = "en") -> tuple[str, list[list], str, bool]:
     """Validate the YAML.  Returns ``(status markdown, parameter table rows, diagram html, ok)``;
     a ``ZooError`` (including a size limit) becomes the status message, never an exception."""
     try:
-        spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+        spec = _parse(text)
         total = check_spec_limits(spec, lang)
     except ZooError as exc:
         msg = safe_markdown(format_error(exc, lang)).replace("\n", "  \n")
@@ -368,7 +425,7 @@ def cost(text: str, lang: str = "en"):
     from zoo import accounting, plots
 
     try:
-        spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+        spec = _parse(text)
         check_spec_limits(spec, lang)
     except ZooError:
         return None, []
@@ -394,7 +451,7 @@ def save(text: str, name: str, seed: Any, lang: str = "en") -> str:
     if name in zoo.list_checkpoints():
         raise ZooError(t("build.shipped", lang, name=name), where="checkpoint name",
                        fix=t("build.other_name", lang))
-    spec = zoo.spec(text if "\n" in (text or "") else (text or "") + "\n")
+    spec = _parse(text)
     n = check_spec_limits(spec, lang)
     runs = runs_dir()
     existing = [p.parent.name for p in runs.glob("*/model.safetensors")] if runs.is_dir() else []
@@ -407,7 +464,7 @@ def save(text: str, name: str, seed: Any, lang: str = "en") -> str:
 
 def registry_choices() -> dict[str, list[str]]:
     """Dropdown choices for each component field, live from the registry."""
-    return {field: zoo.get_registry().names(family) for field, family in COMPONENTS.items()}
+    return {field: zoo.get_registry().names(family) for field, family in component_fields().items()}
 
 
 # ---------------------------------------------------------------------- layout
@@ -415,190 +472,257 @@ def build(tr, lang_state) -> dict:
     """Create the tab's components (inside an open ``gr.Tab``) and wire its events."""
     import gradio as gr
 
-    from zoo.spec import ARCHS
-
-    presets = zoo.list_presets()
-    first = "gpt_tiny" if "gpt_tiny" in presets else (presets[0] if presets else None)
-    start = preset_yaml(first) if first else "arch: decoder\nvocab_size: 256\nd_model: 64\n" \
-        "num_layers: 2\nnum_heads: 4\n"
-    values = form_values(start) or {}
-    choices = registry_choices()
-    tr.add(gr.Markdown(tr("build.intro")), value="build.intro")
-    with gr.Row():
-        preset = tr.add(gr.Dropdown(presets, value=first, label=tr("build.preset"),
-                                    elem_id="build-preset"), label="build.preset")
-        load = tr.add(gr.Button(tr("build.load"), elem_id="build-load"), value="build.load")
-    with gr.Row():
-        with gr.Column(scale=1):
-            fields: dict[str, Any] = {}
-            fields["arch"] = tr.add(gr.Dropdown(list(ARCHS), value=values.get("arch"),
-                                                label=tr("build.arch"), elem_id="build-arch"),
-                                    label="build.arch")
-            fields["name"] = tr.add(gr.Textbox(values.get("name"), label=tr("build.name"),
-                                               elem_id="build-name"), label="build.name")
-            with gr.Row():
-                for f, lim in (("vocab_size", "vocab_size"), ("max_len", "max_len"),
-                               ("d_model", "d_model")):
-                    fields[f] = tr.add(gr.Number(values.get(f), label=tr(f"build.{f}"), precision=0,
-                                                 minimum=1, maximum=LIMITS[lim], elem_id=f"build-{f}"),
-                                       label=f"build.{f}")
-            with gr.Row():
-                for f, lim in (("num_layers", "num_layers"), ("num_heads", "num_heads"),
-                               ("num_kv_heads", "num_heads")):
-                    fields[f] = tr.add(gr.Number(values.get(f), label=tr(f"build.{f}"), precision=0,
-                                                 minimum=0 if f == "num_kv_heads" else 1,
-                                                 maximum=LIMITS[lim], elem_id=f"build-{f}"),
-                                       label=f"build.{f}")
-            with gr.Row():
-                fields["d_ff"] = tr.add(gr.Number(values.get("d_ff"), label=tr("build.d_ff"), precision=0,
-                                                  minimum=0, maximum=LIMITS["d_ff"], elem_id="build-d_ff"),
-                                        label="build.d_ff")
-                fields["dropout"] = tr.add(gr.Number(values.get("dropout"), label=tr("build.dropout"),
-                                                     minimum=0, maximum=0.99, step=0.05,
-                                                     elem_id="build-dropout"), label="build.dropout")
-            with gr.Row():
-                for f in COMPONENTS:
-                    fields[f] = tr.add(gr.Dropdown(choices[f], value=values.get(f), label=tr(f"build.{f}"),
-                                                   elem_id=f"build-{f}"), label=f"build.{f}")
-            tr.add(gr.Markdown(f"#### {tr('build.params_heading')}"), value="#### {build.params_heading}")
-            entries_state = gr.State(component_entries(start))
-            # the parameter fields of the chosen components, re-rendered when the components change
-            @gr.render(inputs=[entries_state, lang_state])  # on load and whenever either changes
-            def _params(entries, lang):
-                if not any(e["params"] for e in entries or []):
-                    gr.Markdown(t("build.no_params", lang))
-                    return
-                for entry in entries:
-                    if not entry["params"]:
-                        continue
-                    where = "-".join(map(str, entry["path"]))
-                    with gr.Row(key=f"row-{where}-{entry['kind']}"):
-                        gr.Markdown(f"**{'.'.join(map(str, entry['path']))}: {entry['kind']}**",
-                                    key=f"title-{where}-{entry['kind']}")
-                        for p in entry["params"]:
-                            label = p["name"]
-                            eid = f"param-{'-'.join(map(str, entry['path']))}-{p['name']}"
-                            # a key per field and type: a re-render never hands one field's value
-                            # to another kind of widget (a Number shown "gelu")
-                            opts = dict(label=label, elem_id=eid, key=f"{eid}-{entry['kind']}-{p['type']}",
-                                        preserved_by_key=None, interactive=True)
-                            if p["type"] == "bool":
-                                w = gr.Checkbox(bool(p["value"]), **opts)
-                                events = [w.input]
-                            elif p["type"] in ("int", "float"):
-                                w = gr.Number(p["value"], precision=0 if p["type"] == "int" else None, **opts)
-                                events = [w.submit, w.blur]
-                            elif p["type"] == "choice":
-                                w = gr.Dropdown([(str(c), str(c)) for c in p["choices"]], value=str(p["value"]),
-                                                **opts)
-                                events = [w.input]
-                            else:
-                                w = gr.Textbox(str(p["value"]) if p["value"] is not None else "", **opts)
-                                events = [w.submit, w.blur]
-                            ptype, path, name = p["type"], entry["path"], p["name"]
-                            options = {str(c): c for c in p["choices"] or ()}  # label -> typed value
-
-                            def on_param(value, text, _t=ptype, _p=path, _n=name, _o=options):
-                                if _t == "int":
-                                    value = int(value) if value is not None else None
-                                elif _t == "yaml":
-                                    value = parse_param_text(value)
-                                elif _t == "choice":
-                                    value = _o.get(str(value), value)
-                                return set_param(text, _p, _n, value)
-
-                            gr.on(events, handler(on_param), inputs=[w, code], outputs=[code],
-                                  show_progress="hidden", api_visibility="private")
-
-        with gr.Column(scale=1):
-            code = tr.add(gr.Code(start, language="yaml", label=tr("build.yaml"), interactive=True,
-                                  lines=24, elem_id="build-yaml"), label="build.yaml")
-            tr.add(gr.Markdown(tr("build.stack_note")), value="build.stack_note")
-    status0, rows0, diagram0, _ = analyse(start)
-    status = gr.Markdown(status0, elem_id="build-status")
-    with gr.Row():
-        table = tr.add(gr.Dataframe(rows0, headers=[tr(h) for h in TABLE_HEADERS],
-                                    label=tr("build.table"), interactive=False, elem_id="build-table"),
-                       label="build.table")
-        with gr.Column():
-            tr.add(gr.Markdown(f"**{tr('build.diagram')}**"), value="**{build.diagram}**")
-            diagram = gr.HTML(diagram0, elem_id="build-diagram")
-    fig0, cost_rows0 = cost(start)
-    with gr.Column(visible=cost_available()):  # the table below the plot: all its columns fit
-        cost_plot = tr.add(gr.Plot(fig0, label=tr("build.cost"), elem_id="build-cost",
-                                   elem_classes=["zoo-plot"]), label="build.cost")
-        cost_table = tr.add(gr.Dataframe(cost_rows0, headers=[tr(h) for h in COST_HEADERS],
-                                         label=tr("build.memory"), interactive=False, elem_id="build-memory"),
-                            label="build.memory")
-    with gr.Row():
-        save_name = tr.add(gr.Textbox("my_model", label=tr("build.save_name"), info=tr("build.save_info"),
-                                      elem_id="build-save-name"), label="build.save_name",
-                           info="build.save_info")
-        seed = tr.add(gr.Number(0, label=tr("build.seed"), precision=0, elem_id="build-seed"),
-                      label="build.seed")
-        save_btn = tr.add(gr.Button(tr("build.save"), variant="primary", elem_id="build-save"),
-                          value="build.save")
-    saved = gr.Markdown(elem_id="build-saved")
-    save_error = error_box("build-error")
-
-    # form -> YAML (user edits only: `.input`, so programmatic refills never loop)
-    for f, w in fields.items():
-        def on_field(value, text, _f=f):
-            return set_field(text, _f, value)
-        w.input(handler(on_field), inputs=[w, code], outputs=[code], show_progress="hidden",
-                api_visibility="private")
-
-    form_order = list(fields)
-
-    @handler
-    def refill(text):
-        vals = form_values(text)
-        if vals is None:
-            return [gr.skip()] * len(form_order)
-        return [vals[f] for f in form_order]
-
-    # YAML -> form (user typing in the editor, or a preset loaded)
-    gr.on([code.input, code.blur], refill, inputs=[code], outputs=[fields[f] for f in form_order],
-          show_progress="hidden", api_visibility="private", trigger_mode="always_last")
-
-    def on_load(name):
-        text = preset_yaml(name)
-        return [text] + refill(text)
-
-    load.click(handler(on_load), inputs=[preset], outputs=[code] + [fields[f] for f in form_order],
-               api_name="load_preset")
-
-    # any YAML change -> validation, table, diagram, parameter fields
-    @handler
-    def on_change(text, lang, current=None):
-        import pandas as pd
-
-        st, rows, diag, ok = analyse(text, lang)
-        entries = component_entries(text) if ok else gr.skip()
-        shown = lambda es: [e for e in es or [] if e["params"]]  # noqa: E731 - what the fields show
-        if ok and current is not None and shown(entries) == shown(current):
-            entries = gr.skip()  # the same fields with the same values: no re-render
-        # an invalid spec has no structure or cost: say so instead of showing the last valid one
-        diag = diag if ok else f"<div class='zoo-stale'>{html.escape(t('build.stale', lang))}</div>"
-        fig, crow = cost(text, lang) if ok else (None, [])
-        rows = pd.DataFrame(rows, columns=[t(h, lang) for h in TABLE_HEADERS])
-        crow = pd.DataFrame(crow, columns=[t(h, lang) for h in COST_HEADERS])
-        return st, rows, diag, entries, fig, crow
-
-    code.change(on_change, inputs=[code, lang_state, entries_state],
-                outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
-                show_progress="hidden", trigger_mode="always_last", api_name="validate")
-    lang_state.change(on_change, inputs=[code, lang_state],
-                      outputs=[status, table, diagram, entries_state, cost_plot, cost_table],
-                      show_progress="hidden", api_visibility="private")
-    saved_event = save_btn.click(inline_errors(1)(raw(save)), inputs=[code, save_name, seed, lang_state],
-                                 outputs=[saved, save_error], api_name="save_ui", api_visibility="private",
-                                 concurrency_limit=2)
+    ui = _layout(tr, lang_state)
+    _wire_form(ui)
+    _wire_validation(ui, lang_state)
+    ui["saved_event"] = ui["save_btn"].click(
+        inline_errors(1)(raw(save)), inputs=[ui["code"], ui["save_name"], ui["seed"], lang_state],
+        outputs=[ui["saved"], ui["save_error"]], api_name="save_ui", api_visibility="private",
+        concurrency_limit=2)
 
     def save_api(text: str, name: str, seed: int = 0, lang: str = "en") -> str:
         """The HTTP API: save the spec with random weights; an error is an error response."""
         return save(text, name, seed, lang=lang)
 
     gr.api(save_api, api_name="save", concurrency_limit=2)
-    return {"code": code, "status": status, "fields": fields, "table": table, "diagram": diagram,
-            "save_name": save_name, "saved": saved, "saved_event": saved_event, "preset": preset, "load": load}
+    return {k: ui[k] for k in ("code", "status", "fields", "table", "diagram", "save_name", "saved",
+                               "saved_event", "preset", "load")}
+
+
+def _start_yaml() -> tuple[str | None, str]:
+    """(preset shown first, its YAML): ``gpt_tiny`` when present."""
+    presets = zoo.list_presets()
+    first = "gpt_tiny" if "gpt_tiny" in presets else (presets[0] if presets else None)
+    start = preset_yaml(first) if first else "arch: decoder\nvocab_size: 256\nd_model: 64\n" \
+        "num_layers: 2\nnum_heads: 4\n"
+    return first, start
+
+
+def _layout(tr, lang_state) -> dict:
+    """The components, top to bottom: preset picker, form | YAML, status, parameter table and
+    diagram, cost, save.  Returns them by name."""
+    import gradio as gr
+
+    first, start = _start_yaml()
+    ui: dict[str, Any] = {}
+    tr.add(gr.Markdown(tr("build.intro")), value="build.intro")
+    with gr.Row():
+        ui["preset"] = tr.add(gr.Dropdown(zoo.list_presets(), value=first, label=tr("build.preset"),
+                                          elem_id="build-preset"), label="build.preset")
+        ui["load"] = tr.add(gr.Button(tr("build.load"), elem_id="build-load"), value="build.load")
+    with gr.Row():
+        with gr.Column(scale=1):
+            ui["fields"] = _form(tr, form_values(start) or {})
+            tr.add(gr.Markdown(f"#### {tr('build.params_heading')}"), value="#### {build.params_heading}")
+            ui["entries"] = gr.State(component_entries(start))
+            _param_area(ui, lang_state)
+        with gr.Column(scale=1):
+            ui["code"] = tr.add(gr.Code(start, language="yaml", label=tr("build.yaml"), interactive=True,
+                                        lines=24, elem_id="build-yaml"), label="build.yaml")
+            tr.add(gr.Markdown(tr("build.stack_note")), value="build.stack_note")
+    _analysis_area(tr, ui, start)
+    _save_area(tr, ui)
+    return ui
+
+
+def _number(tr, values: dict, field: str, **limits):
+    import gradio as gr
+
+    return tr.add(gr.Number(values.get(field), label=tr(f"build.{field}"), elem_id=f"build-{field}",
+                            **limits), label=f"build.{field}")
+
+
+def _form(tr, values: dict) -> dict:
+    """The form's fields (architecture, sizes, one dropdown per component family), by field."""
+    import gradio as gr
+
+    from zoo.spec import ARCHS
+
+    fields: dict[str, Any] = {}
+    fields["arch"] = tr.add(gr.Dropdown(list(ARCHS), value=values.get("arch"), label=tr("build.arch"),
+                                        elem_id="build-arch"), label="build.arch")
+    fields["name"] = tr.add(gr.Textbox(values.get("name"), label=tr("build.name"), elem_id="build-name"),
+                            label="build.name")
+    with gr.Row():
+        for f in ("vocab_size", "max_len", "d_model"):
+            fields[f] = _number(tr, values, f, precision=0, minimum=1, maximum=LIMITS[f])
+    with gr.Row():
+        for f, lim in (("num_layers", "num_layers"), ("num_heads", "num_heads"), ("num_kv_heads", "num_heads")):
+            fields[f] = _number(tr, values, f, precision=0, minimum=0 if f == "num_kv_heads" else 1,
+                                maximum=LIMITS[lim])
+    with gr.Row():
+        fields["d_ff"] = _number(tr, values, "d_ff", precision=0, minimum=0, maximum=LIMITS["d_ff"])
+        fields["dropout"] = _number(tr, values, "dropout", minimum=0, maximum=0.99, step=0.05)
+    choices = registry_choices()
+    with gr.Row():
+        for f in component_fields():
+            fields[f] = tr.add(gr.Dropdown(choices[f], value=values.get(f), label=tr(f"build.{f}"),
+                                           elem_id=f"build-{f}"), label=f"build.{f}")
+    return fields
+
+
+def _param_area(ui: dict, lang_state) -> None:
+    """The parameter fields of the chosen components, re-rendered when the components change (on
+    load and whenever the entries or the language change)."""
+    import gradio as gr
+
+    @gr.render(inputs=[ui["entries"], lang_state])
+    def _params(entries, lang):
+        if not any(e["params"] for e in entries or []):
+            gr.Markdown(t("build.no_params", lang))
+            return
+        for entry in entries:
+            if entry["params"]:
+                _entry_row(entry, ui["code"])
+
+
+def _entry_row(entry: dict, code) -> None:
+    """One component's parameter fields in a row, each writing its value into the YAML."""
+    import gradio as gr
+
+    where = "-".join(map(str, entry["path"]))
+    with gr.Row(key=f"row-{where}-{entry['kind']}"):
+        gr.Markdown(f"**{'.'.join(map(str, entry['path']))}: {entry['kind']}**", key=f"title-{where}-{entry['kind']}")
+        for p in entry["params"]:
+            w, events = _param_widget(p, f"param-{where}-{p['name']}", entry["kind"])
+            gr.on(events, handler(param_setter(p, entry["path"])), inputs=[w, code], outputs=[code],
+                  show_progress="hidden", api_visibility="private")
+
+
+def _param_widget(p: dict, eid: str, kind: str):
+    """(widget, the events that commit it) for one parameter field.
+
+    The key names the field, the component kind, the widget type and the value the YAML holds: a
+    re-render never hands one field's value to another kind of widget (a Number shown "gelu"), a
+    changed YAML value makes a new widget showing it, and a repeated render of the same entries
+    keeps what the user is typing (``preserved_by_key``) instead of resetting it to the YAML's value.
+    """
+    import gradio as gr
+
+    opts = dict(label=p["name"], elem_id=eid, key=f"{eid}-{kind}-{p['type']}-{p['value']!r}",
+                preserved_by_key=["value"], interactive=True)
+    if p["type"] == "bool":
+        w = gr.Checkbox(bool(p["value"]), **opts)
+        return w, [w.input]
+    if p["type"] in ("int", "float"):
+        w = gr.Number(p["value"], precision=0 if p["type"] == "int" else None, **opts)
+        return w, [w.submit, w.blur]
+    if p["type"] == "choice":
+        w = gr.Dropdown([(str(c), str(c)) for c in p["choices"]], value=str(p["value"]), **opts)
+        return w, [w.input]
+    w = gr.Textbox(str(p["value"]) if p["value"] is not None else "", **opts)
+    return w, [w.submit, w.blur]
+
+
+def param_setter(p: dict, path: list):
+    """The handler of one parameter field: its widget's value, typed as the config field wants,
+    written into the YAML at ``path``."""
+    ptype, name = p["type"], p["name"]
+    options = {str(c): c for c in p["choices"] or ()}  # label -> typed value
+
+    def on_param(value, text):
+        if ptype == "int":
+            value = int(value) if value is not None else None
+        elif ptype == "yaml":
+            value = parse_param_text(value)
+        elif ptype == "choice":
+            value = options.get(str(value), value)
+        return set_param(text, path, name, value)
+
+    return on_param
+
+
+def _analysis_area(tr, ui: dict, start: str) -> None:
+    """Status line, parameter table, block diagram, cost plot and memory table of the start spec."""
+    import gradio as gr
+
+    status0, rows0, diagram0, _ = analyse(start)
+    ui["status"] = gr.Markdown(status0, elem_id="build-status")
+    with gr.Row():
+        ui["table"] = tr.add(gr.Dataframe(rows0, headers=[tr(h) for h in TABLE_HEADERS], label=tr("build.table"),
+                                          interactive=False, elem_id="build-table"), label="build.table")
+        with gr.Column():
+            tr.add(gr.Markdown(f"**{tr('build.diagram')}**"), value="**{build.diagram}**")
+            ui["diagram"] = gr.HTML(diagram0, elem_id="build-diagram")
+    fig0, cost_rows0 = cost(start)
+    with gr.Column(visible=cost_available()):  # the table below the plot: all its columns fit
+        ui["cost_plot"] = tr.add(gr.Plot(fig0, label=tr("build.cost"), elem_id="build-cost",
+                                         elem_classes=["zoo-plot"]), label="build.cost")
+        ui["cost_table"] = tr.add(gr.Dataframe(cost_rows0, headers=[tr(h) for h in COST_HEADERS],
+                                               label=tr("build.memory"), interactive=False,
+                                               elem_id="build-memory"), label="build.memory")
+
+
+def _save_area(tr, ui: dict) -> None:
+    import gradio as gr
+
+    with gr.Row():
+        ui["save_name"] = tr.add(gr.Textbox("my_model", label=tr("build.save_name"), info=tr("build.save_info"),
+                                            elem_id="build-save-name"), label="build.save_name",
+                                 info="build.save_info")
+        ui["seed"] = tr.add(gr.Number(0, label=tr("build.seed"), precision=0, elem_id="build-seed"),
+                            label="build.seed")
+        ui["save_btn"] = tr.add(gr.Button(tr("build.save"), variant="primary", elem_id="build-save"),
+                                value="build.save")
+    ui["saved"] = gr.Markdown(elem_id="build-saved")
+    ui["save_error"] = error_box("build-error")
+
+
+# ---------------------------------------------------------------------- wiring
+def refill(text: str) -> list:
+    """YAML -> the form's values, in :func:`form_fields` order (unchanged while the YAML is invalid)."""
+    import gradio as gr
+
+    vals = form_values(text)
+    if vals is None:
+        return [gr.skip()] * len(form_fields())
+    return [vals[f] for f in form_fields()]
+
+
+def _wire_form(ui: dict) -> None:
+    """Form -> YAML on user edits (``.input``, so programmatic refills never loop); YAML -> form when
+    the user types in the editor or loads a preset."""
+    import gradio as gr
+
+    fields, code = ui["fields"], ui["code"]
+    for f, w in fields.items():
+        def on_field(value, text, _f=f):
+            return set_field(text, _f, value)
+        w.input(handler(on_field), inputs=[w, code], outputs=[code], show_progress="hidden",
+                api_visibility="private")
+    form = [fields[f] for f in form_fields()]
+    gr.on([code.input, code.blur], handler(refill), inputs=[code], outputs=form, show_progress="hidden",
+          api_visibility="private", trigger_mode="always_last")
+
+    def on_load(name):
+        text = preset_yaml(name)
+        return [text] + refill(text)
+
+    ui["load"].click(handler(on_load), inputs=[ui["preset"]], outputs=[code] + form, api_name="load_preset")
+
+
+def on_change(text: str, lang: str, current=None):
+    """Any YAML change: validation status, parameter table, diagram, parameter fields (skipped when
+    the fields would show the same), cost plot and memory table."""
+    import gradio as gr
+    import pandas as pd
+
+    st, rows, diag, ok = analyse(text, lang)
+    entries = component_entries(text) if ok else gr.skip()
+    shown = lambda es: [e for e in es or [] if e["params"]]  # noqa: E731 - what the fields show
+    if ok and current is not None and shown(entries) == shown(current):
+        entries = gr.skip()  # the same fields with the same values: no re-render
+    # an invalid spec has no structure or cost: say so instead of showing the last valid one
+    diag = diag if ok else f"<div class='zoo-stale'>{html.escape(t('build.stale', lang))}</div>"
+    fig, crow = cost(text, lang) if ok else (None, [])
+    rows = pd.DataFrame(rows, columns=[t(h, lang) for h in TABLE_HEADERS])
+    crow = pd.DataFrame(crow, columns=[t(h, lang) for h in COST_HEADERS])
+    return st, rows, diag, entries, fig, crow
+
+
+def _wire_validation(ui: dict, lang_state) -> None:
+    outputs = [ui[k] for k in ("status", "table", "diagram", "entries", "cost_plot", "cost_table")]
+    ui["code"].change(handler(on_change), inputs=[ui["code"], lang_state, ui["entries"]], outputs=outputs,
+                      show_progress="hidden", trigger_mode="always_last", api_name="validate")
+    lang_state.change(handler(on_change), inputs=[ui["code"], lang_state], outputs=outputs,
+                      show_progress="hidden", api_visibility="private")

@@ -12,6 +12,7 @@ to fix.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -71,12 +72,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "build.num_kv_heads": ("Key/value heads (0 = same as heads)", "键/值头数（0 表示与头数相同）"),
     "build.d_ff": ("d_ff (0 = 4 × d_model)", "d_ff（0 表示 4 × d_model）"),
     "build.dropout": ("Dropout", "Dropout"),
-    "build.attention": ("Attention kernel", "注意力实现"),
-    "build.mask": ("Mask", "掩码"),
-    "build.positions": ("Positional encoding", "位置编码"),
-    "build.norm": ("Norm", "归一化"),
-    "build.placement": ("Norm placement", "归一化位置"),
-    "build.ffn": ("Feed-forward", "前馈网络"),
+    # "build.<field>" of each component family: derived from the family table (family_strings)
     "build.params_heading": ("Component parameters", "组件参数"),
     "build.no_params": ("The chosen components take no parameters.", "所选组件没有参数。"),
     "build.stack_note": ("Per-stack overrides (`encoder:` / `decoder:` sections) and list masks are "
@@ -164,7 +160,7 @@ STRINGS: dict[str, tuple[str, str]] = {
                      "示例：点一下即选中检查点并运行"),
     "run.room": ("room: at most {n} tokens in a sequence (max_len), so new tokens are capped by what the "
                  "prompt leaves", "容量：一个序列最多 {n} 个 token（max_len），生成的 token 数不超过提示剩下的空间"),
-    "run.max_new_info": ("capped by what the model's max_len leaves after the prompt",
+    "run.max_new_tokens_info": ("capped by what the model's max_len leaves after the prompt",
                          "不超过模型的 max_len 在提示之后剩下的空间"),
     "run.output": ("Output", "输出"),
     "run.temperature": ("Temperature (0 = greedy)", "温度（0 为贪心）"),
@@ -173,7 +169,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "run.max_new_tokens": ("Max new tokens", "最多生成的 token 数"),
     "run.seed": ("Seed", "随机种子"),
     "run.repetition_penalty": ("Repetition penalty (1 = off)", "重复惩罚（1 为关闭）"),
-    "run.repetition_info": ("Makes characters already in the text less likely (greedy decoding "
+    "run.repetition_penalty_info": ("Makes characters already in the text less likely (greedy decoding "
                             "too): small models otherwise loop, 风吹吹吹吹",
                             "让文中已出现的字更不容易再出现（贪心解码同样适用）：小模型否则会打转，如 风吹吹吹吹"),
     "run.go": ("Run", "运行"),
@@ -343,10 +339,74 @@ def lang_code(lang: Any) -> str:
     return "en"
 
 
+# ---------------------------------------------------------------------- component families
+#: What the UI calls each component family (English, 中文), by family name: the Build form's label
+#: (``build.<field>``) and the family word in translated errors.  The keys come from the family table
+#: (:data:`zoo.components.FAMILIES`), not from this dict: a family without a row here is still labelled
+#: ("router (component)", "router（组件）") until someone adds its translation.
+FAMILY_LABELS: dict[str, tuple[str, str]] = {
+    "attention": ("Attention kernel", "注意力实现"),
+    "mask": ("Mask", "掩码"),
+    "position": ("Positional encoding", "位置编码"),
+    "norm": ("Norm", "归一化"),
+    "placement": ("Norm placement", "归一化位置"),
+    "ffn": ("Feed-forward", "前馈网络"),
+    "tokenizer": ("Tokenizer", "分词器"),
+    "task": ("Task", "任务"),
+}
+
+
+def _families() -> tuple:
+    from zoo import components  # read when called: a row added to the table is seen at once
+
+    return components.FAMILIES
+
+
+def family_label(family: Any) -> tuple[str, str]:
+    """(English, 中文) name of a family row (:class:`zoo.components.Family`)."""
+    word = family.field or family.name
+    return FAMILY_LABELS.get(family.name) or (f"{word} (component)", f"{word}（组件）")
+
+
+def family_strings() -> dict[str, tuple[str, str]]:
+    """``build.<field>`` -> (English, 中文) for every family a model spec names."""
+    return {f"build.{f.field}": family_label(f) for f in _families() if f.field is not None}
+
+
+def option_strings() -> dict[str, tuple[str, str]]:
+    """``run.<option>`` -> (English, 中文) for every generation option the Run tab shows that has no
+    label in :data:`STRINGS` yet (a new option is labelled by its name until translated)."""
+    from zoo.generate import GenerationOptions  # read when called, like the family table
+
+    out = {}
+    for f in dataclasses.fields(GenerationOptions):
+        if f.metadata["option"].step is not None and f"run.{f.name}" not in STRINGS:
+            out[f"run.{f.name}"] = (f.name.replace("_", " "), f"{f.name}（生成选项）")
+    return out
+
+
+def all_strings() -> dict[str, tuple[str, str]]:
+    """Every key :func:`t` knows: :data:`STRINGS`, the family labels and new generation options."""
+    return {**family_strings(), **option_strings(), **STRINGS}
+
+
+def family_word_zh(word: str) -> str:
+    """A family's name or spec field (``position``, ``positions``) in Chinese; other words unchanged
+    (``head`` is the spec's task head, not a component family)."""
+    for f in _families():
+        if word in (f.name, f.field):
+            return family_label(f)[1]
+    return "任务头" if word == "head" else word
+
+
 def t(key: str, lang: Any = DEFAULT, **fmt: Any) -> str:
     """The text of ``key`` in ``lang``, formatted with ``fmt``.  An unknown key is a programming
     error and raises KeyError (tests walk every key)."""
-    en, zh = STRINGS[key]
+    pair = STRINGS.get(key) or family_strings().get(key) or \
+        (option_strings().get(key) if key.startswith("run.") else None)
+    if pair is None:
+        raise KeyError(key)
+    en, zh = pair
     text = zh if lang_code(lang) == "zh" else en
     return text.format(**fmt) if fmt else text
 
@@ -354,9 +414,6 @@ def t(key: str, lang: Any = DEFAULT, **fmt: Any) -> str:
 #: The engine's common error texts (``what`` and ``fix``) in Chinese: (English pattern, Chinese
 #: template).  The engine speaks English; its where / what / fix structure lets the UI translate the
 #: errors a user meets most.  A text no pattern matches is shown as it is.
-FAMILY_ZH = {"attention": "注意力实现", "mask": "掩码", "position": "位置编码", "positions": "位置编码",
-             "norm": "归一化", "placement": "归一化位置", "ffn": "前馈网络", "tokenizer": "分词器",
-             "head": "任务头"}
 ERRORS_ZH: list[tuple[str, str]] = [
     (r"no (?P<family>\w+) named '(?P<name>.*)'", "没有名为 '{name}' 的{family}"),
     (r"unknown field '(?P<f>.*)'", "未知字段 '{f}'"),
@@ -420,7 +477,7 @@ def translate_error_text(text: str | None, lang: Any = DEFAULT) -> str | None:
     for pattern, zh in _ERRORS_ZH:
         m = pattern.match(text.strip().rstrip("."))
         if m:
-            groups = {k: FAMILY_ZH.get(v, v) if k == "family" else v for k, v in m.groupdict().items()}
+            groups = {k: family_word_zh(v) if k == "family" else v for k, v in m.groupdict().items()}
             return zh.format(**groups)
     return text
 

@@ -390,80 +390,109 @@ def choices_for(name: str, lang: str = "en") -> dict[str, Any]:
 
 
 def build(tr, lang_state) -> dict:
+    """Create the tab (inside an open ``gr.Tab``): the traced run of a checkpoint, then the
+    step-by-step attention calculator."""
+    ui = _attention_layout(tr)
+    _wire_attention(ui, lang_state)
+    calc = _calculator_layout(tr)
+    _wire_calculator(calc, lang_state)
+    out = {k: ui[k] for k in ("checkpoint", "text", "stack", "layer", "head", "go_inspect", "grid", "error")}
+    out["heatmap"] = ui["heat"]
+    out.update({k: calc[k] for k in ("q", "k", "v", "mask", "steps", "explain", "go")})
+    return out
+
+
+# ---------------------------------------------------------------------- a checkpoint's attention
+def _attention_layout(tr) -> dict:
+    """Checkpoint, text, stack / layer / head selectors; the heatmap, the grid of every layer and
+    head, the mask and position figures."""
     import gradio as gr
 
-    out: dict[str, Any] = {}
+    ui: dict = {}
     names = checkpoint_names()
     tr.add(gr.Markdown(tr("inspect.intro")), value="inspect.intro")
     with gr.Row():
-        ckpt = tr.add(gr.Dropdown(names, value=default_checkpoint(names), label=tr("run.checkpoint"),
-                                  elem_id="inspect-checkpoint", allow_custom_value=True),
-                      label="run.checkpoint")
-        refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="inspect-refresh"),
-                         value="run.refresh")
-    text = tr.add(gr.Textbox("床前明月光，疑是地上霜。", label=tr("inspect.text"), elem_id="inspect-text",
-                             max_length=LIMITS["text_chars"]), label="inspect.text")
+        ui["checkpoint"] = tr.add(gr.Dropdown(names, value=default_checkpoint(names), label=tr("run.checkpoint"),
+                                              elem_id="inspect-checkpoint", allow_custom_value=True),
+                                  label="run.checkpoint")
+        ui["refresh"] = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="inspect-refresh"),
+                               value="run.refresh")
+    ui["text"] = tr.add(gr.Textbox("床前明月光，疑是地上霜。", label=tr("inspect.text"), elem_id="inspect-text",
+                                   max_length=LIMITS["text_chars"]), label="inspect.text")
     with gr.Row():
         # allow_custom_value: a click right after a checkpoint change can send the old stack
         # ("decoder") before the new choices (["encoder"]) arrive; Gradio would reject it before the
         # handler runs, and inspect() already falls back to the model's last stack
-        stack = tr.add(gr.Dropdown(["encoder", "decoder", "cross"], value="decoder", label=tr("inspect.stack"),
-                                   elem_id="inspect-stack", allow_custom_value=True), label="inspect.stack")
-        layer = tr.add(gr.Slider(0, LIMITS["num_layers"] - 1, value=0, step=1, label=tr("inspect.layer"),
-                                 elem_id="inspect-layer"),
-                       label="inspect.layer")
-        head = tr.add(gr.Slider(0, LIMITS["num_heads"] - 1, value=0, step=1, label=tr("inspect.head"),
-                                elem_id="inspect-head"),
-                      label="inspect.head")
-        go_inspect = tr.add(gr.Button(tr("inspect.go"), variant="primary", elem_id="inspect-go"),
-                            value="inspect.go")
-    error = error_box("inspect-error")
-    nxt = gr.Markdown(elem_id="inspect-next")
+        ui["stack"] = tr.add(gr.Dropdown(["encoder", "decoder", "cross"], value="decoder", label=tr("inspect.stack"),
+                                         elem_id="inspect-stack", allow_custom_value=True), label="inspect.stack")
+        ui["layer"] = tr.add(gr.Slider(0, LIMITS["num_layers"] - 1, value=0, step=1, label=tr("inspect.layer"),
+                                       elem_id="inspect-layer"), label="inspect.layer")
+        ui["head"] = tr.add(gr.Slider(0, LIMITS["num_heads"] - 1, value=0, step=1, label=tr("inspect.head"),
+                                      elem_id="inspect-head"), label="inspect.head")
+        ui["go_inspect"] = tr.add(gr.Button(tr("inspect.go"), variant="primary", elem_id="inspect-go"),
+                                  value="inspect.go")
+    ui["error"] = error_box("inspect-error")
+    ui["next"] = gr.Markdown(elem_id="inspect-next")
     with gr.Row():
         with gr.Column(scale=3):
             tr.add(gr.Markdown(f"**{tr('inspect.heatmap')}**"), value="**{inspect.heatmap}**")
-            heat = gr.HTML(None, html_template="<div class='zoo-attn'></div>", js_on_load=ATTN_JS,
-                           css_template=ATTN_CSS, elem_id="inspect-attn")
-        grid = tr.add(gr.Plot(label=tr("inspect.grid"), elem_id="inspect-grid", scale=2,
-                              elem_classes=["zoo-plot"]), label="inspect.grid")
+            ui["heat"] = gr.HTML(None, html_template="<div class='zoo-attn'></div>", js_on_load=ATTN_JS,
+                                 css_template=ATTN_CSS, elem_id="inspect-attn")
+        ui["grid"] = tr.add(gr.Plot(label=tr("inspect.grid"), elem_id="inspect-grid", scale=2,
+                                    elem_classes=["zoo-plot"]), label="inspect.grid")
     with gr.Row():
-        maskfig = tr.add(gr.Plot(label=tr("inspect.mask"), elem_id="inspect-mask", elem_classes=["zoo-plot"]),
-                         label="inspect.mask")
-        posfig = tr.add(gr.Plot(label=tr("inspect.positions"), elem_id="inspect-positions",
-                                elem_classes=["zoo-plot"]), label="inspect.positions")
+        ui["maskfig"] = tr.add(gr.Plot(label=tr("inspect.mask"), elem_id="inspect-mask",
+                                       elem_classes=["zoo-plot"]), label="inspect.mask")
+        ui["posfig"] = tr.add(gr.Plot(label=tr("inspect.positions"), elem_id="inspect-positions",
+                                      elem_classes=["zoo-plot"]), label="inspect.positions")
+    return ui
 
-    def on_checkpoint(name, stack_now, lang):
-        if not name:
-            return gr.skip(), gr.skip(), gr.skip()
-        c = choices_for(name, lang)
-        s = stack_now if stack_now in c["stacks"] else c["stacks"][-1]
-        n_layers, n_heads = c["layers"][s], c["heads"][s]
-        return (gr.update(choices=c["stacks"], value=s),  # a slider needs min < max: one layer -> fixed
-                gr.update(maximum=max(n_layers - 1, 1), value=0, interactive=n_layers > 1),
-                gr.update(maximum=max(n_heads - 1, 1), value=0, interactive=n_heads > 1))
 
-    @inline_errors(5)
-    def on_inspect(name, txt, s, l, h, lang):
-        r = raw(inspect)(name, txt, s, l, h, lang=lang)
-        return r["attention"], r["grid"], r["mask"], r["positions"], \
-            f"**{t(r['next_label'], lang)}:** {safe_markdown(r['next'])}" if r["next"] else ""
+@inline_errors(3)  # a bad name typed into the box: the tab's error box
+def on_checkpoint(name, stack_now, lang):
+    """A checkpoint chosen: its stacks, and the layer / head sliders sized for the shown stack."""
+    import gradio as gr
 
-    @handler
-    def on_refresh(current):
-        names = checkpoint_names()
-        return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
+    if not name:
+        return gr.skip(), gr.skip(), gr.skip()
+    c = choices_for(name, lang)
+    s = stack_now if stack_now in c["stacks"] else c["stacks"][-1]
+    n_layers, n_heads = c["layers"][s], c["heads"][s]
+    return (gr.update(choices=c["stacks"], value=s),  # a slider needs min < max: one layer -> fixed
+            gr.update(maximum=max(n_layers - 1, 1), value=0, interactive=n_layers > 1),
+            gr.update(maximum=max(n_heads - 1, 1), value=0, interactive=n_heads > 1))
 
-    sel = inline_errors(3)(on_checkpoint)  # a bad name typed into the box: the tab's error box
-    ckpt.change(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head, error],
-                api_visibility="private")
-    refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
-    figs = [heat, grid, maskfig, posfig, nxt, error]
-    go_inspect.click(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
-                     concurrency_limit=2, concurrency_id="inspect", api_visibility="private")
-    for w in (layer, head):
-        w.release(on_inspect, inputs=[ckpt, text, stack, layer, head, lang_state], outputs=figs,
-                  concurrency_limit=2, concurrency_id="inspect", trigger_mode="always_last",
-                  api_visibility="private")
+
+@inline_errors(5)
+def on_inspect(name, txt, s, l, h, lang):
+    """One traced run: heatmap data, grid, mask and position figures, the next-token line."""
+    r = raw(inspect)(name, txt, s, l, h, lang=lang)
+    return r["attention"], r["grid"], r["mask"], r["positions"], \
+        f"**{t(r['next_label'], lang)}:** {safe_markdown(r['next'])}" if r["next"] else ""
+
+
+@handler
+def on_refresh(current):
+    import gradio as gr
+
+    names = checkpoint_names()
+    return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
+
+
+def _wire_attention(ui: dict, lang_state) -> None:
+    """Checkpoint -> selectors (also when the page opens); Inspect, or releasing a slider -> a run."""
+    import gradio as gr
+
+    selectors = dict(inputs=[ui["checkpoint"], ui["stack"], lang_state],
+                     outputs=[ui["stack"], ui["layer"], ui["head"], ui["error"]], api_visibility="private")
+    ui["checkpoint"].change(on_checkpoint, **selectors)
+    ui["refresh"].click(on_refresh, inputs=[ui["checkpoint"]], outputs=[ui["checkpoint"]], api_visibility="private")
+    run = dict(inputs=[ui[k] for k in ("checkpoint", "text", "stack", "layer", "head")] + [lang_state],
+               outputs=[ui[k] for k in ("heat", "grid", "maskfig", "posfig", "next", "error")],
+               concurrency_limit=2, concurrency_id="inspect", api_visibility="private")
+    ui["go_inspect"].click(on_inspect, **run)
+    for w in (ui["layer"], ui["head"]):
+        w.release(on_inspect, trigger_mode="always_last", **run)
 
     def inspect_api(name: str, text: str, stack: str = "decoder", layer: int = 0, head: int = 0,
                     lang: str = "en") -> dict:
@@ -474,73 +503,83 @@ def build(tr, lang_state) -> dict:
                 "weights": r["weights"], "next": r["next"], "stack": r["stack"]}
 
     gr.api(inspect_api, api_name="inspect", concurrency_limit=2, concurrency_id="inspect")
-    # size the selectors for the chosen checkpoint when the page opens
-    root = getattr(gr.context.Context, "root_block", None)
+    root = getattr(gr.context.Context, "root_block", None)  # size the selectors when the page opens
     if root is not None:
-        root.load(sel, inputs=[ckpt, stack, lang_state], outputs=[stack, layer, head, error],
-                  api_visibility="private")
-    out.update(checkpoint=ckpt, text=text, stack=stack, layer=layer, head=head, go_inspect=go_inspect,
-               heatmap=heat, grid=grid, error=error)
+        root.load(on_checkpoint, **selectors)
+
+
+# ---------------------------------------------------------------------- the calculator
+CALC_STEPS = (("scores", "scaled", "masked"), ("weights", "output"))  # one row of tables each
+
+
+def _calculator_layout(tr) -> dict:
+    """Q, K, V and mask tables (editable), the intermediate tables and the explanation."""
+    import gradio as gr
+
+    c: dict = {}
     tr.add(gr.Markdown(f"### {tr('inspect.calc_heading')}"), value="### {inspect.calc_heading}")
     tr.add(gr.Markdown(tr("inspect.calc_intro")), value="inspect.calc_intro")
     with gr.Row():
-        q = gr.Dataframe(SEED_Q, label="Q", type="array", interactive=True, datatype="number",
-                         elem_id="calc-q")
-        k = gr.Dataframe(SEED_K, label="K", type="array", interactive=True, datatype="number",
-                         elem_id="calc-k")
-        v = gr.Dataframe(SEED_V, label="V", type="array", interactive=True, datatype="number",
-                         elem_id="calc-v")
+        for name, seed in (("q", SEED_Q), ("k", SEED_K), ("v", SEED_V)):
+            c[name] = gr.Dataframe(seed, label=name.upper(), type="array", interactive=True, datatype="number",
+                                   elem_id=f"calc-{name}")
         with gr.Column():
-            mask_kind = tr.add(gr.Radio([("none", "none"), ("causal", "causal")], value="none",
-                                        label=tr("inspect.calc_mask"), elem_id="calc-mask-kind"),
-                               label="inspect.calc_mask")
-            mask = tr.add(gr.Dataframe(mask_table("none", 3), label=tr("calc.mask_table"), type="array",
-                                       interactive=True, datatype="number", elem_id="calc-mask"),
-                          label="calc.mask_table")
+            c["mask_kind"] = tr.add(gr.Radio([("none", "none"), ("causal", "causal")], value="none",
+                                             label=tr("inspect.calc_mask"), elem_id="calc-mask-kind"),
+                                    label="inspect.calc_mask")
+            c["mask"] = tr.add(gr.Dataframe(mask_table("none", 3), label=tr("calc.mask_table"), type="array",
+                                            interactive=True, datatype="number", elem_id="calc-mask"),
+                               label="calc.mask_table")
     with gr.Row():
-        go = tr.add(gr.Button(tr("inspect.calc_go"), variant="primary", elem_id="calc-go"),
-                    value="inspect.calc_go")
-        reset = tr.add(gr.Button(tr("inspect.calc_reset"), elem_id="calc-reset"), value="inspect.calc_reset")
+        c["go"] = tr.add(gr.Button(tr("inspect.calc_go"), variant="primary", elem_id="calc-go"),
+                         value="inspect.calc_go")
+        c["reset"] = tr.add(gr.Button(tr("inspect.calc_reset"), elem_id="calc-reset"), value="inspect.calc_reset")
     first = calculate(SEED_Q, SEED_K, SEED_V, mask_table("none", 3))
-    steps = {}
-    with gr.Row():
-        for key in ("scores", "scaled", "masked"):
-            steps[key] = tr.add(gr.Dataframe(first[key], label=tr(f"calc.{key}"), interactive=False,
-                                             elem_id=f"calc-{key}"), label=f"calc.{key}")
-    with gr.Row():
-        for key in ("weights", "output"):
-            steps[key] = tr.add(gr.Dataframe(first[key], label=tr(f"calc.{key}"), interactive=False,
-                                             elem_id=f"calc-{key}"), label=f"calc.{key}")
-    explain = gr.Markdown(first["explain"], elem_id="calc-explain")
+    c["steps"] = {}
+    for row in CALC_STEPS:
+        with gr.Row():
+            for key in row:
+                c["steps"][key] = tr.add(gr.Dataframe(first[key], label=tr(f"calc.{key}"), interactive=False,
+                                                      elem_id=f"calc-{key}"), label=f"calc.{key}")
+    c["explain"] = gr.Markdown(first["explain"], elem_id="calc-explain")
+    return c
 
-    @handler
-    def on_calc(qv, kv, vv, mv, lang):
-        r = calculate(qv, kv, vv, mv, lang=lang)
-        return [r[k] for k in steps] + [r["explain"]]
 
-    calc_outputs = [steps[k] for k in steps] + [explain]
-    go.click(on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs, api_name="calculate")
-    for table in (q, k, v, mask):
-        table.input(on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs,
-                    show_progress="hidden", trigger_mode="always_last", api_visibility="private")
+def _step_values(r: dict) -> list:
+    return [r[k] for row in CALC_STEPS for k in row] + [r["explain"]]
 
-    @handler
-    def on_mask_kind(kind, qv, kv):
-        try:
-            n, m = len(_matrix(qv, "Q", "en")), len(_matrix(kv, "K", "en"))
-        except ZooError:
-            n = m = 3
-        return mask_table(kind, n, m)
 
-    mask_kind.input(on_mask_kind, inputs=[mask_kind, q, k], outputs=[mask], api_visibility="private").then(
-        on_calc, inputs=[q, k, v, mask, lang_state], outputs=calc_outputs, api_visibility="private")
+@handler
+def on_calc(qv, kv, vv, mv, lang):
+    return _step_values(calculate(qv, kv, vv, mv, lang=lang))
 
-    @handler
-    def on_reset(lang):
-        r = calculate(SEED_Q, SEED_K, SEED_V, mask_table("none", 3), lang=lang)
-        return [SEED_Q, SEED_K, SEED_V, mask_table("none", 3), "none"] + [r[k] for k in steps] + [r["explain"]]
 
-    reset.click(on_reset, inputs=[lang_state], outputs=[q, k, v, mask, mask_kind] + calc_outputs,
-                api_visibility="private")
-    out.update(q=q, k=k, v=v, mask=mask, steps=steps, explain=explain, go=go)
-    return out
+@handler
+def on_mask_kind(kind, qv, kv):
+    """A mask kind chosen: a mask table of the size of the Q and K tables (3 x 3 when unreadable)."""
+    try:
+        n, m = len(_matrix(qv, "Q", "en")), len(_matrix(kv, "K", "en"))
+    except ZooError:
+        n = m = 3
+    return mask_table(kind, n, m)
+
+
+@handler
+def on_reset(lang):
+    r = calculate(SEED_Q, SEED_K, SEED_V, mask_table("none", 3), lang=lang)
+    return [SEED_Q, SEED_K, SEED_V, mask_table("none", 3), "none"] + _step_values(r)
+
+
+def _wire_calculator(c: dict, lang_state) -> None:
+    """Calculate, or an edited table -> every step again; a mask kind -> its table, then the steps."""
+    tables = [c["q"], c["k"], c["v"], c["mask"]]
+    outputs = [c["steps"][k] for row in CALC_STEPS for k in row] + [c["explain"]]
+    c["go"].click(on_calc, inputs=tables + [lang_state], outputs=outputs, api_name="calculate")
+    for table in tables:
+        table.input(on_calc, inputs=tables + [lang_state], outputs=outputs, show_progress="hidden",
+                    trigger_mode="always_last", api_visibility="private")
+    c["mask_kind"].input(on_mask_kind, inputs=[c["mask_kind"], c["q"], c["k"]], outputs=[c["mask"]],
+                         api_visibility="private").then(
+        on_calc, inputs=tables + [lang_state], outputs=outputs, api_visibility="private")
+    c["reset"].click(on_reset, inputs=[lang_state], outputs=tables + [c["mask_kind"]] + outputs,
+                     api_visibility="private")

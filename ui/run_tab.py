@@ -13,10 +13,11 @@ Errors stay in the tab's error box, with where / problem / fix, until the next r
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import zoo
 
@@ -26,7 +27,7 @@ from zoo.convert import certificate_text
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
                      default_checkpoint, error_box, handler, inline_errors, load_checkpoint, raw,
                      safe_markdown)
-from .i18n import t
+from .i18n import STRINGS, t
 
 #: one example per shipped checkpoint: clicking it picks the checkpoint and runs the prompt
 EXAMPLES = {"poet_gpt": "床前明月光，", "poet_bert": "床前明<mask>光，疑是地上霜。", "numerals_t5": "10086"}
@@ -130,11 +131,13 @@ def max_new_tokens_for(name: str | None, lang: str = "en") -> dict:
 @handler
 def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
         max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, repetition_penalty: float = 1.0,
-        lang: str = "en", stats: dict | None = None) -> Iterator[tuple[str, list]]:
+        lang: str = "en", stats: dict | None = None, **more: Any) -> Iterator[tuple[str, list]]:
     """Stream ``(output text so far, fill-mask rows)``.  ``max_new_tokens`` is capped by what the
-    model's ``max_len`` leaves after the prompt.  ``repetition_penalty`` (1 = off) applies to greedy
-    decoding too.  ``stats``, when given, receives the finished generation's speed against the
-    memory roofline (:func:`zoo.bench.decode_speed`)."""
+    model's ``max_len`` leaves after the prompt.  ``temperature`` 0 is greedy decoding, ``top_k`` 0
+    and ``top_p`` 1 are off; ``repetition_penalty`` (1 = off) applies to greedy decoding too.
+    ``more``: any other :class:`~zoo.generate.GenerationOptions` (as the page's controls give
+    them), checked by it.  ``stats``, when given, receives the finished generation's speed against
+    the memory roofline (:func:`zoo.bench.decode_speed`)."""
     model = load_checkpoint(name, lang)
     text = check_text(text, lang)
     max_new_tokens = int(max_new_tokens or 0)
@@ -150,7 +153,8 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
     temperature = float(temperature or 0.0)
     sampling = temperature > 0
     options = dict(do_sample=sampling, seed=int(seed or 0),
-                   repetition_penalty=float(repetition_penalty if repetition_penalty is not None else 1.0))
+                   repetition_penalty=float(repetition_penalty if repetition_penalty is not None else 1.0),
+                   **_typed(more))
     if sampling:
         options.update(temperature=temperature, top_k=int(top_k) if top_k else None,
                        top_p=float(top_p) if top_p is not None and float(top_p) < 1.0 else None)
@@ -168,6 +172,16 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
                                   n_prompt + n_new // 2))
 
 
+def _typed(values: dict) -> dict:
+    """Control values as their options' types (a number box gives floats); empty ones left out."""
+    from zoo.generate import GenerationOptions
+
+    fields = GenerationOptions.__dataclass_fields__
+    cast = {"int": int, "float": float, "bool": bool}
+    return {k: cast.get(fields[k].metadata["option"].kind, lambda x: x)(v) if k in fields else v
+            for k, v in values.items() if v is not None and v != ""}
+
+
 def speed_line(stats: dict, lang: str = "en") -> str:
     """The Run tab's line under the output: tokens/s, bytes per token, % of the memory roofline,
     and why decoding is memory-bound (English / Chinese)."""
@@ -179,109 +193,185 @@ def speed_line(stats: dict, lang: str = "en") -> str:
 
 
 def build(tr, lang_state) -> dict:
+    """Create the tab (inside an open ``gr.Tab``): its layout, its events and its HTTP API."""
+    ui = _layout(tr)
+    _wire(ui, lang_state)
+    _api()
+    parts = {k: ui[k] for k in ("checkpoint", "prompt", "output", "go", "fills", "refresh", "error", "card",
+                                "speed")}
+    return {**parts, "max_new": ui["max_new_tokens"], "options": {n: ui[n] for n, _ in ui_options()}}
+
+
+def _layout(tr) -> dict:
+    """Checkpoint picker; prompt, examples, generation controls, output | the model card."""
     import gradio as gr
 
+    ui: dict = {}
     names = checkpoint_names()
     first = default_checkpoint(names)
     tr.add(gr.Markdown(tr("run.intro")), value="run.intro")
     with gr.Row():
-        ckpt = tr.add(gr.Dropdown(names, value=first, label=tr("run.checkpoint"),
-                                  elem_id="run-checkpoint", allow_custom_value=True), label="run.checkpoint")
-        refresh = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="run-refresh", scale=0,
-                                   min_width=120), value="run.refresh")
+        ui["checkpoint"] = tr.add(gr.Dropdown(names, value=first, label=tr("run.checkpoint"),
+                                              elem_id="run-checkpoint", allow_custom_value=True),
+                                  label="run.checkpoint")
+        ui["refresh"] = tr.add(gr.Button(tr("run.refresh"), size="sm", elem_id="run-refresh", scale=0,
+                                         min_width=120), value="run.refresh")
     with gr.Row():
         with gr.Column(scale=3):
-            prompt = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
-                                       max_length=LIMITS["text_chars"]), label="run.prompt")
-            shown = [[n, p] for n, p in EXAMPLES.items() if n in names]
-            examples = None
-            if shown:
-                examples = gr.Examples(shown, inputs=[ckpt, prompt], label=tr("run.examples"),
-                                       examples_per_page=len(shown))
-                tr.add(examples.dataset, label="run.examples")
-            with gr.Row():
-                temperature = tr.add(gr.Slider(0.0, 2.0, value=0.8, step=0.05, label=tr("run.temperature"),
-                                               elem_id="run-temperature"), label="run.temperature")
-                top_k = tr.add(gr.Slider(0, 200, value=20, step=1, label=tr("run.top_k"), elem_id="run-top-k"),
-                               label="run.top_k")
-                top_p = tr.add(gr.Slider(0.05, 1.0, value=0.95, step=0.05, label=tr("run.top_p"),
-                                         elem_id="run-top-p"), label="run.top_p")
-            with gr.Row():
-                room = max_new_tokens_for(first)
-                max_new = tr.add(gr.Slider(1, room["maximum"], value=room["value"], step=1,
-                                           label=tr("run.max_new_tokens"), info=tr("run.max_new_info"),
-                                           elem_id="run-max-new"),
-                                 label="run.max_new_tokens", info="run.max_new_info")
-                seed = tr.add(gr.Number(0, precision=0, label=tr("run.seed"), elem_id="run-seed"),
-                              label="run.seed")
-                repetition = tr.add(gr.Slider(1.0, 2.0, value=1.0, step=0.05,
-                                              label=tr("run.repetition_penalty"),
-                                              info=tr("run.repetition_info"), elem_id="run-repetition"),
-                                    label="run.repetition_penalty", info="run.repetition_info")
-            go = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
-            error = error_box("run-error")
-            output = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False,
-                                       elem_id="run-output"), label="run.output")
-            speed = gr.Markdown("", elem_id="run-speed")  # tokens/s against the roofline
-            fills = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
-                                 elem_id="run-fill", wrap=True)
+            ui["prompt"] = tr.add(gr.Textbox("", lines=3, label=tr("run.prompt"), elem_id="run-prompt",
+                                             max_length=LIMITS["text_chars"]), label="run.prompt")
+            ui["examples"] = _examples(tr, ui, names)
+            ui.update(_generation_controls(tr, first))
+            ui["go"] = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
+            ui["error"] = error_box("run-error")
+            ui["output"] = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False,
+                                             elem_id="run-output"), label="run.output")
+            ui["speed"] = gr.Markdown("", elem_id="run-speed")  # tokens/s against the roofline
+            ui["fills"] = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
+                                       elem_id="run-fill", wrap=True)
         with gr.Column(scale=2):  # the model card beside the controls, scrolling on its own
-            card = gr.Markdown(model_card(first) if first else "", elem_id="run-card", max_height=900)
+            ui["card"] = gr.Markdown(model_card(first) if first else "", elem_id="run-card", max_height=900)
+    return ui
 
-    inputs = [ckpt, prompt, temperature, top_k, top_p, max_new, seed, lang_state, repetition]
 
-    @inline_errors(3)
-    def run_ui(name, text, temperature, top_k, top_p, max_new, seed_, lang, repetition_penalty=1.0):
-        import pandas as pd
+def _examples(tr, ui: dict, names: list[str]):
+    """One example per shipped checkpoint that is present (None when none is)."""
+    import gradio as gr
 
-        columns = [t("run.fill_header", lang), t("run.candidates", lang)]
-        stats: dict = {}
-        out, rows, first = "", [], True
+    shown = [[n, p] for n, p in EXAMPLES.items() if n in names]
+    if not shown:
+        return None
+    examples = gr.Examples(shown, inputs=[ui["checkpoint"], ui["prompt"]], label=tr("run.examples"),
+                           examples_per_page=len(shown))
+    tr.add(examples.dataset, label="run.examples")
+    return examples
 
-        def table(rows):  # the fill-mask table is cleared once, then only written with candidates
-            nonlocal first
-            if rows or first:
-                first = False
-                return pd.DataFrame(rows, columns=columns)
-            return gr.skip()
 
-        for out, rows in raw(run)(name, text, temperature, top_k, top_p, max_new, seed_,
-                                  repetition_penalty, lang=lang, stats=stats):
-            yield out, table(rows), ""
-        yield out, table(rows), speed_line(stats, lang)
+#: What the Run tab starts its controls at where it differs from :class:`~zoo.generate.GenerationOptions`'
+#: default: sampling on, with the usual top-k / top-p, and a fixed seed (so a run can be repeated).
+UI_DEFAULTS = {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "seed": 0}
+#: how many controls share a row
+PER_ROW = 3
 
-    @inline_errors(2)
-    def on_checkpoint(name, lang):
-        return raw(model_card)(name, lang), gr.update(**max_new_tokens_for(name, lang))
 
+def ui_options() -> list[tuple[str, Any]]:
+    """``(name, Option)`` of every generation option a person sets by hand: the fields of
+    :class:`~zoo.generate.GenerationOptions` whose option declares a ``step``, in declaration order.
+    Each becomes a control (a slider when the option gives a range, else a number box), labelled
+    ``run.<name>`` (with ``run.<name>_info`` below it when that key exists), and its value reaches
+    :func:`run` under its own name.  A new option declared with a ``step`` appears here."""
+    from zoo.generate import GenerationOptions
+
+    return [(f.name, f.metadata["option"]) for f in dataclasses.fields(GenerationOptions)
+            if f.metadata["option"].step is not None]
+
+
+def _control(tr, name: str, opt, first: str | None):
+    """The control of one option; "max new tokens" ends at what checkpoint ``first`` allows."""
+    import gradio as gr
+
+    from zoo.generate import GenerationOptions
+
+    value = UI_DEFAULTS.get(name, GenerationOptions.__dataclass_fields__[name].default)
+    high = opt.ui_high
+    if name == "max_new_tokens":
+        room = max_new_tokens_for(first)
+        value, high = room["value"], room["maximum"]
+    info = f"run.{name}_info" if f"run.{name}_info" in STRINGS else None
+    texts = {"label": f"run.{name}", **({"info": info} if info else {})}
+    common = dict(step=opt.step, elem_id=f"run-{name.replace('_', '-')}",
+                  **{attr: tr(key) for attr, key in texts.items()})
+    if opt.ui_low is not None and high is not None:
+        widget = gr.Slider(opt.ui_low, high, value=value, **common)
+    else:
+        widget = gr.Number(value, precision=0 if opt.kind == "int" else None, **common)
+    return tr.add(widget, **texts)
+
+
+def _generation_controls(tr, first: str | None) -> dict:
+    """The generation controls, by option name (:func:`ui_options`), ``PER_ROW`` to a row."""
+    import gradio as gr
+
+    options = ui_options()
+    controls: dict = {}
+    for i in range(0, len(options), PER_ROW):
+        with gr.Row():
+            for name, opt in options[i:i + PER_ROW]:
+                controls[name] = _control(tr, name, opt, first)
+    return controls
+
+
+# ---------------------------------------------------------------------- handlers of the page
+@inline_errors(3)
+def run_ui(name, text, lang, *values):
+    """The Run button: streams (output, fill-mask table, speed line) into the page.  ``values``:
+    the generation controls, in :func:`ui_options` order."""
+    import gradio as gr
+    import pandas as pd
+
+    options = dict(zip([n for n, _ in ui_options()], values))
+    columns = [t("run.fill_header", lang), t("run.candidates", lang)]
+    stats: dict = {}
+    out, rows, first = "", [], True
+
+    def table(rows):  # the fill-mask table is cleared once, then only written with candidates
+        nonlocal first
+        if rows or first:
+            first = False
+            return pd.DataFrame(rows, columns=columns)
+        return gr.skip()
+
+    for out, rows in raw(run)(name, text, lang=lang, stats=stats, **options):
+        yield out, table(rows), ""
+    yield out, table(rows), speed_line(stats, lang)
+
+
+@inline_errors(2)
+def on_checkpoint(name, lang):
+    """A checkpoint chosen: its card, and "max new tokens" sized for it."""
+    import gradio as gr
+
+    return raw(model_card)(name, lang), gr.update(**max_new_tokens_for(name, lang))
+
+
+@handler
+def on_refresh(current):
+    import gradio as gr
+
+    names = checkpoint_names()
+    return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
+
+
+def _wire(ui: dict, lang_state) -> None:
+    """Checkpoint -> card and limits; Run / Enter / an example -> a streamed run.  A run started
+    while another one streams stops the old one (which would overwrite the new output)."""
+    ckpt, card, error, examples = ui["checkpoint"], ui["card"], ui["error"], ui["examples"]
+    inputs = [ckpt, ui["prompt"], lang_state] + [ui[name] for name, _ in ui_options()]
+    outputs = [ui["output"], ui["fills"], ui["speed"], error]
+    generate = dict(concurrency_limit=4, concurrency_id="generate", api_visibility="private")
     runs = []  # the example's run
     if examples is not None:  # one click: pick the checkpoint (card, limits), then run with the defaults
         runs.append(examples.load_input_event.then(
-            on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error],
-            api_visibility="private").then(
-            run_ui, inputs=inputs, outputs=[output, fills, speed, error], concurrency_limit=4,
-            concurrency_id="generate", api_visibility="private"))
-
-    @handler
-    def on_refresh(current):
-        names = checkpoint_names()
-        return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
-
-    refresh.click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
+            on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], error],
+            api_visibility="private").then(run_ui, inputs=inputs, outputs=outputs, **generate))
+    ui["refresh"].click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
     for event in (ckpt.change, lang_state.change):  # the card's own lines follow the language too
-        event(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, max_new, error], api_visibility="private")
-    go_run, submit_run = (event(run_ui, inputs=inputs, outputs=[output, fills, speed, error], concurrency_limit=4,
-                                concurrency_id="generate", api_visibility="private")
-                          for event in (go.click, prompt.submit))
-    # a run started while another one streams stops the old one (which would overwrite the new
-    # output): each trigger cancels the runs of the other triggers, and an example its predecessor
-    # (the example's own run starts only after its inputs load, so the cancel never hits it)
-    go.click(None, cancels=[submit_run] + runs, api_visibility="private")
-    prompt.submit(None, cancels=[go_run] + runs, api_visibility="private")
+        event(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], error],
+              api_visibility="private")
+    go_run, submit_run = (event(run_ui, inputs=inputs, outputs=outputs, **generate)
+                          for event in (ui["go"].click, ui["prompt"].submit))
+    # each trigger cancels the runs of the other triggers, and an example its predecessor (the
+    # example's own run starts only after its inputs load, so the cancel never hits it)
+    ui["go"].click(None, cancels=[submit_run] + runs, api_visibility="private")
+    ui["prompt"].submit(None, cancels=[go_run] + runs, api_visibility="private")
     if examples is not None:
         examples.dataset.click(None, cancels=[go_run, submit_run] + runs, api_visibility="private")
 
-    # the HTTP API: plain values in and out, and a ZooError is an error response (not a box)
+
+def _api() -> None:
+    """The HTTP API: plain values in and out, and a ZooError is an error response (not a box)."""
+    import gradio as gr
+
     def run_api(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                 max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, lang: str = "en",
                 repetition_penalty: float = 1.0) -> tuple[str, list]:
@@ -296,5 +386,3 @@ def build(tr, lang_state) -> dict:
 
     gr.api(run_api, api_name="run", concurrency_limit=4, concurrency_id="generate")
     gr.api(card_api, api_name="model_card")
-    return {"checkpoint": ckpt, "prompt": prompt, "output": output, "go": go, "fills": fills,
-            "refresh": refresh, "error": error, "max_new": max_new, "card": card, "speed": speed}
