@@ -370,17 +370,26 @@ def test_compare_eager_vs_sdpa_agree_and_post_norm_differs():
         compare_tab.compare("checkpoint: ../../etc/passwd", "", "preset: gpt_tiny", "", 8)
 
 
-def test_verify_passes_for_the_built_ins_and_catches_a_broken_kernel():
-    rows = verify_tab.attention_checks() + verify_tab.mask_checks()
+def test_verify_runs_the_kits_cases_passes_the_built_ins_and_catches_a_broken_kernel():
+    from zoo.testing import Kit
+
+    rows = verify_tab.run_all()
+    kit = Kit()
+    # the page's rows are the kit's own cases, nothing of its own beside them
+    assert [(r["subject"], r["check"], r["case"]) for r in rows] == \
+        [(c.subject, c.check, c.arch) for c in verify_tab.fast_cases(kit)]
     counted = [r for r in rows if r["status"] != "skip"]
-    assert len(counted) > 40 and all(r["status"] == "pass" for r in counted), \
+    assert len(counted) > 20 and all(r["status"] == "pass" for r in counted), \
         [r for r in counted if r["status"] != "pass"][:3]
-    assert {r["subject"] for r in counted} >= {"eager", "sdpa", "naive", "causal", "prefix(2)"}
+    subjects = {(r["subject"], r["check"]) for r in counted}
+    assert {("attention:eager", "reference"), ("attention:sdpa", "reference"), ("mask:causal", "mask_offset"),
+            ("position:rope", "kv_cache")} <= subjects
+    assert {f"attention:{n}" for n in zoo.get_registry().names("attention")} <= {r["subject"] for r in rows}
 
     from zoo.components import AttentionKernel, Capabilities
     from zoo.registry import Registry, set_registry
 
-    class Leaky(AttentionKernel):  # forgets the mask: must fail every masked case
+    class Leaky(AttentionKernel):  # forgets the mask: must fail the masked cases
         capabilities = Capabilities(returns_weights=False)
 
         def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
@@ -398,13 +407,14 @@ def test_verify_passes_for_the_built_ins_and_catches_a_broken_kernel():
     reg.add_plugin(Plugin(), name="leaky")
     old = set_registry(reg)
     try:
-        rows = [r for r in verify_tab.attention_checks() if r["subject"] == "leaky"]
+        rows = [r for r in verify_tab.run_all() if r["subject"] == "attention:leaky"]
     finally:
         set_registry(old)
-    by_case = {(r["case"], r["reference"]): r["status"] for r in rows}
-    assert by_case[("no mask", "naive loop (output)")] == "pass"
-    assert by_case[("causal (boolean)", "naive loop (output)")] == "fail"
-    assert by_case[("padding", "F.scaled_dot_product_attention (output)")] == "fail"
+    by_check = {r["check"]: r for r in rows}
+    assert by_check["reference"]["status"] == "fail" and by_check["reference"]["error"] > 0.1
+    assert by_check["masked_rows"]["status"] == "pass"  # the engine zeroes empty rows, whatever the kernel
+    table, summary = verify_tab.table_rows(rows)
+    assert "✗" in table[0][0] and "1 of 2 checks passed" in summary
 
 
 def test_verify_handler_table_is_localised():

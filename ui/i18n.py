@@ -289,13 +289,16 @@ STRINGS: dict[str, tuple[str, str]] = {
     "compare.from_own": ("{n} (from B's own checkpoint)", "{n}（来自 B 自己的检查点）"),
     "compare.identical": ("(identical specs)", "（两个规格相同）"),
     # ------------------------------------------------------------------ verify tab
-    "verify.intro": ("Run the reference checks: every registered attention kernel against the naive "
-                     "per-query loop and against `torch.nn.functional.scaled_dot_product_attention`, "
-                     "under no mask, causal, padding, prefix, sliding-window and fully-masked rows, "
-                     "plus mask-rule and position checks. Each row shows the measured error.",
-                     "运行参考校验：每个注册的注意力实现都与朴素逐查询循环以及 "
-                     "`torch.nn.functional.scaled_dot_product_attention` 对拍，覆盖无掩码、因果、padding、"
-                     "prefix、滑动窗口和整行被掩盖等情形，另有掩码规则和位置编码检查。每行给出实测误差。"),
+    "verify.intro": ("Run the reference checks of zoo's conformance kit (`zoo.testing`, the same checks "
+                     "`zoo verify` and a plugin's tests run): every registered attention kernel against "
+                     "the naive per-query loop (no mask, causal, a boolean mask, a score bias, suffix "
+                     "queries, grouped-query heads), its fully masked rows and its weights; every mask "
+                     "rule under a KV-cache offset; every position scheme decoding with a KV cache. Each "
+                     "row shows the measured error; each case's error is in its note.",
+                     "运行 zoo 一致性测试套件（`zoo.testing`，与 `zoo verify` 和插件测试所用的检查相同）中的"
+                     "参考校验：每个注册的注意力实现都与朴素逐查询循环对拍（无掩码、因果、布尔掩码、分数偏置、"
+                     "后缀查询、分组查询头），并检查整行被掩盖的情形和注意力权重；每条掩码规则在 KV 缓存偏移下"
+                     "检查；每种位置编码在带 KV 缓存的解码中检查。每行给出实测误差，各子情形的误差见备注。"),
     "verify.go": ("Run checks", "运行校验"),
     "verify.table": ("Results", "结果"),
     "verify.kit_names": ("Components for the full conformance kit (empty = all; slow)",
