@@ -21,6 +21,9 @@ class ByteConfig:
     specials: tuple[str, ...] = DEFAULT_SPECIALS  # ids 256, 257, ...: pad, unk, bos, eos, mask
 
     def __post_init__(self):
+        if not isinstance(self.specials, (tuple, list)) or not all(isinstance(t, str)
+                                                                   for t in self.specials):
+            raise ValueError(f"specials must be a list of strings, got {type(self.specials).__name__}")
         if len(set(self.specials)) != len(self.specials):
             raise ValueError(f"special tokens must be distinct, got {list(self.specials)}")
         if not all(self.specials):
@@ -74,7 +77,12 @@ class ByteTokenizer(Tokenizer):
 
     @classmethod
     def from_json(cls, data: dict) -> "ByteTokenizer":
-        return cls(ByteConfig(specials=tuple(data.get("specials", DEFAULT_SPECIALS))))
+        specials = data.get("specials", list(DEFAULT_SPECIALS))
+        if not isinstance(specials, list):
+            raise TokenizerError(f"a stored byte tokenizer's 'specials' must be a list of strings, "
+                                 f"got {type(specials).__name__}", where="zoo.tokenizer.data.specials",
+                                 fix="store tokenizers with zoo.save(model, path, tokenizer=tok)")
+        return cls(ByteConfig(specials=tuple(specials)))
 
 
 @zoo.hookimpl

@@ -24,6 +24,11 @@ class CharConfig:
     specials: tuple[str, ...] = DEFAULT_SPECIALS  # reserved first ids: pad, unk, bos, eos, mask
 
     def __post_init__(self):
+        if not isinstance(self.specials, (tuple, list)) or not all(isinstance(t, str)
+                                                                   for t in self.specials):
+            raise ValueError(f"specials must be a list of strings, got {type(self.specials).__name__}")
+        if not isinstance(self.text, str):
+            raise ValueError(f"text must be a string, got {type(self.text).__name__}")
         if len(set(self.specials)) != len(self.specials):
             raise ValueError(f"special tokens must be distinct, got {list(self.specials)}")
         if not all(self.specials):
@@ -73,7 +78,12 @@ class CharTokenizer(Tokenizer):
 
     @classmethod
     def from_json(cls, data: dict) -> "CharTokenizer":
-        return cls(CharConfig(text=data["chars"], specials=tuple(data["specials"])))
+        chars, specials = data.get("chars"), data.get("specials")
+        if not isinstance(chars, str) or not isinstance(specials, list):
+            raise TokenizerError("a stored char tokenizer needs 'chars' (a string) and 'specials' "
+                                 "(a list of strings)", where="zoo.tokenizer.data",
+                                 fix="store tokenizers with zoo.save(model, path, tokenizer=tok)")
+        return cls(CharConfig(text=chars, specials=tuple(specials)))
 
 
 @zoo.hookimpl

@@ -10,10 +10,13 @@ without a character maps it to ``[UNK]``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import zoo
 from zoo.components import Tokenizer
+from zoo.errors import TokenizerError
+from zoo.tokenizer_rules import check_tokenizer_json, library_call, read_tokenizer_file
+from zoo.tokenizers import check_ids, check_text
 
 GUESSES = {  # attribute -> names tried in order
     "pad_id": ("<pad>", "[PAD]", "<|pad|>"),
@@ -37,6 +40,10 @@ class HFConfig:
     def __post_init__(self):
         if (self.path is None) == (self.json is None):
             raise ValueError("give exactly one of `path` (a local tokenizer.json) or `json`")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None and not isinstance(v, str):
+                raise ValueError(f"{f.name} must be a string, got {type(v).__name__}")
 
 
 class HFTokenizer(Tokenizer):
@@ -45,11 +52,12 @@ class HFTokenizer(Tokenizer):
 
         self.config = config
         text = config.json
-        if text is None:
-            with open(config.path, encoding="utf-8") as fh:
-                text = fh.read()
+        if text is None:  # a regular file of bounded size only: not a FIFO, a device or a folder
+            text = read_tokenizer_file(config.path)
+        # the rules are checked before the library runs any of them (regex backtracking, expansion)
+        check_tokenizer_json(text, where=f"tokenizer.hf.{'path' if config.json is None else 'json'}")
         self.json_text = text
-        self.tok = _HF.from_str(text)
+        self.tok = library_call(_HF.from_str, text, where="tokenizer.hf", what="reading the file")
         vocab = self.tok.get_vocab(with_added_tokens=True)
         for attr, names in GUESSES.items():
             explicit = getattr(config, attr.replace("_id", "_token"))
@@ -65,11 +73,17 @@ class HFTokenizer(Tokenizer):
         return self.tok.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids
+        check_text(text)
+        return library_call(self.tok.encode, text, add_special_tokens=False, where="tokenizer.hf",
+                            what="encoding").ids
 
     def decode(self, ids, skip_special: bool = False) -> str:
-        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        return self.tok.decode(ids, skip_special_tokens=skip_special)
+        ids = check_ids(ids)
+        if any(not 0 <= i < 2 ** 32 for i in ids):  # the library takes u32 ids
+            raise TokenizerError("an id is outside [0, 2**32)", where="tokenizer.hf.decode",
+                                 fix="pass ids produced by this tokenizer")
+        return library_call(self.tok.decode, ids, skip_special_tokens=skip_special,
+                            where="tokenizer.hf", what="decoding")
 
     def to_json(self) -> dict:
         over = {k: getattr(self.config, k) for k in ("pad_token", "bos_token", "eos_token",
@@ -78,7 +92,13 @@ class HFTokenizer(Tokenizer):
 
     @classmethod
     def from_json(cls, data: dict) -> "HFTokenizer":
-        return cls(HFConfig(**data))
+        """Typed: ``data`` must hold ``json`` (the file's text) and may hold the token overrides."""
+        if not isinstance(data, dict) or not isinstance(data.get("json"), str):
+            raise TokenizerError("a stored hf tokenizer needs its tokenizer.json text under 'json'",
+                                 where="zoo.tokenizer.data.json",
+                                 fix="store tokenizers with zoo.save(model, path, tokenizer=tok)")
+        names = {f.name for f in fields(HFConfig)} - {"path"}
+        return cls(HFConfig(**{k: v for k, v in data.items() if k in names}))
 
 
 @zoo.hookimpl

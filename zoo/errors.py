@@ -75,6 +75,11 @@ class DataError(ZooError):
     """Training or evaluation data is unusable."""
 
 
+class TrainError(ZooError):
+    """A training run cannot go on (e.g. its loss or weights became non-finite); the last good
+    checkpoint is kept."""
+
+
 def closest(name: str, options: Iterable[str]) -> str | None:
     """The registered name most similar to ``name`` (for "did you mean" hints), or None."""
     found = difflib.get_close_matches(str(name), list(options), n=1, cutoff=0.5)

@@ -37,7 +37,7 @@ def tokenizer(kind: str, **params: Any) -> Tokenizer:
     config = make_config(comp.config, params, "tokenizer", kind)
     try:
         tok = comp.cls(config) if comp.config is not None else comp.cls()
-    except (ValueError, OSError) as exc:
+    except (ValueError, TypeError, KeyError, OSError) as exc:
         raise TokenizerError(f"cannot build tokenizer '{kind}': {exc}", where="tokenizer",
                              fix="check the tokenizer's parameters (`zoo components tokenizer`)") from exc
     tok.kind = kind
@@ -70,21 +70,50 @@ def to_json(tok: Tokenizer) -> str:
 
 
 def from_json(text: str | dict) -> Tokenizer:
-    """The tokenizer stored by :func:`to_json`; names the plugin to install when it is missing."""
-    from .registry import get_registry
+    """The tokenizer stored by :func:`to_json`; names the plugin to install when it is missing.
 
-    data = json.loads(text) if isinstance(text, str) else text
-    if not isinstance(data, dict) or "kind" not in data:
-        raise TokenizerError("not a stored zoo tokenizer (no 'kind')", where=META_KEY,
-                             fix="store tokenizers with zoo.save(model, path, tokenizer=tok)")
+    Typed reading: ``text`` must be JSON (or a dict) of an object with a string ``kind`` and, if
+    present, an object ``data``; whatever the plugin's ``from_json`` raises on the stored data (a
+    ``KeyError`` for a missing field, a ``TypeError`` for a wrong type, a panic of a foreign
+    library) becomes a :class:`TokenizerError` naming the plugin."""
+    from .registry import get_registry
+    from .tokenizer_rules import is_panic
+    from .trust import clip, short
+
+    fix = "store tokenizers with zoo.save(model, path, tokenizer=tok)"
+    if isinstance(text, (str, bytes, bytearray)):
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise TokenizerError(f"the stored tokenizer is not JSON: {clip(exc, 120)}",
+                                 where=META_KEY, fix=fix) from exc
+    else:
+        data = text
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        raise TokenizerError(f"not a stored zoo tokenizer (an object with a string 'kind'), got "
+                             f"{short(data)}", where=META_KEY, fix=fix)
+    if not isinstance(data.get("data", {}), dict):
+        raise TokenizerError(f"the stored tokenizer's 'data' must be an object, got "
+                             f"{short(data['data'])}", where=f"{META_KEY}.data", fix=fix)
     reg = get_registry()
     if data["kind"] not in reg.components["tokenizer"]:
-        raise TokenizerError(f"the stored tokenizer '{data['kind']}' is not installed (it came from "
-                             f"plugin {data.get('plugin', '?')} {data.get('version', '')})".rstrip(),
+        said = [clip(v, 60) if isinstance(v, str) else short(v)
+                for v in (data.get("plugin", "?"), data.get("version", ""))]
+        raise TokenizerError(f"the stored tokenizer '{clip(data['kind'], 60)}' is not installed (it "
+                             f"came from plugin {said[0]} {said[1]}".rstrip() + ")",
                              where=f"{META_KEY}.kind", options=reg.names("tokenizer"),
                              fix="install that plugin (`zoo plugins` lists what is loaded)")
     comp = reg.get("tokenizer", data["kind"], where=f"{META_KEY}.kind")
-    tok = comp.cls.from_json(data.get("data", {}))
+    try:
+        tok = comp.cls.from_json(data.get("data", {}))
+    except TokenizerError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a plugin (or its library) may raise anything
+        if not (isinstance(exc, Exception) or is_panic(exc)):
+            raise
+        raise TokenizerError(f"the stored '{data['kind']}' tokenizer cannot be rebuilt: "
+                             f"{type(exc).__name__}: {clip(exc, 160)} (plugin {comp.plugin} "
+                             f"{comp.version})", where=f"{META_KEY}.data", fix=fix) from exc
     tok.kind = data["kind"]
     return tok
 

@@ -8,6 +8,7 @@ that names the field (``train.lr``), the problem and the fix.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,13 @@ from typing import Any
 from torch import nn
 
 from ..errors import ZooError
+from ..trust import short
+
+#: upper bounds of the training options (each larger value is refused by :meth:`TrainConfig.validate`)
+MAX_INT = 2 ** 31 - 1        # steps, sizes, intervals
+MAX_SEED = 2 ** 32 - 1       # seeds are mixed with the step into torch seeds below 2**63
+MAX_LR = 10.0                # AdamW's useful range ends far below
+MAX_WEIGHT_DECAY = 10.0
 
 OBJECTIVES = ("clm", "mlm", "prefix_lm", "seq2seq")
 #: where a training window cut from the document stream may begin: at ``any`` token, or only at a
@@ -65,39 +73,80 @@ class TrainConfig:
     progress: bool = True
 
     def validate(self) -> "TrainConfig":
+        """Check every knob by type and range (before any work); a bad one is a :class:`ZooError`
+        naming ``train.<field>`` with the valid range and the fix.  Numbers must be finite: an
+        ``lr`` of ``inf`` once ran to the end and saved non-finite weights."""
         def bad(field_, msg, fix=None, options=None):
             raise ZooError(msg, where=f"train.{field_}", fix=fix, options=options)
 
-        if self.objective not in OBJECTIVES:
-            bad("objective", f"unknown objective {self.objective!r}", options=OBJECTIVES,
-                fix="pick one of the objectives listed")
+        def integer(name, lo, hi=MAX_INT, fix=None):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                bad(name, f"must be an integer, got {short(v)} ({type(v).__name__})",
+                    fix=fix or f"pass an integer in [{lo}, {hi}]")
+            if not lo <= v <= hi:
+                bad(name, f"must be a positive integer, got {short(v)}" if lo == 1 and v < 1 else
+                    f"must be an integer in [{lo}, {hi}], got {short(v)}",
+                    fix=fix or f"pass an integer in [{lo}, {hi}]")
+
+        def number(name, lo, hi, *, lo_open=False, hi_open=False, fix=None):
+            v = getattr(self, name)
+            span = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                bad(name, f"must be a number, got {short(v)} ({type(v).__name__})",
+                    fix=fix or f"pass a finite number in {span}")
+            if not math.isfinite(v):
+                bad(name, f"must be a finite number, got {v}", fix=fix or f"pass a number in {span}")
+            if v < lo or v > hi or (lo_open and v == lo) or (hi_open and v == hi):
+                bad(name, f"must be in {span}, got {short(v)}", fix=fix or f"pass a number in {span}")
+
+        def choice(name, label, options):
+            v = getattr(self, name)
+            if not isinstance(v, str) or v not in options:
+                bad(name, f"unknown {label} {short(v)}", options=options,
+                    fix="pick one of the options listed")
+
+        choice("objective", "objective", OBJECTIVES)
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "save_every", "log_every",
                      "eval_batches"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                bad(name, f"must be a positive integer, got {getattr(self, name)!r}")
-        if self.window_starts not in WINDOW_STARTS:
-            bad("window_starts", f"unknown window start {self.window_starts!r}",
-                options=WINDOW_STARTS, fix="pick one of the options listed")
-        if self.block_size is not None and self.block_size < 2:
-            bad("block_size", f"must be at least 2, got {self.block_size}")
-        if not self.lr > 0:
-            bad("lr", f"must be positive, got {self.lr}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            bad("min_lr_ratio", f"must be in [0, 1], got {self.min_lr_ratio}")
-        if not 0 < self.mask_prob < 1:
-            bad("mask_prob", f"must be in (0, 1), got {self.mask_prob}")
-        if not 0 <= self.mask_token_frac <= 1:
-            bad("mask_token_frac", f"must be in [0, 1], got {self.mask_token_frac}",
-                fix="0.8 is BERT's 80/10/10; 1.0 replaces every picked token by <mask>")
-        if self.warmup < 0 or self.grad_clip < 0:
-            bad("warmup", "warmup and grad_clip must not be negative")
+            integer(name, 1, fix=f"pass a positive integer (at most {MAX_INT})")
+        choice("window_starts", "window start", WINDOW_STARTS)
+        if self.block_size is not None:
+            integer("block_size", 2, fix="pass at least 2 (a window and its next token), or None "
+                                         "for min(max_len, 128)")
+        number("lr", 0, MAX_LR, lo_open=True,
+               fix=f"pass a learning rate in (0, {MAX_LR}]; 1e-3 to 3e-4 is usual for AdamW")
+        number("min_lr_ratio", 0, 1)
+        integer("warmup", 0)
+        number("weight_decay", 0, MAX_WEIGHT_DECAY)
+        number("beta1", 0, 1, hi_open=True, fix="AdamW's betas lie in [0, 1); 0.9 is usual")
+        number("beta2", 0, 1, hi_open=True, fix="AdamW's betas lie in [0, 1); 0.98 or 0.999 is usual")
+        number("grad_clip", 0, math.inf, fix="pass a finite max grad norm (0 turns clipping off)")
+        number("holdout", 0, 1, hi_open=True)
+        integer("exact_match_samples", 0)
+        number("mask_prob", 0, 1, lo_open=True, hi_open=True)
+        number("mask_token_frac", 0, 1,
+               fix="0.8 is BERT's 80/10/10; 1.0 replaces every picked token by <mask>")
+        integer("seed", 0, MAX_SEED, fix=f"pass a seed in [0, {MAX_SEED}] (2**32 - 1)")
+        for name in ("bf16", "keep_best", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, f"must be true or false, got {short(getattr(self, name))}",
+                    fix="pass a bool")
+        if not isinstance(self.tokenizer, str) or not self.tokenizer:
+            bad("tokenizer", f"must be a tokenizer name, got {short(self.tokenizer)}",
+                fix="pass 'char' or 'byte' (or another registered tokenizer)")
         return self
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict, where: str = "train.config") -> "TrainConfig":
+        """The config stored in a trainer state (unknown keys, e.g. of a newer zoo, are ignored;
+        the values are checked by :meth:`validate` before use)."""
+        if not isinstance(d, dict):
+            raise ZooError(f"expected a mapping of training options, got {short(d)}", where=where,
+                           fix="resume from a trainer state zoo wrote, or start a new run")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import signal
+import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,9 +24,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..build import build, checkpoint_or_spec
-from ..errors import DataError, ZooError
+from ..components import Tokenizer
+from ..errors import DataError, TrainError, ZooError
 from ..io import load, save
 from ..spec import ModelSpec, parse_spec
+from ..trust import short
 from ..tokenizers import from_json as tok_from_json
 from .config import ARCH_FOR, TrainConfig, TrainResult
 from .dist import Dist, setup_dist
@@ -34,8 +37,8 @@ from .metrics import RunLog, plot_history
 from .objectives import Objective, Seq2SeqObjective, slice_batch, to_device, trim
 from .optim import lr_at, make_optimizer
 from .prepare import data_fingerprint, prepare
-from .state import (STATE_FILE, load_optimizer_tensors, model_from_state, read_state, save_state,
-                    saved_run_step)
+from .state import (STATE_FILE, check_finite, load_optimizer_tensors, model_from_state, read_state,
+                    save_state, saved_run_step)
 
 
 def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str | os.PathLike,
@@ -52,6 +55,7 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
     default a checkpoint's own, else a char tokenizer read off the data.  ``fit_vocab`` sets a fresh
     spec's ``vocab_size`` to the tokenizer's.  ``callback(record)`` sees every metrics record.
     """
+    _check_arguments(data, out, resume, overwrite, fit_vocab, config, callback, tokenizer)
     out = Path(out)
     dist = setup_dist(device)
     explicit = {**knobs, **({"objective": objective} if objective is not None else {}),
@@ -78,9 +82,7 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
             loss, gnorm, lr, n_tokens = optimizer_step(run)
             run.step += 1
             run.tokens_seen += n_tokens
-            if not math.isfinite(loss):
-                raise ZooError(f"the loss became {loss} at step {run.step}", where="train",
-                               fix="lower the learning rate (--lr) or keep gradient clipping on")
+            _check_health(run, loss, log)
             last = run.step == cfg.steps
             if dist.main:
                 rec = log.train_step(run.step, loss, n_tokens, due=run.step % cfg.log_every == 0 or last,
@@ -95,6 +97,7 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
                 if dist.main:
                     save_state(out, run.net, run.opt, run.tok, cfg, run.spec, run.info, run.step,
                                elapsed(), run.tokens_seen, run.last_eval, best=run.best)
+                    run.saved_step = run.step
                 dist.barrier()
             if stop_now:
                 interrupted = run.step < cfg.steps
@@ -116,6 +119,43 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
 
 
 # ====================================================================== setting a run up
+def _check_arguments(data, out, resume, overwrite, fit_vocab, config, callback, tokenizer) -> None:
+    """Type checks of :func:`train`'s own arguments, before any work (the knobs are checked by
+    :meth:`TrainConfig.validate`).  A data path must be a regular file: a FIFO or a device would
+    block or never end."""
+    def bad(name, msg, fix):
+        raise ZooError(msg, where=f"train.{name}", fix=fix)
+
+    def path_like(v):
+        return isinstance(v, (str, os.PathLike)) and str(v) and "\x00" not in str(v)
+
+    if not path_like(out):
+        bad("out", f"expected a folder path, got {short(out)}", "pass out='runs/NAME'")
+    for name, v in (("resume", resume), ("overwrite", overwrite), ("fit_vocab", fit_vocab)):
+        if not isinstance(v, bool):
+            bad(name, f"must be true or false, got {short(v)}", "pass a bool")
+    if config is not None and not isinstance(config, TrainConfig):
+        bad("config", f"expected a TrainConfig, got {type(config).__name__}",
+            "pass zoo.train.TrainConfig(...) or the options as keywords")
+    if tokenizer is not None and not isinstance(tokenizer, (str, Tokenizer)):
+        bad("tokenizer", f"expected a Tokenizer or a tokenizer name, got {short(tokenizer)}",
+            "pass zoo.tokenizer(...), 'char' or 'byte', or None for the model's own")
+    if callback is not None and not callable(callback):
+        bad("callback", f"expected a function of one record, got {short(callback)}",
+            "pass a callable or None")
+    if data is not None and not hasattr(data, "prepare_objective"):  # a task generates its data
+        if not path_like(data):
+            bad("data", f"expected a file path, got {short(data)}",
+                "pass data='FILE' (or a task with prepare_objective)")
+        try:
+            st = os.stat(data)
+        except OSError:
+            st = None  # a missing file is reported where the data is read
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise DataError(f"{short(str(data))} is not a regular file", where="train.data",
+                            fix="pass a text file (not a folder, a FIFO or a device)")
+
+
 @dataclass
 class Run:
     """Everything one run works with, and its counters (restored on resume)."""
@@ -137,6 +177,28 @@ class Run:
     elapsed0: float = 0.0      # wall time of the earlier parts of a resumed run
     last_eval: dict = field(default_factory=dict)
     best: dict = field(default_factory=lambda: {"eval_loss": math.inf, "step": None})
+    saved_step: int | None = None  # the step of the last save in ``out`` (None: nothing saved yet)
+
+
+def _check_health(run: Run, loss: float, log: RunLog) -> None:
+    """Stop the run with a :class:`TrainError` naming the step when the loss or any weight is no
+    longer finite -- *before* anything is saved, so the last good checkpoint in ``out`` is kept.
+    (A finite loss does not prove finite weights: with ``lr=inf`` the loss of the step is computed
+    before the update that turns every weight into NaN.)"""
+    kept = (f"'{run.out}' keeps the checkpoint of step {run.saved_step}" if run.saved_step
+            else "nothing was saved")
+    try:
+        if not math.isfinite(loss):
+            raise TrainError(f"the loss became {loss} at step {run.step}; the run stopped without "
+                             f"saving; {kept}", where="train",
+                             fix="lower the learning rate (--lr) or keep gradient clipping on "
+                                 "(--grad-clip), then resume from the kept checkpoint")
+        check_finite(run.net, run.step, kept=kept)
+    except TrainError as exc:
+        if run.dist.main:
+            log.add({"event": "stopped", "step": run.step, "error": str(exc)}, notify=False)
+            log.close()
+        raise
 
 
 def _configure(config, explicit: dict, state, data, out: Path, overwrite: bool):
@@ -210,9 +272,10 @@ def _set_up(source, data, cfg: TrainConfig, state, dist: Dist, out: Path, tokeni
               net=net, ddp=ddp, opt=make_optimizer(net, cfg), micro=per_rank // cfg.grad_accum,
               autocast=autocast)
     if state is not None:
-        load_optimizer_tensors(run.opt, tensors, ojson)
+        load_optimizer_tensors(run.opt, tensors, ojson, where=str(out / STATE_FILE))
         run.step, run.elapsed0 = meta["step"], meta.get("elapsed_s", 0.0)
         run.tokens_seen, run.best = meta.get("tokens_seen", 0), meta.get("best") or run.best
+        run.saved_step = run.step
     return run
 
 

@@ -1,0 +1,125 @@
+"""Issue 22, goal 4 (numeric health of training): a run never writes non-finite weights over a good
+checkpoint.  A non-finite loss or weight stops the run with a ``TrainError`` naming the step, and the
+files of the last good save stay exactly as they were (compared byte for byte)."""
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.errors import TrainError
+from zoo.train import TrainConfig, train
+
+TEXT = "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n" * 4
+SPEC = dict(name="t", arch="decoder", vocab_size=64, max_len=32, d_model=32, num_layers=2,
+            num_heads=2, d_ff=64, dropout=0.0)
+Q = dict(batch_size=4, block_size=8, progress=False, holdout=0.2, eval_every=100)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _digests(out: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())
+            if p.suffix in (".safetensors", ".json", ".yaml")}
+
+
+@pytest.fixture
+def good_run(tmp_path):
+    """A finished 3-step run: ``(out folder, data file, digests of its files)``."""
+    data = tmp_path / "d.txt"
+    data.write_text(TEXT, encoding="utf-8")
+    out = tmp_path / "o"
+    train(SPEC, data, out=out, steps=3, save_every=100, **Q)
+    return out, data, _digests(out)
+
+
+def test_resume_with_lr_inf_is_refused_before_any_work(good_run):
+    out, _, before = good_run
+    with pytest.raises(zoo.ZooError, match="finite") as info:
+        train(None, None, out=out, resume=True, steps=4, lr=math.inf, progress=False)
+    assert info.value.where == "train.lr"
+    assert _digests(out) == before
+
+
+def test_non_finite_weights_stop_the_run_and_keep_the_good_checkpoint(good_run, monkeypatch):
+    """The issue's data loss: lr=inf slipping past validation (validation switched off here) makes
+    every weight non-finite in one step, on the run's last step, with a finite loss -- the run used
+    to finish and save it over the good model.safetensors."""
+    out, _, before = good_run
+    monkeypatch.setattr(TrainConfig, "validate", lambda self: self)
+    with pytest.raises(TrainError, match="step 4") as info:
+        train(None, None, out=out, resume=True, steps=4, lr=math.inf, progress=False)
+    assert "non-finite" in str(info.value) and "step 3" in str(info.value)  # the kept checkpoint
+    assert _digests(out) == before
+    model = zoo.load(out)
+    assert all(torch.isfinite(t).all() for t in model.state_dict().values())
+
+
+def test_a_weight_turning_nan_mid_run_names_the_step_and_keeps_the_last_save(tmp_path, monkeypatch):
+    """Saves at steps 2 and 4; a NaN appears in one weight at step 5: the error names step 5 and the
+    weight, and out/ holds the step-4 save untouched."""
+    import zoo.train.loop as loop
+
+    data = tmp_path / "d.txt"
+    data.write_text(TEXT, encoding="utf-8")
+    real = loop.optimizer_step
+    snapshots = {}
+
+    def step(run):
+        res = real(run)
+        if run.step + 1 == 5:  # run.step is incremented after the call
+            with torch.no_grad():
+                next(run.net.parameters())[0, 0] = math.nan
+        return res
+
+    def cb(rec):
+        if rec.get("step") == 4 and "loss" in rec:
+            snapshots["after4"] = True
+
+    monkeypatch.setattr(loop, "optimizer_step", step)
+    with pytest.raises(TrainError, match="step 5") as info:
+        train(SPEC, data, out=tmp_path / "o", steps=8, save_every=2, log_every=1, callback=cb, **Q)
+    assert "tok_emb.weight" in str(info.value)
+    state = zoo.train.read_state(tmp_path / "o")[0]
+    assert state["step"] == 4
+    m = zoo.load(tmp_path / "o")
+    assert all(torch.isfinite(t).all() for t in m.state_dict().values())
+
+
+def test_a_non_finite_loss_is_a_train_error_naming_the_step(good_run, monkeypatch):
+    out, _, before = good_run
+    import zoo.train.loop as loop
+
+    real = loop.optimizer_step
+
+    def step(run):
+        loss, *rest = real(run)
+        return (math.nan, *rest)
+
+    monkeypatch.setattr(loop, "optimizer_step", step)
+    with pytest.raises(TrainError, match="loss became nan at step 4"):
+        train(None, None, out=out, resume=True, steps=6, progress=False)
+    assert _digests(out) == before
+
+
+def test_save_state_refuses_non_finite_weights(good_run):
+    """The last line of defence: whatever calls it, the state writer never writes NaN weights."""
+    from zoo.train.state import check_finite
+
+    out, _, _ = good_run
+    model = zoo.load(out)
+    check_finite(model, step=7)  # a healthy model passes
+    with torch.no_grad():
+        model.state_dict()["decoder.final_norm.weight"][1] = -math.inf
+    with pytest.raises(TrainError, match="step 7.*decoder.final_norm.weight"):
+        check_finite(model, step=7)
