@@ -30,4 +30,11 @@ BUILTINS = (
     "tok_char",
     "tok_byte",
     "tok_hf",
+    "task_mqar",
+    "task_copy",
+    "task_reverse",
+    "task_modadd",
+    "task_position",
+    "task_numerals",
+    "task_poems",
 )

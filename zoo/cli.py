@@ -26,6 +26,7 @@ COMMANDS = {
     "ui": ("ui", "Start the Gradio UI on http://127.0.0.1:7860 (English / 中文)."),
     "bench": ("bench", "Time forward, generation and a training step (tokens/s, % of peak)."),
     "train": ("train", "Train a spec or checkpoint on a data file (clm, mlm, prefix_lm, seq2seq)."),
+    "experiment": ("experiment", "Run experiments: variants x seeds on a task, with intervals and a report."),
 }
 
 

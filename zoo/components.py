@@ -284,6 +284,30 @@ class Tokenizer:
         raise NotImplementedError
 
 
+class Task:
+    """A training task for experiments (``zoo.experiment``): a data generator or a corpus, with
+    exact metrics and a paragraph (the class docstring) saying what it probes.  Built as
+    ``cls(config)``; it provides:
+
+    - ``arch``: the architecture it trains (``"decoder"`` or ``"encoder_decoder"``);
+    - ``metrics``: metric name -> ``"max"`` or ``"min"`` (which way is better), the first the primary;
+    - ``tokenizer()``: the :class:`Tokenizer` its symbols are written with (travels in checkpoints);
+    - ``prepare_objective(cfg, spec, tok, fit_vocab=False) -> (objective, tok, spec, info)``: the
+      trainer's data source (``zoo.train.train(spec, task, ...)`` calls it instead of reading a file);
+    - ``evaluate(model) -> dict``: the exact metrics on held-out data that never overlaps training;
+    - ``probe() -> list[int]``: token ids of one example, for the inside view.
+
+    Most tasks subclass :class:`zoo.experiment.tasks.SyntheticTask`, which does all but drawing an
+    example.
+    """
+
+    arch: ClassVar[str] = "decoder"
+    metrics: ClassVar[dict] = {}
+
+    def __init__(self, config: Any = None):
+        self.config = config
+
+
 # ---------------------------------------------------------------------- the family table
 @dataclass(frozen=True)
 class Family:
@@ -321,6 +345,7 @@ FAMILIES: tuple[Family, ...] = (
            default="pre"),
     Family("ffn", "register_ffns", FeedForward, "ffn", True, default="mlp"),
     Family("tokenizer", "register_tokenizers", Tokenizer, None, False),
+    Family("task", "register_tasks", Task, None, False),
 )
 #: family name -> its row
 FAMILY: dict[str, Family] = {f.name: f for f in FAMILIES}

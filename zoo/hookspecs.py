@@ -106,3 +106,13 @@ def register_tokenizers(register):
 
     Example: ``register("char", CharTokenizer, config=CharTokenizerConfig)``.
     """
+
+
+@hookspec
+def register_tasks(register):
+    """Register experiment tasks (``zoo.experiment``): classes built as ``component(config)`` that
+    draw training batches deterministically from a seed, hold out evaluation data that never
+    overlaps training, and compute exact metrics (see :class:`zoo.components.Task`).
+
+    Example: ``register("mqar", MQAR, config=MQARConfig)``.
+    """

@@ -29,7 +29,13 @@ def data_fingerprint(path: str | os.PathLike) -> str:
 def prepare(data: str | os.PathLike, cfg: TrainConfig, spec, tok=None, *, fit_vocab: bool = False):
     """Read ``data`` for ``cfg.objective``, pick / build the tokenizer, split off the held-out part
     and check everything against the spec.  Returns ``(objective, tokenizer, spec, info)``; ``spec``
-    may come back with ``vocab_size`` fitted to the tokenizer when ``fit_vocab``."""
+    may come back with ``vocab_size`` fitted to the tokenizer when ``fit_vocab``.
+
+    ``data`` may also be a generated data source instead of a file: an object with
+    ``prepare_objective(cfg, spec, tok, fit_vocab=...)`` returning the same four things (the tasks
+    of :mod:`zoo.experiment` are; a trial is then an ordinary run of this trainer)."""
+    if hasattr(data, "prepare_objective"):
+        return data.prepare_objective(cfg, spec, tok, fit_vocab=fit_vocab)
     where = str(data)
     pairs_mode = cfg.objective == "seq2seq" or (cfg.objective == "prefix_lm" and D.is_pairs_file(data))
     if pairs_mode:

@@ -1,0 +1,99 @@
+"""``zoo experiment list | run | report``: experiments from the shell (see :mod:`zoo.experiment`).
+
+``run`` prints one line per event: a trial finished or failed, and every few seconds the running
+trials (step / steps, loss, ETA) and the overall progress.  Ctrl-C stops the workers after they
+save; the same command resumes (finished trials are not re-run).
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+
+def _eta(s) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+class Printer:
+    """Progress events -> terminal lines (a status block at most every ``every`` seconds)."""
+
+    def __init__(self, every: float = 5.0):
+        self.every, self.last, self.block = every, 0.0, {}
+
+    def __call__(self, e: dict) -> None:
+        ev = e["event"]
+        if ev == "start":
+            click.echo(f"{e['total']} trials ({e['skipped']} already finished), {e['jobs']} process(es) "
+                       f"x {e['threads']} thread(s)")
+        elif ev == "done":
+            m = e.get("metrics") or {}
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in list(m.items())[:4] if isinstance(v, (int, float)))
+            click.echo(f"  done   {e['id']}  ({e.get('wall_time_s', 0):.0f}s) {shown}")
+        elif ev == "failed":
+            click.secho(f"  FAILED {e['id']}: {e['error']}", fg="red")
+        elif ev == "trial":
+            self.block[e["id"]] = e
+        elif ev == "overall":
+            now = time.monotonic()
+            if now - self.last < self.every:
+                return
+            self.last = now
+            for tid in e["running"]:
+                t = self.block.get(tid)
+                if t:
+                    loss = f"{t['loss']:.4f}" if t.get("loss") is not None else "-"
+                    click.echo(f"  run    {tid}  step {t['step']}/{t['steps']}  loss {loss}  "
+                               f"ETA {_eta(t['eta_s'])}")
+            click.echo(f"[{e['finished']}/{e['total']} finished, ETA {_eta(e['eta_s'])}]")
+        elif ev == "end":
+            click.echo(f"{e['finished']}/{e['total']} trials finished")
+
+
+@click.group("experiment")
+def command():
+    """Run experiments: variants x seeds of a model on a task, compared with intervals."""
+
+
+@command.command("list")
+def list_cmd():
+    """The shipped experiments, one per line: name, then its title."""
+    import zoo.experiment as ze
+
+    for name in ze.list_shipped():
+        exp = ze.load(name)
+        click.echo(f"{name}  {exp.title}")
+
+
+@command.command("run")
+@click.argument("experiment")
+@click.option("--out", default=None, help="Results folder (default runs/experiments/NAME[-quick]).")
+@click.option("--jobs", type=int, default=None, help="Worker processes (default: one per core).")
+@click.option("--threads", type=int, default=None, help="Intra-op threads per worker.")
+@click.option("--quick", is_flag=True, help="Apply the experiment's quick: block (a small version).")
+@click.option("--executor", type=click.Choice(["local", "inline", "submitit", "slurm"]), default="local",
+              help="Where trials run (submitit / slurm: pip install submitit).")
+def run_cmd(experiment, out, jobs, threads, quick, executor):
+    """Run (or resume) EXPERIMENT: a shipped name or a YAML file."""
+    import zoo.experiment as ze
+
+    res = ze.run(experiment, out=out, jobs=jobs, threads=threads, quick=quick, executor=executor,
+                 progress=Printer(5.0 if sys.stdout.isatty() else 15.0))
+    click.echo(res.markdown())
+    click.echo(f"report: {res.out / 'report.html'}")
+
+
+@command.command("report")
+@click.argument("folder")
+@click.option("--no-inside", is_flag=True, help="Skip the attention figures (no checkpoint loading).")
+def report_cmd(folder, no_inside):
+    """(Re)write the report of a results FOLDER (also of a run still in progress)."""
+    import zoo.experiment as ze
+
+    res = ze.Results.from_dir(folder)
+    res.write_report(inside=not no_inside)
+    click.echo(res.markdown())

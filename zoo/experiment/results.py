@@ -1,0 +1,411 @@
+"""Results of an experiment, read from its folder -- also while it runs (the UI polls this).
+
+``Results.from_dir(out)`` reads ``experiment.json`` (the plan), each trial's ``metrics.jsonl``
+(partial curves, live) and ``result.json`` (its completion record).  ``table()`` gives one row per
+variant and metric: parameters, training FLOPs, steps, the mean over seeds with its 95% Student-t
+interval, the paired difference against the reference variant over matched seeds with its
+interval, and the verdict.  ``figures(folder)`` draws the loss curves (seeds shaded), the final
+metrics with intervals, and the inside view (each variant's attention on the probe input, side by
+side); ``write_report()`` writes ``results.md``, ``results.csv``, the figures and ``report.html``
+(one self-contained page, figures embedded) into the folder.  No path of the machine appears in
+any of them: trials are named by ``variant/seedN``.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .stats import mean_ci, paired, verdict
+
+REPORT_FILES = ("results.md", "results.csv", "report.html")
+
+
+@dataclass
+class TrialState:
+    """One trial as seen in the folder: ``status`` is pending, running, done or failed."""
+
+    id: str
+    variant: str
+    seed: int
+    folder: Path
+    steps: int
+    status: str = "pending"
+    step: int = 0
+    history: list = field(default_factory=list)
+    result: dict | None = None
+
+    @property
+    def curve(self) -> list[tuple[int, float]]:
+        """``[(step, train loss)]`` logged so far."""
+        return [(r["step"], r["loss"]) for r in self.history if "loss" in r]
+
+    @property
+    def eval_curve(self) -> list[tuple[int, float]]:
+        return [(r["step"], r["eval_loss"]) for r in self.history
+                if "eval_loss" in r and r.get("event") != "end"]
+
+
+class Results:
+    """An experiment's results folder (see the module docstring)."""
+
+    def __init__(self, out: Path, plan: dict):
+        from .run import Trial
+
+        self.out = Path(out)
+        self.plan = plan
+        self.name = plan["name"]
+        self.experiment = plan["experiment"]
+        self.trial_plans = [Trial.from_dict(t) for t in plan["trials"]]
+        self.trials: list[TrialState] = []
+        self.refresh()
+
+    @classmethod
+    def from_dir(cls, out: str | os.PathLike) -> "Results":
+        from ..errors import ZooError
+        from .run import EXPERIMENT
+
+        f = Path(out) / EXPERIMENT
+        if not f.is_file():
+            raise ZooError("no experiment results in this folder", where=str(Path(out).name),
+                           fix="pass the --out folder of `zoo experiment run`")
+        return cls(Path(out), json.loads(f.read_text(encoding="utf-8")))
+
+    def refresh(self) -> "Results":
+        """Re-read every trial's files (cheap: call it to poll a running experiment)."""
+        from ..train.metrics import read_metrics
+        from .run import RESULT
+
+        self.trials = []
+        for t in self.trial_plans:
+            d = t.folder(self.out)
+            st = TrialState(t.id, t.variant, t.seed, d, t.steps)
+            st.history = read_metrics(d)
+            rf = d / RESULT
+            if rf.is_file():
+                try:
+                    rec = json.loads(rf.read_text(encoding="utf-8"))
+                    if rec.get("key") == t.key():
+                        st.result, st.status = rec, "done"
+                except json.JSONDecodeError:
+                    pass
+            if st.status != "done":
+                logs = [r for r in st.history if "step" in r]
+                st.step = logs[-1]["step"] if logs else 0
+                if (d / "worker.log").is_file() and "error:" in (d / "worker.log").read_text(
+                        encoding="utf-8", errors="replace"):
+                    st.status = "failed"
+                elif st.history:
+                    st.status = "running"
+            else:
+                st.step = st.result.get("steps", t.steps)
+            self.trials.append(st)
+        return self
+
+    # ------------------------------------------------------------------ numbers
+    @property
+    def variants(self) -> list[str]:
+        seen: list[str] = []
+        for t in self.trial_plans:
+            if t.variant not in seen:
+                seen.append(t.variant)
+        return seen
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(self.trial_plans[0].metrics) if self.trial_plans else []
+
+    @property
+    def done(self) -> bool:
+        return all(t.status == "done" for t in self.trials)
+
+    def values(self, variant: str, metric: str) -> dict[int, float]:
+        """``{seed: value}`` of the finished trials of ``variant``."""
+        return {t.seed: t.result["metrics"].get(metric) for t in self.trials
+                if t.variant == variant and t.result and t.result["metrics"].get(metric) is not None}
+
+    def _exp(self):
+        from .spec import parse
+
+        return parse(self.experiment, quick=self.plan.get("quick", False))
+
+    def _directions(self) -> dict:
+        from .spec import GENERAL_METRICS, task_metrics
+        from .tasks import get_task
+
+        t0 = self.trial_plans[0]
+        task = get_task(t0.task, t0.task_params)
+        return {**GENERAL_METRICS, **task_metrics(task)}
+
+    def table(self) -> list[dict]:
+        """One row per (variant, metric): ``variant, reference, params, train_flops, steps, metric,
+        n, mean, lo, hi, half, diff, diff_lo, diff_hi, verdict``."""
+        exp = self._exp()
+        dirs = self._directions()
+        plans = {t.variant: t for t in self.trial_plans}
+        rows = []
+        for vname in self.variants:
+            v = exp.variant(vname)
+            ref = exp.reference(v)
+            p = plans[vname]
+            for m in self.metrics:
+                vals = self.values(vname, m)
+                ci = mean_ci(list(vals.values()))
+                row = {"variant": vname, "reference": ref.name if ref else "", "params": p.params,
+                       "train_flops": p.train_flops, "steps": p.steps, "metric": m, "n": ci["n"],
+                       "mean": ci["mean"], "lo": ci["lo"], "hi": ci["hi"], "half": ci["half"],
+                       "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
+                       "verdict": "reference" if ref is None else ""}
+                if ref is not None:
+                    d = paired(vals, self.values(ref.name, m))
+                    row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"],
+                               verdict=verdict(d, dirs.get(m)) if d["n"] else "pending")
+                rows.append(row)
+        return rows
+
+    # ------------------------------------------------------------------ text
+    def markdown(self) -> str:
+        exp = self.experiment
+        lines = [f"# Experiment `{self.name}`" + (" (quick)" if self.plan.get("quick") else ""), ""]
+        if exp.get("title"):
+            lines += [f"**{exp['title']}**", ""]
+        if exp.get("claim"):
+            lines += [f"Claim tested: {exp['claim']}", ""]
+        seeds = sorted({t.seed for t in self.trial_plans})
+        done = sum(t.status == "done" for t in self.trials)
+        lines += [f"Task `{self.trial_plans[0].task}` {self.trial_plans[0].task_params}; "
+                  f"{len(self.variants)} variants x {len(seeds)} seeds; {done}/{len(self.trials)} "
+                  "trials finished.", "",
+                  "Mean over seeds with its 95% Student-t interval (mean ± t₀.₉₇₅,ₙ₋₁·s/√n); "
+                  "difference = paired difference against the reference variant over matched seeds, "
+                  "with its 95% Student-t interval; the verdict is *better*/*worse* only when that "
+                  "interval excludes 0.", "",
+                  "| variant | params | train FLOPs | steps | metric | mean ± 95% CI | vs | difference [95% CI] | verdict |",
+                  "|---|---:|---:|---:|---|---|---|---|---|"]
+        for r in self.table():
+            lines.append(f"| {r['variant']} | {r['params']:,} | {r['train_flops']:.3g} | {r['steps']} | "
+                         f"{r['metric']} | {_pm(r['mean'], r['half'])} (n={r['n']}) | {r['reference'] or '-'} | "
+                         f"{_iv(r['diff'], r['diff_lo'], r['diff_hi'])} | {r['verdict']} |")
+        if exp.get("description"):
+            lines += ["", exp["description"].strip()]
+        return "\n".join(lines) + "\n"
+
+    def write_csv(self, path: Path) -> Path:
+        rows = self.table()
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["variant"], lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+        Path(path).write_text(buf.getvalue(), encoding="utf-8")
+        return Path(path)
+
+    # ------------------------------------------------------------------ figures
+    def figures(self, folder: str | os.PathLike | None = None, *, inside: bool = True) -> dict[str, Path]:
+        """Draw the figures into ``folder`` (default ``OUT/figures``); returns name -> PNG path:
+        ``curves`` (train loss per variant, mean line, seeds' range shaded), ``metrics`` (each
+        metric's mean and 95% interval per variant), and ``attention_<variant>`` (the inside view,
+        finished trials only)."""
+        from .. import plots
+
+        folder = Path(folder) if folder is not None else self.out / "figures"
+        folder.mkdir(parents=True, exist_ok=True)
+        out = {"curves": plots.save_figure(self.curves_figure(), folder / "curves.png")}
+        if any(t.result for t in self.trials):
+            out["metrics"] = plots.save_figure(self.metrics_figure(), folder / "metrics.png")
+        if inside:
+            for v, fig in self.attention_figures().items():
+                out[f"attention_{v}"] = plots.save_figure(fig, folder / f"attention_{_safe(v)}.png")
+        return out
+
+    def curves_figure(self):
+        """Training loss against steps: per variant the mean over seeds, the seeds' min-max shaded
+        (partial curves of running trials included)."""
+        from matplotlib.figure import Figure
+
+        from ..plots import cjk_font
+
+        _font(cjk_font())
+        fig = Figure(figsize=(7.5, 4.2), layout="constrained")
+        ax = fig.add_subplot()
+        for i, v in enumerate(self.variants):
+            curves = [dict(t.curve) for t in self.trials if t.variant == v and t.curve]
+            if not curves:
+                continue
+            steps = sorted(set().union(*curves))
+            mean, lo, hi, xs = [], [], [], []
+            for s in steps:
+                ys = [c[s] for c in curves if s in c]
+                xs.append(s)
+                mean.append(sum(ys) / len(ys))
+                lo.append(min(ys))
+                hi.append(max(ys))
+            color = f"C{i % 10}"
+            ax.plot(xs, mean, color=color, lw=1.4, label=f"{v} ({len(curves)} seeds)")
+            ax.fill_between(xs, lo, hi, color=color, alpha=0.2, lw=0)
+        ax.set_xlabel("step 步")
+        ax.set_ylabel("train loss 训练损失 (nats / answer token)")
+        ax.set_yscale("log")
+        ax.set_title(f"{self.name}: loss curves 损失曲线 (seeds' range shaded)")
+        ax.grid(alpha=0.3)
+        if self.variants:
+            ax.legend(fontsize=8)
+        return fig
+
+    def metrics_figure(self):
+        from matplotlib.figure import Figure
+
+        from ..plots import cjk_font
+
+        _font(cjk_font())
+        ms = self.metrics
+        fig = Figure(figsize=(3.2 * max(1, len(ms)), 3.6), layout="constrained")
+        axes = fig.subplots(1, max(1, len(ms)), squeeze=False)[0]
+        rows = self.table()
+        for ax, m in zip(axes, ms):
+            rs = [r for r in rows if r["metric"] == m]
+            ys = list(range(len(rs)))
+            means = [r["mean"] for r in rs]
+            err = [0 if math.isnan(r["half"]) else r["half"] for r in rs]
+            ax.errorbar(means, ys, xerr=err, fmt="o", capsize=3)
+            for t in self.trials:  # each seed as a dot
+                if t.result and m in t.result["metrics"]:
+                    ax.plot(t.result["metrics"][m], self.variants.index(t.variant), ".", color="gray",
+                            alpha=0.6, ms=4)
+            ax.set_yticks(ys, [r["variant"] for r in rs], fontsize=8)
+            ax.invert_yaxis()
+            ax.set_title(m, fontsize=10)
+            ax.grid(alpha=0.3)
+        fig.suptitle(f"{self.name}: final metrics, mean ± 95% t-interval (dots: seeds)", fontsize=10)
+        return fig
+
+    def attention_figures(self) -> dict[str, Any]:
+        """Per variant, its first finished seed's attention (last layer, mean over heads) on the
+        probe input, drawn by :func:`zoo.plots.attention_heatmap`."""
+        import torch
+
+        from .. import plots
+        from ..inspection import trace
+        from ..io import load
+
+        figs = {}
+        exp = self.experiment
+        for v in self.variants:
+            t = next((t for t in self.trials if t.variant == v and t.status == "done"), None)
+            if t is None:
+                continue
+            try:
+                model = load(t.folder)
+                tok = model.tokenizer
+                texts = exp.get("probe") or []
+                if isinstance(texts, str):
+                    texts = [texts]
+                ids = tok.encode(texts[0]) if texts else self._task_probe()
+                ids = ids[: model.spec.max_len]
+                if model.spec.arch == "encoder_decoder":
+                    tr = trace(model, torch.tensor([ids]))
+                else:
+                    tr = trace(model, torch.tensor([ids]))
+                w = tr.attention_stack()[-1, 0].mean(0)  # (Tq, Tk): last layer, mean over heads
+                labels = [tok.decode([i]) for i in ids]
+                figs[v] = plots.attention_heatmap(w, labels, title=f"{v}: last layer, mean of heads")
+            except Exception as exc:  # noqa: BLE001 - one variant's figure must not sink the report
+                figs[v] = _message_figure(f"{v}: no attention view ({type(exc).__name__}: {exc})"[:200])
+        return figs
+
+    def _task_probe(self) -> list[int]:
+        from .tasks import get_task
+
+        t0 = self.trial_plans[0]
+        return get_task(t0.task, t0.task_params).probe()
+
+    # ------------------------------------------------------------------ the report
+    def write_report(self, inside: bool = True) -> dict[str, Path]:
+        """``results.md``, ``results.csv``, ``figures/*.png`` and ``report.html`` into the folder."""
+        (self.out / "results.md").write_text(self.markdown(), encoding="utf-8")
+        self.write_csv(self.out / "results.csv")
+        figs = self.figures(inside=inside)
+        (self.out / "report.html").write_text(self.html(figs), encoding="utf-8")
+        return {"results.md": self.out / "results.md", "results.csv": self.out / "results.csv",
+                "report.html": self.out / "report.html", **figs}
+
+    def html(self, figs: dict[str, Path]) -> str:
+        def img(p: Path, width: str = "100%") -> str:
+            data = base64.b64encode(Path(p).read_bytes()).decode()
+            return f'<img style="max-width:{width}" src="data:image/png;base64,{data}">'
+
+        exp = self.experiment
+        rows = "".join(
+            f"<tr><td>{html.escape(r['variant'])}</td><td>{r['params']:,}</td><td>{r['train_flops']:.3g}</td>"
+            f"<td>{r['steps']}</td><td>{html.escape(r['metric'])}</td><td>{_pm(r['mean'], r['half'])} "
+            f"(n={r['n']})</td><td>{html.escape(r['reference'] or '-')}</td>"
+            f"<td>{_iv(r['diff'], r['diff_lo'], r['diff_hi'])}</td><td><b>{html.escape(r['verdict'])}</b></td></tr>"
+            for r in self.table())
+        attn = "".join(f'<figure style="margin:4px">{img(p, "420px")}<figcaption>{html.escape(k[10:])}'
+                       f"</figcaption></figure>" for k, p in figs.items() if k.startswith("attention_"))
+        parts = [
+            "<!doctype html><html><head><meta charset='utf-8'>",
+            f"<title>{html.escape(self.name)}</title><style>body{{font-family:sans-serif;max-width:1200px;"
+            "margin:auto;padding:1em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;"
+            "padding:3px 6px;font-size:13px}}</style></head><body>",
+            f"<h1>{html.escape(self.name)}{' (quick)' if self.plan.get('quick') else ''}</h1>",
+            f"<p><b>{html.escape(exp.get('title', ''))}</b></p>",
+            f"<p>Claim tested: {html.escape(exp.get('claim', ''))}</p>" if exp.get("claim") else "",
+            "<p>Mean over seeds ± its 95% Student-t interval; difference: paired against the reference "
+            "over matched seeds, 95% Student-t interval; verdict better/worse only when that interval "
+            "excludes 0.</p>",
+            "<table><tr><th>variant</th><th>params</th><th>train FLOPs</th><th>steps</th><th>metric</th>"
+            "<th>mean ± 95% CI</th><th>vs</th><th>difference [95% CI]</th><th>verdict</th></tr>",
+            rows, "</table>",
+            f"<h2>Loss curves</h2>{img(figs['curves'])}" if "curves" in figs else "",
+            f"<h2>Final metrics</h2>{img(figs['metrics'])}" if "metrics" in figs else "",
+            f"<h2>Inside view: attention on the probe input</h2><div style='display:flex;flex-wrap:wrap'>{attn}</div>"
+            if attn else "",
+            f"<h2>Notes</h2><p>{html.escape(exp.get('description', '')).replace(chr(10) * 2, '</p><p>')}</p>"
+            if exp.get("description") else "",
+            "</body></html>"]
+        return "\n".join(parts)
+
+
+def _font(name):
+    import matplotlib
+
+    matplotlib.rcParams["font.family"] = ([name] if name else []) + ["DejaVu Sans"]
+    matplotlib.rcParams["axes.unicode_minus"] = False
+
+
+def _message_figure(text: str):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4, 1.2))
+    fig.text(0.02, 0.5, text, fontsize=7, wrap=True)
+    return fig
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
+
+
+def _fmt(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.4g}"
+
+
+def _pm(m: float, h: float) -> str:
+    if isinstance(m, float) and math.isnan(m):
+        return "-"
+    return f"{_fmt(m)} ± {_fmt(h)}" if not math.isnan(h) else _fmt(m)
+
+
+def _iv(d: float, lo: float, hi: float) -> str:
+    if math.isnan(d):
+        return "-"
+    return f"{d:+.4g} [{_fmt(lo)}, {_fmt(hi)}]" if not math.isnan(lo) else f"{d:+.4g}"

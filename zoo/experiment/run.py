@@ -1,0 +1,486 @@
+"""Planning and running an experiment: variants x seeds -> trials -> ordinary training runs.
+
+A **trial** is one call of the trainer (:func:`zoo.train.train`) on the task's generated data, in its
+own run folder ``OUT/trials/<variant>/seed<k>/`` (``model.safetensors``, ``metrics.jsonl``, trainer
+state), so ``zoo.load(trial_dir)`` opens it and the Inspect tab can look inside.  When the trainer
+returns, the worker scores the task's exact metrics and writes ``result.json`` *atomically*: that
+file is the trial's completion record.  Running the same command again skips every trial that has
+one; a trial killed half-way resumes from its last trainer save (``save_every``), so nothing
+finished is ever lost or re-run.
+
+Executors (``executor=``):
+
+``local``    (default) ``jobs`` worker processes at a time, each ``python -m zoo.experiment.worker``
+             with ``threads`` intra-op threads (``OMP_NUM_THREADS``); workers die with the parent
+             (Linux ``PR_SET_PDEATHSIG``: SIGTERM, so the trainer saves before it exits).
+``inline``   one trial after another in this process (debugging; no parallelism).
+``submitit`` a job array through submitit's ``LocalExecutor`` (real subprocesses, same code path as
+             a cluster); ``slurm``: submitit's Slurm executor (``executor: {slurm_partition: ...}`` in
+             the experiment file passes parameters).  Only the scheduling differs: a trial is the
+             same function everywhere, and the results folder must be on a shared filesystem.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ZooError
+from .spec import Experiment, ExperimentError, _merge, load, load_plugins
+
+RESULT = "result.json"      # a trial's completion record (atomic)
+TRIAL = "trial.json"        # what the worker runs
+EXPERIMENT = "experiment.json"  # the resolved experiment of a results folder
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One (variant, seed): everything a worker needs, JSON-serialisable."""
+
+    variant: str
+    seed: int
+    spec: dict
+    train: dict
+    task: str
+    task_params: dict
+    steps: int
+    seq_len: int
+    params: int
+    flops_per_step: float
+    metrics: tuple
+    probe: tuple
+    plugins: tuple
+
+    @property
+    def id(self) -> str:
+        return f"{self.variant}/seed{self.seed}"
+
+    def folder(self, out: Path) -> Path:
+        return Path(out) / "trials" / self.variant / f"seed{self.seed}"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trial":
+        d = dict(d)
+        d["metrics"], d["probe"], d["plugins"] = tuple(d["metrics"]), tuple(d["probe"]), tuple(d["plugins"])
+        return cls(**d)
+
+    def key(self) -> str:
+        """What makes two trials the same run (16 hex digits)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def train_flops(self) -> float:
+        return self.flops_per_step * self.steps
+
+
+# ---------------------------------------------------------------------- planning
+def _set_path(d: dict, key: str, value: Any, where: str) -> None:
+    parts = key.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if isinstance(nxt, str):
+            nxt = {"kind": nxt}
+        elif nxt is None:
+            nxt = {}
+        elif not isinstance(nxt, dict):
+            raise ExperimentError(f"cannot set {key!r}: {p!r} is not a mapping", where=where)
+        cur[p] = nxt
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def resolve_spec(exp: Experiment, overrides: dict, where: str):
+    """The variant's model spec: the base (a preset plus fields, or a full spec) with the
+    variant's dotted spec overrides applied, validated by the spec parser."""
+    from ..spec import parse_spec
+
+    base = exp.base_dict()
+    preset = base.pop("preset", None)
+    try:
+        d = parse_spec(preset).to_dict() if preset else {}
+        d = _merge(d, base)
+        for k, v in overrides.items():
+            _set_path(d, k, v, where)
+        return parse_spec(d)
+    except ZooError as exc:
+        raise ExperimentError(f"{exc}", where=where,
+                              fix="check the base spec and this variant's overrides") from exc
+
+
+def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
+    """The trials of ``exp`` (variants x seeds, variants outermost), with each variant's steps from
+    the budget: ``steps`` as given; ``tokens`` / (batch_size x sequence length); ``flops`` /
+    training FLOPs per step (3 x the forward FLOPs of :func:`zoo.accounting.forward_cost`: the
+    backward pass costs about twice the forward), so equal-FLOPs is one line."""
+    from ..accounting import forward_cost
+    from ..train.config import TrainConfig
+    from .tasks import get_task
+
+    exp = load(exp, quick=quick)
+    load_plugins(exp.plugins)
+    trials: list[Trial] = []
+    for i, v in enumerate(exp.variants):
+        where = f"experiment.variants[{i}] ({v.name})"
+        ov = v.overrides
+        spec_ov = {k: x for k, x in ov.items() if not k.startswith(("train.", "task."))}
+        train = {**dict(exp.train), **{k[6:]: x for k, x in ov.items() if k.startswith("train.")}}
+        tparams = {**dict(exp.task_params), **{k[5:]: x for k, x in ov.items() if k.startswith("task.")}}
+        task = get_task(exp.task, tparams, where=where)
+        spec = resolve_spec(exp, spec_ov, where)
+        if spec.arch != task.arch:
+            raise ExperimentError(f"task '{exp.task}' trains {task.arch} models; this spec is {spec.arch}",
+                                  where=where, fix=f"use a {task.arch} base spec")
+        fitted = spec.replace(vocab_size=task.tokenizer().vocab_size)
+        cfg = dataclasses.replace(TrainConfig(), **train)
+        seq = task.seq_len() if hasattr(task, "seq_len") else (cfg.block_size or min(spec.max_len, 128))
+        cost = forward_cost(fitted, seq, batch=cfg.batch_size)
+        per_step = 3.0 * cost["total_flops"]
+        b = exp.budget
+        if b.steps is not None:
+            steps = b.steps
+        elif b.tokens is not None:
+            steps = math.ceil(b.tokens / (cfg.batch_size * seq))
+        else:
+            steps = int(b.flops // per_step)
+        if steps < 1:
+            raise ExperimentError(f"the budget gives variant {v.name!r} no training step "
+                                  f"({per_step:.3g} FLOPs per step)", where="experiment.budget",
+                                  fix="raise the budget")
+        params = int(cost["params_bytes"] // 4)
+        for s in exp.seeds:
+            trials.append(Trial(variant=v.name, seed=s, spec=spec.to_dict(), train=train, task=exp.task,
+                                task_params=tparams, steps=int(steps), seq_len=int(seq), params=params,
+                                flops_per_step=per_step, metrics=exp.metrics, probe=exp.probe,
+                                plugins=exp.plugins))
+    return trials
+
+
+# ---------------------------------------------------------------------- one trial (the worker)
+def attention_entropy(model, ids: list[int]) -> float:
+    """Mean entropy (nats) of the attention rows of every layer and head on ``ids``: ``log(T)``
+    would be uniform attention, 0 one-hot (saturated softmax)."""
+    import torch
+
+    from ..inspection import trace
+
+    tr = trace(model, torch.tensor([ids]))
+    w = tr.attention_stack()  # (L, B, h, Tq, Tk)
+    ent = -(w.clamp_min(1e-30).log() * w).sum(-1)  # (L, B, h, Tq)
+    return float(ent.mean())
+
+
+def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) -> dict:
+    """Train one trial in ``out`` (resuming a killed one), score it, write ``result.json``."""
+    import torch
+
+    from ..build import build
+    from ..io import atomic_write
+    from ..spec import parse_spec
+    from ..train import train
+    from ..train.config import TrainConfig
+    from ..train.state import STATE_FILE
+    from .tasks import get_task
+
+    out = Path(out)
+    if threads:
+        torch.set_num_threads(threads)
+    load_plugins(trial.plugins)
+    task = get_task(trial.task, trial.task_params)
+    spec = parse_spec(trial.spec)
+    knobs = {**trial.train, "progress": False}
+    extra: dict = {}
+    if "entropy_init" in trial.metrics:  # the same initial weights the trainer starts from
+        cfg = dataclasses.replace(TrainConfig(), **trial.train, seed=trial.seed)
+        _, _, fitted, _ = task.prepare_objective(cfg, spec, None, fit_vocab=True)
+        extra["entropy_init"] = attention_entropy(build(fitted, seed=trial.seed), task.probe())
+    resume = (out / STATE_FILE).is_file()
+    res = train(spec, task, out=out, steps=trial.steps, seed=trial.seed, resume=resume,
+                overwrite=not resume, fit_vocab=True, tokenizer=task.tokenizer(), **knobs)
+    if res.interrupted:
+        raise KeyboardInterrupt(f"trial {trial.id} stopped at step {res.step}")
+    metrics = dict(task.evaluate(res.model))
+    logs = [r for r in res.history if "loss" in r]
+    if logs:
+        metrics["train_loss"] = logs[-1]["loss"]
+    if "eval_loss" in res.final:
+        metrics.setdefault("eval_loss", res.final["eval_loss"])
+    metrics.update(extra)
+    tps = [r["tokens_per_s"] for r in res.history if "tokens_per_s" in r]
+    record = {"key": trial.key(), "variant": trial.variant, "seed": trial.seed, "steps": res.step,
+              "params": trial.params, "train_flops": trial.train_flops, "metrics": metrics,
+              "wall_time_s": res.wall_time, "tokens_per_s": (sum(tps[1:]) / len(tps[1:])) if len(tps) > 1
+              else (tps[0] if tps else None), "finished": time.time()}
+    text = json.dumps(record, indent=1, ensure_ascii=False)
+    atomic_write(out / RESULT, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return record
+
+
+def finished(trial: Trial, out: Path) -> dict | None:
+    """The trial's completion record, if it finished (and is this very trial)."""
+    f = trial.folder(out) / RESULT
+    if not f.is_file():
+        return None
+    try:
+        rec = json.loads(f.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, OSError):
+        return None
+    return rec if rec.get("key") == trial.key() else None
+
+
+# ---------------------------------------------------------------------- the whole experiment
+def default_jobs(n_trials: int, threads: int | None = None) -> tuple[int, int]:
+    """``(processes, threads each)`` from the core count: one single-threaded process per core
+    (small models gain little from intra-op threads and much from running side by side), never
+    more processes than trials; with fewer trials than cores the spare cores become threads."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    jobs = max(1, min(cores, n_trials))
+    return jobs, threads or max(1, cores // jobs)
+
+
+def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | None = None,
+        threads: int | None = None, quick: bool = False, executor: str = "local",
+        progress: Callable[[dict], None] | None = None, report: bool = True,
+        poll_s: float = 0.5) -> "Results":
+    """Run (or resume) an experiment and return its :class:`~zoo.experiment.results.Results`.
+
+    ``experiment``: a shipped name, YAML path or text, dict, or :class:`Experiment`.  ``out``: the
+    results folder (default ``runs/experiments/<name>[-quick]``).  ``jobs`` x ``threads``: worker
+    processes and intra-op threads each (default :func:`default_jobs`).  ``progress(event)`` is
+    called with dicts ``{"event": "start" | "trial" | "done" | "failed" | "end", ...}``: per trial
+    ``id``, ``variant``, ``seed``, ``step``, ``steps``, ``loss``, ``eta_s``; overall ``finished``,
+    ``total``, ``eta_s``.  ``report=False`` skips writing the report files.
+    """
+    from .results import Results
+
+    exp = load(experiment, quick=quick)
+    trials = plan(exp)
+    out = Path(out) if out is not None else Path("runs") / "experiments" / (exp.name + ("-quick" if quick else ""))
+    _claim_folder(exp, trials, out)
+    todo = [t for t in trials if finished(t, out) is None]
+    jobs, threads = default_jobs(len(todo) or 1, threads) if jobs is None else (jobs, threads or 1)
+    emit = progress or (lambda e: None)
+    emit({"event": "start", "total": len(trials), "skipped": len(trials) - len(todo), "jobs": jobs,
+          "threads": threads, "out": str(out), "todo": [t.id for t in todo]})
+    failures: dict[str, str] = {}
+    if executor == "inline":
+        for t in todo:
+            try:
+                _write_trial(t, out)
+                run_trial(t, t.folder(out), threads)
+                emit({"event": "done", "id": t.id})
+            except ZooError as exc:
+                failures[t.id] = str(exc)
+                emit({"event": "failed", "id": t.id, "error": str(exc)})
+    elif executor == "local":
+        failures = _run_local(todo, trials, out, jobs, threads, emit, poll_s)
+    elif executor in ("submitit", "slurm"):
+        failures = _run_submitit(todo, trials, out, jobs, threads, emit, poll_s, executor, exp)
+    else:
+        raise ZooError(f"unknown executor {executor!r}", where="executor",
+                       options=["local", "inline", "submitit", "slurm"])
+    res = Results.from_dir(out)
+    emit({"event": "end", "finished": sum(1 for t in trials if finished(t, out)), "total": len(trials),
+          "failed": failures})
+    if report:
+        res.write_report()
+    if failures:
+        first = next(iter(failures.items()))
+        raise ZooError(f"{len(failures)} trial(s) failed; first: {first[0]}: {first[1]}",
+                       where=f"experiment {exp.name}",
+                       fix=f"see {first[0]}/worker.log in the results folder; rerun the same "
+                           "command to retry them (finished trials are kept)")
+    return res
+
+
+def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
+    """Record the experiment in ``out`` (or check that ``out`` holds this very experiment)."""
+    from ..io import atomic_write
+
+    f = out / EXPERIMENT
+    rec = {"name": exp.name, "fingerprint": exp.fingerprint(), "quick": exp.quick,
+           "experiment": json.loads(exp.raw), "trials": [t.to_dict() for t in trials]}
+    if f.is_file():
+        try:
+            old = json.loads(f.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            old = {}
+        if old.get("fingerprint") != rec["fingerprint"]:
+            raise ExperimentError(f"the folder holds the results of another experiment "
+                                  f"({old.get('name')!r}, or this one with other settings)",
+                                  where="experiment.out", fix="pass another --out, or delete the folder")
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(rec, indent=1, ensure_ascii=False)
+    atomic_write(f, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def _write_trial(t: Trial, out: Path) -> Path:
+    from ..io import atomic_write
+
+    d = t.folder(out)
+    d.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(t.to_dict(), indent=1, ensure_ascii=False)
+    atomic_write(d / TRIAL, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return d
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def worker_env(threads: int) -> dict:
+    env = dict(os.environ)
+    for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[v] = str(threads)
+    return env
+
+
+def trial_status(t: Trial, out: Path) -> dict:
+    """Step, last train loss and an ETA for a (running) trial, read from its ``metrics.jsonl``."""
+    from ..train.metrics import read_metrics
+
+    recs = read_metrics(t.folder(out))
+    logs = [r for r in recs if "loss" in r]
+    last = logs[-1] if logs else {}
+    step = last.get("step", 0)
+    el = last.get("elapsed_s")
+    eta = el / step * (t.steps - step) if el and step else None
+    return {"event": "trial", "id": t.id, "variant": t.variant, "seed": t.seed, "step": step,
+            "steps": t.steps, "loss": last.get("loss"), "eta_s": eta}
+
+
+def _overall(trials, out, running, jobs) -> dict:
+    done = sum(1 for t in trials if finished(t, out))
+    left = 0.0
+    for t in trials:
+        if finished(t, out):
+            continue
+        st = trial_status(t, out)
+        if st["eta_s"] is not None:
+            left += st["eta_s"]
+        else:
+            ref = next((finished(u, out) for u in trials if u.variant == t.variant and finished(u, out)), None)
+            left += ref["wall_time_s"] if ref else 0.0
+    return {"event": "overall", "finished": done, "total": len(trials), "running": running,
+            "eta_s": left / max(1, jobs)}
+
+
+def _run_local(todo, trials, out, jobs, threads, emit, poll_s) -> dict:
+    queue = list(todo)
+    running: dict[str, tuple[Trial, subprocess.Popen, Any]] = {}
+    failures: dict[str, str] = {}
+    env = worker_env(threads)
+    last_emit = 0.0
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                t = queue.pop(0)
+                d = _write_trial(t, out)
+                log = open(d / "worker.log", "ab")
+                p = subprocess.Popen([sys.executable, "-m", "zoo.experiment.worker", str(d / TRIAL),
+                                      str(threads)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                running[t.id] = (t, p, log)
+            for tid, (t, p, log) in list(running.items()):
+                rc = p.poll()
+                if rc is None:
+                    continue
+                log.close()
+                del running[tid]
+                if rc == 0 and finished(t, out):
+                    emit({"event": "done", "id": tid, **(finished(t, out) or {})})
+                else:
+                    tail = (t.folder(out) / "worker.log").read_text(encoding="utf-8", errors="replace")
+                    msg = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), f"exit {rc}")
+                    failures[tid] = msg[-300:]
+                    emit({"event": "failed", "id": tid, "error": failures[tid]})
+            now = time.monotonic()
+            if now - last_emit >= 2.0:
+                for t, _, _ in running.values():
+                    emit(trial_status(t, out))
+                emit(_overall(trials, out, [t.id for t, _, _ in running.values()], jobs))
+                last_emit = now
+            time.sleep(poll_s)
+    finally:
+        for t, p, log in running.values():  # Ctrl-C / an error here: let the trainers save and stop
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for t, p, log in running.values():
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            log.close()
+    return failures
+
+
+def submitit_job(trial_json: str, threads: int) -> str:
+    """What a submitit job runs: one trial from its ``trial.json`` (module-level: picklable)."""
+    from .worker import main
+
+    main([trial_json, str(threads)])
+    return trial_json
+
+
+def _run_submitit(todo, trials, out, jobs, threads, emit, poll_s, kind, exp) -> dict:
+    try:
+        import submitit
+    except ImportError as exc:
+        raise ZooError("the submitit executor needs the submitit package", where="executor",
+                       fix="pip install 'zoo-transformers[experiments]' (or pip install submitit)") from exc
+    folder = out / "submitit"
+    if kind == "slurm":
+        ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+    else:
+        ex = submitit.LocalExecutor(folder=folder)
+    params = {"timeout_min": 24 * 60}
+    if kind == "slurm":
+        params.update({"slurm_array_parallelism": jobs, "cpus_per_task": threads})
+    ex.update_parameters(**params)
+    paths = [str(_write_trial(t, out) / TRIAL) for t in todo]
+    old = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    os.environ.update({"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+    try:
+        js = ex.map_array(submitit_job, paths, [threads] * len(paths)) if paths else []
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    failures: dict[str, str] = {}
+    pending = dict(zip([t.id for t in todo], zip(todo, js)))
+    last = 0.0
+    while pending:
+        for tid, (t, j) in list(pending.items()):
+            if not j.done():
+                continue
+            del pending[tid]
+            try:
+                j.result()
+                emit({"event": "done", "id": tid, **(finished(t, out) or {})})
+            except Exception as exc:  # noqa: BLE001 - submitit wraps the worker's failure
+                failures[tid] = str(exc).strip().splitlines()[-1][-300:] if str(exc).strip() else repr(exc)
+                emit({"event": "failed", "id": tid, "error": failures[tid]})
+        if time.monotonic() - last >= 2.0:
+            for t, _ in pending.values():
+                emit(trial_status(t, out))
+            last = time.monotonic()
+        time.sleep(poll_s)
+    return failures

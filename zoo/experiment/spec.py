@@ -1,0 +1,462 @@
+"""The experiment file: YAML parsed by zoo's bounded loader, validated once into frozen dataclasses.
+
+    name: pos_extrapolation
+    title: Positional encodings on a task only positions solve
+    claim: relative schemes extrapolate to 2x the training length, absolute ones do not
+    base: {preset: gpt_tiny, num_layers: 2, d_model: 64, num_heads: 4, d_ff: 128, max_len: 64}
+    variants:                         # a list of named overrides ...
+      - {name: sinusoidal, set: {positions: sinusoidal}}
+      - {name: rope, set: {positions: rope}}
+    # grid: {positions: [sinusoidal, rope], train.lr: [1e-3, 3e-3]}   # ... or a grid
+    baseline: sinusoidal              # or {norm.placement: pre}: compare within the other axes
+    seeds: 3                          # or a list [0, 1, 2]
+    task: {kind: lag, length: 32}
+    train: {batch_size: 32, lr: 3e-3, warmup: 20}
+    budget: {steps: 400}              # or {tokens: 2e6} or {flops: 1e13}: equal FLOPs, one line
+    metrics: [acc, acc_2x, eval_loss]
+    probe: null                       # texts for the inside view; null = the task's own example
+    plugins: []                       # entry points to load (e.g. [linear_attention])
+    quick: {seeds: 2, budget: {steps: 60}}   # merged over the above by --quick
+
+An override key is a dotted path: ``positions``, ``norm.placement`` (spec), ``train.lr`` (the
+trainer's knobs), ``task.length`` (the task's parameters).  Every error is an
+:class:`ExperimentError` naming the field (``experiment.variants[1].set.positons``).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ZooError
+
+SHIPPED_DIR = Path(__file__).resolve().parents[1] / "checkpoints" / "experiments"
+#: metrics every trial records besides its task's own: direction ("min", "max", or None: neither
+#: is better, the verdict says "higher" / "lower")
+GENERAL_METRICS = {"eval_loss": "min", "train_loss": "min", "entropy_init": None}
+TOP_KEYS = ("name", "title", "claim", "description", "base", "variants", "grid", "baseline", "seeds",
+            "task", "train", "budget", "metrics", "probe", "plugins", "quick", "executor")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.=,+-]{1,80}$")
+
+
+class ExperimentError(ZooError):
+    """An experiment file (or its run folder) is not valid; ``where`` names the field."""
+
+
+def _shipped_dir() -> Path:
+    """Where shipped experiments live: ``checkpoints/experiments`` (installed: zoo.checkpoints)."""
+    try:
+        import zoo.checkpoints as ck
+
+        d = Path(ck.__file__).resolve().parent / "experiments"
+        if d.is_dir():
+            return d
+    except ImportError:  # pragma: no cover
+        pass
+    return SHIPPED_DIR
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One arm of the experiment: a name and dotted overrides (spec / ``train.`` / ``task.``)."""
+
+    name: str
+    set: tuple[tuple[str, Any], ...] = ()
+    description: str = ""
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        return dict(self.set)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Exactly one of ``steps``, ``tokens`` (input tokens seen), ``flops`` (training FLOPs)."""
+
+    steps: int | None = None
+    tokens: float | None = None
+    flops: float | None = None
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("steps", "tokens", "flops") if getattr(self, k) is not None)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A validated experiment (see the module docstring for the file format)."""
+
+    name: str
+    base: Any                               # a preset name or a spec dict (frozen as JSON text)
+    variants: tuple[Variant, ...]
+    seeds: tuple[int, ...]
+    task: str
+    task_params: tuple[tuple[str, Any], ...]
+    train: tuple[tuple[str, Any], ...]
+    budget: Budget
+    metrics: tuple[str, ...]
+    baseline: Any = None                    # variant name, or tuple of (key, value) pairs
+    title: str = ""
+    claim: str = ""
+    description: str = ""
+    probe: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
+    quick: bool = False
+    source: str = ""                        # the YAML text it was read from (empty for dicts)
+    raw: str = ""                           # the validated mapping as JSON (before --quick)
+
+    # ------------------------------------------------------------------ derived
+    def base_dict(self) -> dict:
+        return json.loads(self.base) if isinstance(self.base, str) and self.base.startswith("{") else \
+            {"preset": self.base}
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise ExperimentError(f"no variant named {name!r}", where="experiment.variants",
+                              options=[v.name for v in self.variants])
+
+    def reference(self, v: Variant) -> Variant | None:
+        """The variant ``v`` is compared with (None for the reference itself): the named baseline,
+        or (``baseline: {key: value}``) the variant equal to ``v`` except that ``key = value``."""
+        if self.baseline is None or isinstance(self.baseline, str):
+            ref = self.variant(self.baseline) if self.baseline else self.variants[0]
+            return None if ref.name == v.name else ref
+        want = {**v.overrides, **dict(self.baseline)}
+        if want == v.overrides:
+            return None
+        for cand in self.variants:
+            if cand.overrides == want:
+                return cand
+        return None
+
+    def metric_direction(self, metric: str, task_metrics: dict) -> str | None:
+        if metric in task_metrics:
+            return task_metrics[metric]
+        return GENERAL_METRICS.get(metric)
+
+    def fingerprint(self) -> str:
+        """What identifies the runs: everything but titles and texts (16 hex digits)."""
+        keep = {k: v for k, v in json.loads(self.raw).items()
+                if k not in ("title", "claim", "description", "quick", "probe", "executor")}
+        keep["quick"] = self.quick
+        return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------- loading
+def load(source: Any, *, quick: bool = False) -> Experiment:
+    """An :class:`Experiment` from a shipped name, a path to a YAML file, YAML text, a dict, or an
+    Experiment.  ``quick`` merges the file's ``quick:`` block over it.  Errors name the field."""
+    from ..trust import load_yaml, read_text
+
+    if isinstance(source, Experiment):
+        if quick and not source.quick:
+            return load(json.loads(source.raw), quick=True)
+        return source
+    text = ""
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and "\n" not in source
+                                           and ":" not in source.split("/")[-1]):
+        path = _find(str(source))
+        text = read_text(path, where=str(path.name), error=ExperimentError)
+        data = load_yaml(text, where=path.name, error=ExperimentError)
+    elif isinstance(source, str):
+        text = source
+        data = load_yaml(source, where="experiment", error=ExperimentError)
+    elif isinstance(source, dict):
+        data = copy.deepcopy(source)
+    else:
+        raise ExperimentError(f"cannot read an experiment from {type(source).__name__}",
+                              where="experiment", fix="pass a shipped name, a YAML path or text, or a dict")
+    return parse(data, quick=quick, source=text)
+
+
+def _find(name: str) -> Path:
+    p = Path(name)
+    if p.suffix in (".yaml", ".yml") and p.is_file():
+        return p
+    for cand in (_shipped_dir() / f"{name}.yaml", _shipped_dir() / name / "experiment.yaml"):
+        if cand.is_file():
+            return cand
+    if p.is_file():
+        return p
+    raise ExperimentError(f"no experiment file or shipped experiment named {name!r}", where="experiment",
+                          options=list_shipped(), fix="pass a path to a .yaml file or a shipped name "
+                          "(`zoo experiment list`)")
+
+
+def list_shipped() -> list[str]:
+    """Names of the shipped experiments (``checkpoints/experiments/<name>/experiment.yaml``)."""
+    d = _shipped_dir()
+    return sorted(p.parent.name for p in d.glob("*/experiment.yaml")) if d.is_dir() else []
+
+
+def _merge(a: Any, b: Any) -> Any:
+    """``b`` deep-merged over ``a`` (mappings merge, everything else replaces)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = _merge(a.get(k), v) if k in a else v
+        return out
+    return copy.deepcopy(b)
+
+
+def _bad(where: str, msg: str, fix: str | None = None, options=None):
+    raise ExperimentError(msg, where=f"experiment.{where}" if where else "experiment", fix=fix,
+                          options=options)
+
+
+def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
+    """Validate a mapping into an :class:`Experiment` (``quick``: apply its ``quick:`` block)."""
+    from ..trust import short
+
+    if not isinstance(data, dict):
+        _bad("", f"an experiment must be a mapping of fields, got {type(data).__name__}",
+             fix="start the file with `name: ...`")
+    unknown = [k for k in data if k not in TOP_KEYS]
+    if unknown:
+        from ..errors import did_you_mean
+
+        _bad(str(unknown[0]), f"unknown field {short(unknown[0])}", options=TOP_KEYS,
+             fix=did_you_mean(str(unknown[0]), TOP_KEYS) or "remove it")
+    raw = json.dumps(data, sort_keys=True, default=str)
+    if quick:
+        q = data.get("quick")
+        if q is not None and not isinstance(q, dict):
+            _bad("quick", "must be a mapping of overrides", fix="e.g. quick: {seeds: 2, budget: {steps: 50}}")
+        if q and "quick" in q:
+            _bad("quick.quick", "a quick block cannot nest another")
+        data = _merge({k: v for k, v in data.items() if k != "quick"}, q or {})
+    for req in ("name", "base", "task", "budget"):
+        if req not in data:
+            _bad(req, f"missing required field '{req}'", fix=f"add `{req}: ...`")
+    name = data["name"]
+    if not isinstance(name, str) or not re.match(r"^[a-z][a-z0-9_]{0,60}$", name):
+        _bad("name", f"invalid name {short(name)}", fix="lower-case letters, digits and '_'")
+    base = _parse_base(data["base"])
+    variants = _parse_variants(data)
+    seeds = _parse_seeds(data.get("seeds", 3))
+    task, task_params = _parse_task(data["task"])
+    train = _parse_train(data.get("train") or {}, "train")
+    budget = _parse_budget(data["budget"])
+    metrics = data.get("metrics") or []
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        _bad("metrics", "must be a list of metric names", fix="e.g. metrics: [acc, eval_loss]")
+    baseline = data.get("baseline")
+    names = [v.name for v in variants]
+    if isinstance(baseline, str):
+        if baseline not in names:
+            _bad("baseline", f"no variant named {short(baseline)}", options=names)
+    elif isinstance(baseline, dict):
+        keys = {k for v in variants for k in v.overrides}
+        for k in baseline:
+            if k not in keys:
+                _bad(f"baseline.{k}", f"{short(k)} is not a key the variants set", options=sorted(keys))
+        baseline = tuple(sorted(baseline.items()))
+    elif baseline is not None:
+        _bad("baseline", "must be a variant name or a mapping {key: value}")
+    probe = data.get("probe") or []
+    if isinstance(probe, str):
+        probe = [probe]
+    if not isinstance(probe, list) or not all(isinstance(p, str) and 0 < len(p) <= 200 for p in probe):
+        _bad("probe", "must be a text or a list of texts (1-200 characters each)")
+    plugins = data.get("plugins") or []
+    if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
+        _bad("plugins", "must be a list of plugin entry-point names", fix="e.g. plugins: [linear_attention]")
+    for k in ("title", "claim", "description"):
+        if not isinstance(data.get(k, ""), str):
+            _bad(k, "must be text")
+    exp = Experiment(name=name, base=base, variants=tuple(variants), seeds=seeds, task=task,
+                     task_params=task_params, train=train, budget=budget, metrics=tuple(metrics),
+                     baseline=baseline, title=data.get("title", ""), claim=data.get("claim", ""),
+                     description=data.get("description", ""), probe=tuple(probe),
+                     plugins=tuple(plugins), quick=quick, source=source, raw=raw)
+    _check_against_registry(exp)
+    return exp
+
+
+def _parse_base(base: Any) -> str:
+    if isinstance(base, str):
+        return base
+    if isinstance(base, dict):
+        return json.dumps(base, sort_keys=True)
+    _bad("base", f"must be a preset name or a spec mapping, got {type(base).__name__}",
+         fix="e.g. base: gpt_tiny, or base: {preset: gpt_tiny, num_layers: 2}")
+
+
+def _check_key(key: Any, where: str) -> str:
+    if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", key):
+        _bad(where, f"invalid override key {key!r}", fix="a field name or a dotted path (norm.placement, train.lr)")
+    return key
+
+
+def _freeze(v: Any) -> Any:
+    """JSON-able values only (what YAML gives), so variants hash and compare by value."""
+    return json.loads(json.dumps(v))
+
+
+def _parse_variants(data: dict) -> list[Variant]:
+    has_list, has_grid = data.get("variants") is not None, data.get("grid") is not None
+    if has_list == has_grid:
+        _bad("variants", "give exactly one of `variants:` (a list) or `grid:` (a mapping of lists)")
+    out: list[Variant] = []
+    if has_list:
+        items = data["variants"]
+        if not isinstance(items, list) or not items:
+            _bad("variants", "must be a non-empty list of {name, set}")
+        for i, it in enumerate(items):
+            w = f"variants[{i}]"
+            if not isinstance(it, dict) or "name" not in it:
+                _bad(w, "each variant is a mapping with a `name` (and `set:` overrides)")
+            extra = set(it) - {"name", "set", "description"}
+            if extra:
+                _bad(f"{w}.{sorted(extra)[0]}", "unknown variant field", options=["name", "set", "description"])
+            if not isinstance(it["name"], str) or not _NAME_RE.match(it["name"]):
+                _bad(f"{w}.name", f"invalid variant name {it['name']!r}", fix="letters, digits, _ . = , + -")
+            sets = it.get("set") or {}
+            if not isinstance(sets, dict):
+                _bad(f"{w}.set", "must be a mapping of overrides")
+            pairs = tuple(sorted((_check_key(k, f"{w}.set"), _freeze(v)) for k, v in sets.items()))
+            out.append(Variant(it["name"], pairs, str(it.get("description", ""))))
+    else:
+        grid = data["grid"]
+        if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
+            _bad("grid", "must map each key to a non-empty list of values",
+                 fix="e.g. grid: {num_layers: [2, 12], norm.placement: [pre, post]}")
+        keys = [_check_key(k, "grid") for k in grid]
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            name = ",".join(f"{k.split('.')[-1]}={_short_val(v)}" for k, v in zip(keys, combo))
+            out.append(Variant(name, tuple(sorted((k, _freeze(v)) for k, v in zip(keys, combo)))))
+    names = [v.name for v in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        _bad("variants", f"two variants are named {dup!r}", fix="give every variant its own name")
+    return out
+
+
+def _short_val(v: Any) -> str:
+    if isinstance(v, dict):
+        return str(v.get("kind", "x"))
+    return "none" if v is None else str(v)
+
+
+def _parse_seeds(seeds: Any) -> tuple[int, ...]:
+    if isinstance(seeds, bool):
+        _bad("seeds", "must be a count or a list of integers")
+    if isinstance(seeds, int):
+        if not 1 <= seeds <= 100:
+            _bad("seeds", f"a seed count must be in [1, 100], got {seeds}")
+        return tuple(range(seeds))
+    if isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                  for s in seeds):
+        if len(set(seeds)) != len(seeds):
+            _bad("seeds", "seeds must be distinct")
+        return tuple(seeds)
+    _bad("seeds", f"must be a count or a list of distinct non-negative integers, got {seeds!r}")
+
+
+def _parse_task(task: Any) -> tuple[str, tuple]:
+    if isinstance(task, str):
+        return task, ()
+    if isinstance(task, dict) and isinstance(task.get("kind"), str):
+        params = {k: _freeze(v) for k, v in task.items() if k != "kind"}
+        return task["kind"], tuple(sorted(params.items()))
+    _bad("task", "must be a task name or {kind: NAME, ...params}", fix="e.g. task: {kind: mqar, num_kv_pairs: 8}")
+
+
+def _parse_train(train: Any, where: str) -> tuple:
+    from ..train.config import TrainConfig
+
+    if not isinstance(train, dict):
+        _bad(where, "must be a mapping of trainer options", fix="e.g. train: {lr: 3e-3, batch_size: 32}")
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    for k in train:
+        if k not in names:
+            from ..errors import did_you_mean
+
+            _bad(f"{where}.{k}", f"unknown trainer option {k!r}", options=names, fix=did_you_mean(k, names))
+        if k in ("steps", "seed", "objective", "progress"):
+            _bad(f"{where}.{k}", f"'{k}' is set by the experiment (budget, seeds, task)", fix="remove it")
+    types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
+    out = {}
+    for k, v in train.items():
+        if isinstance(v, str) and "float" in str(types[k]):  # YAML 1.1 reads 3e-3 as text
+            try:
+                v = float(v)
+            except ValueError:
+                _bad(f"{where}.{k}", f"not a number: {v!r}")
+        out[k] = _freeze(v)
+    try:
+        dataclasses.replace(TrainConfig(), **out).validate()
+    except ZooError as exc:
+        _bad(f"{where}.{exc.where.split('.', 1)[-1] if exc.where else ''}", exc.what, fix=exc.fix)
+    except TypeError as exc:
+        _bad(where, f"invalid trainer option: {exc}")
+    return tuple(sorted(out.items()))
+
+
+def _parse_budget(b: Any) -> Budget:
+    if not isinstance(b, dict) or len(b) != 1 or next(iter(b)) not in ("steps", "tokens", "flops"):
+        _bad("budget", "must be exactly one of {steps: N}, {tokens: N}, {flops: N}",
+             fix="e.g. budget: {flops: 2e12} for an equal-compute comparison")
+    k, v = next(iter(b.items()))
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            _bad(f"budget.{k}", f"not a number: {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        _bad(f"budget.{k}", f"must be a positive number, got {v!r}")
+    if k == "steps":
+        if int(v) != v:
+            _bad("budget.steps", "must be an integer")
+        return Budget(steps=int(v))
+    return Budget(**{k: float(v)})
+
+
+def _check_against_registry(exp: Experiment) -> None:
+    """Task kind and parameters, trainer options of variants, and metric names, checked now."""
+    from .tasks import get_task
+
+    load_plugins(exp.plugins)
+    task = get_task(exp.task, dict(exp.task_params), where="experiment.task")
+    for i, v in enumerate(exp.variants):
+        tr = {k[6:]: val for k, val in v.set if k.startswith("train.")}
+        _parse_train(tr, f"variants[{i}].set.train")
+        tp = {k[5:]: val for k, val in v.set if k.startswith("task.")}
+        if tp:
+            get_task(exp.task, {**dict(exp.task_params), **tp}, where=f"experiment.variants[{i}].set.task")
+    known = {**GENERAL_METRICS, **task_metrics(task)}
+    for i, m in enumerate(exp.metrics):
+        if m not in known:
+            _bad(f"metrics[{i}]", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+
+
+def task_metrics(task) -> dict:
+    return dict(getattr(task, "metrics", {}) or {})
+
+
+def load_plugins(names) -> None:
+    """Load the named plugin entry points (``plugins: [linear_attention]``) if not loaded yet; a
+    missing one is an error saying what to install."""
+    from ..registry import get_registry
+
+    reg = get_registry()
+    for n in names:
+        if n in reg.plugins and reg.plugins[n].ok:
+            continue
+        reg.load_entry_points(only=[n])
+        info = reg.plugins.get(n)
+        if info is None or not info.ok:
+            pkg = "zoo-" + n.replace("_", "-")
+            raise ExperimentError(f"this experiment needs the plugin {n!r}, which is not installed",
+                                  where="experiment.plugins",
+                                  fix=f"pip install {pkg} (in the zoo repository: pip install "
+                                      f"plugins/{pkg})")

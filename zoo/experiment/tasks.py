@@ -1,0 +1,290 @@
+"""Tasks: what a trial learns, drawn deterministically from a seed, with exact held-out metrics.
+
+A task is a plugin like an attention kernel (family ``task``, hook ``register_tasks``, listed by
+``zoo components task``).  Most tasks are *synthetic*: a generator of token sequences with a known
+answer.  :class:`SyntheticTask` turns one method, :meth:`SyntheticTask.draw`, into everything the
+trainer and the experiment need:
+
+- **training batches**, drawn from the trainer's per-step generator (so the seed fixes them);
+- **held-out data that never overlaps training**: every example is hashed (a fixed polynomial hash
+  of its tokens, independent of any seed) and a fixed fraction of the hash space is reserved for
+  evaluation; training draws reject those examples, evaluation keeps only them.  Membership is a
+  function of the example alone, so no seed, batch size or step can leak one into training;
+- **exact metrics**: ``acc`` (teacher-forced accuracy on the answer tokens), ``exact`` (every answer
+  token of an example right), and for tasks whose answer ends the sequence ``gen_exact`` (the model
+  *generates* the answer greedily from the prompt, one token at a time, with nothing of the answer
+  visible: the number that exposes a decoder that reads the future).
+
+Shapes: ``n`` examples, ``T`` tokens.  ``draw`` returns symbol indices (not token ids): ``ids (n, T)``
+and ``labels (n, T)`` with ``-1`` where nothing is predicted, and ``start (n,)`` where the answer
+begins (or None when the answer is not one final span), and optionally ``length (n,)`` for
+variable-length examples (right padding).
+
+Tokens are characters of a small alphabet (``a b c ... 0 1 ...``) written with the ``char``
+tokenizer, so a trial's checkpoint decodes its own inputs and the Inspect tab labels heatmaps.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from ..components import Task
+from ..errors import ZooError
+
+IGNORE = -100
+#: symbols tasks write with (distinct characters; Greek and Cyrillic extend the Latin set)
+SYMBOLS = ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+           "αβγδεζηθικλμνξοπρστυφχψωΓΔΘΛΞΠΣΦΨΩбвгдежзийклмнптфцчшщыэюя")
+#: fixed weights of the example hash (seed-independent: held-out membership never depends on a run)
+_HASH_W = torch.randint(1, 2 ** 20, (4096,), generator=torch.Generator().manual_seed(20231201))
+_HASH_MOD = 1_000_003
+
+
+def example_hash(ids: torch.Tensor, length: torch.Tensor | None = None) -> torch.Tensor:
+    """``(n, T)`` symbol rows -> ``(n,)`` hashes in ``[0, 1_000_003)``; padding beyond ``length``
+    does not count.  A polynomial hash with fixed weights: equal examples hash equally."""
+    n, T = ids.shape
+    x = (ids.long() + 1) * _HASH_W[:T]  # (n, T)
+    if length is not None:
+        x = x * (torch.arange(T)[None, :] < length[:, None])
+    return (x.sum(-1) + 7919 * (length if length is not None else T)) % _HASH_MOD
+
+
+def symbols(n: int, offset: int = 0, where: str = "task") -> str:
+    """``n`` distinct symbol characters starting at ``offset`` of :data:`SYMBOLS`."""
+    if offset + n > len(SYMBOLS):
+        raise ZooError(f"a task needs {offset + n} symbols; at most {len(SYMBOLS)} exist", where=where,
+                       fix=f"use a vocabulary of at most {len(SYMBOLS) - offset}")
+    return SYMBOLS[offset:offset + n]
+
+
+class SyntheticTask(Task):
+    """Base of generated tasks: subclasses set ``alphabet`` (in ``__init__``) and write :meth:`draw`.
+
+    Config fields every synthetic task understands (declared by each config dataclass):
+    ``heldout`` (fraction of the example space reserved for evaluation), ``eval_examples``.
+    """
+
+    arch: ClassVar[str] = "decoder"
+    metrics: ClassVar[dict] = {"acc": "max", "exact": "max"}
+    #: the answer ends the sequence, so greedy generation can be scored (adds ``gen_exact``)
+    answer_at_end: ClassVar[bool] = False
+    alphabet: str = ""
+
+    def __init__(self, config):
+        super().__init__(config)
+        from ..tokenizers import tokenizer
+
+        self.tok = tokenizer("char", text=self.alphabet)
+        self.sym2id = torch.tensor([self.tok.stoi[c] for c in self.alphabet])  # symbol -> token id
+
+    # ------------------------------------------------------------------ to implement
+    def draw(self, gen: torch.Generator, n: int, length: int | None = None) -> dict:
+        """``n`` examples (``length``: a sequence length other than the training one, for
+        extrapolation).  Returns ``{"ids", "labels", "start", "length"?}`` in symbol indices."""
+        raise NotImplementedError
+
+    def seq_len(self) -> int:
+        """The training sequence length (what ``max_len`` must hold)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ provided
+    def tokenizer(self):
+        return self.tok
+
+    def heldout_frac(self) -> float:
+        return float(getattr(self.config, "heldout", 0.2))
+
+    def is_heldout(self, ex: dict) -> torch.Tensor:
+        """``(n,)`` bool: which examples belong to the evaluation side of the hash split."""
+        h = example_hash(ex["ids"], ex.get("length"))
+        return h < int(self.heldout_frac() * _HASH_MOD)
+
+    def sample(self, gen: torch.Generator, n: int, *, heldout: bool, length: int | None = None) -> dict:
+        """``n`` examples from one side of the split (rejection: draw, keep that side, repeat)."""
+        keep_frac = self.heldout_frac() if heldout else 1 - self.heldout_frac()
+        parts, have = [], 0
+        for _ in range(1000):
+            ex = self.draw(gen, max(8, math.ceil((n - have) / max(keep_frac, 1e-3) * 1.25)), length)
+            sel = self.is_heldout(ex) == heldout
+            ex = {k: (v[sel] if torch.is_tensor(v) else v) for k, v in ex.items()}
+            parts.append(ex)
+            have += int(sel.sum())
+            if have >= n:
+                break
+        else:
+            raise ZooError("could not draw enough examples on one side of the held-out split",
+                           where="task.heldout", fix="use a held-out fraction between 0.05 and 0.5")
+        out = {}
+        for k in parts[0]:
+            v0 = parts[0][k]
+            out[k] = torch.cat([p[k] for p in parts])[:n] if torch.is_tensor(v0) else v0
+        return out
+
+    def to_batch(self, ex: dict) -> dict:
+        """Symbol examples -> the trainer's batch: token ids, labels (IGNORE where none), and an
+        attention ``mask`` (True at real tokens) when lengths vary."""
+        ids = self.sym2id[ex["ids"]]  # (n, T)
+        labels = torch.where(ex["labels"] >= 0, self.sym2id[ex["labels"].clamp(min=0)],
+                             torch.full_like(ex["labels"], IGNORE))
+        b = {"ids": ids, "labels": labels}
+        if ex.get("length") is not None:
+            real = torch.arange(ids.size(1))[None, :] < ex["length"][:, None]  # (n, T)
+            b["ids"] = torch.where(real, ids, torch.full_like(ids, self.tok.pad_id))
+            b["labels"] = torch.where(real, b["labels"], torch.full_like(ids, IGNORE))
+            b["mask"] = real
+        return b
+
+    def eval_examples(self, length: int | None = None) -> dict:
+        """The fixed held-out set (the same for every trial and seed: paired comparisons see the
+        same questions), distinct examples only."""
+        gen = torch.Generator().manual_seed(1234 + (length or 0))
+        n = int(getattr(self.config, "eval_examples", 256))
+        ex = self.sample(gen, 2 * n, heldout=True, length=length)
+        h = example_hash(ex["ids"], ex.get("length")).tolist()
+        first = sorted({v: i for i, v in reversed(list(enumerate(h)))}.values())[:n]
+        idx = torch.tensor(first)
+        return {k: (v[idx] if torch.is_tensor(v) else v) for k, v in ex.items()}
+
+    def prepare_objective(self, cfg, spec, tok=None, *, fit_vocab: bool = False):
+        """The trainer's data source hook (:func:`zoo.train.prepare.prepare`)."""
+        from ..train.objectives import Objective, ce_sum
+
+        task = self
+        if fit_vocab and spec.vocab_size != self.tok.vocab_size:
+            spec = spec.replace(vocab_size=self.tok.vocab_size)
+        if self.tok.vocab_size > spec.vocab_size:
+            raise ZooError(f"the task has {self.tok.vocab_size} tokens, the spec's vocab_size is "
+                           f"{spec.vocab_size}", where="vocab_size", fix="fit the vocabulary")
+        need = max(self.seq_len(), self.max_eval_len())
+        if need > spec.max_len:
+            raise ZooError(f"the task needs sequences of {need} tokens, max_len is {spec.max_len}",
+                           where="max_len", fix=f"set max_len: {need} (or more) in the base spec")
+        if spec.pad_id is not None and spec.pad_id != self.tok.pad_id:
+            spec = spec.replace(pad_id=self.tok.pad_id)
+
+        class TaskObjective(Objective):
+            """Batches drawn from the task; loss on the answer tokens only."""
+
+            def train_batch(self, gen, size):
+                return task.to_batch(task.sample(gen, size, heldout=False))
+
+            def eval_set(self):
+                b = task.to_batch(task.eval_examples())
+                bs = self.cfg.batch_size
+                n = min(b["ids"].size(0), self.cfg.eval_batches * bs)
+                return [{k: v[i:i + bs] for k, v in b.items()} for i in range(0, n, bs)]
+
+            def loss(self, model, b):
+                logits = model(b["ids"], attention_mask=b.get("mask"))  # (B, T, V)
+                sel = b["labels"] != IGNORE
+                correct = (logits.argmax(-1)[sel] == b["labels"][sel]).sum()
+                return ce_sum(logits, b["labels"]), {"correct": correct}
+
+        info = {"data": f"task:{self.name()}", "task": self.name(),
+                "task_config": dataclasses.asdict(self.config) if self.config is not None else {},
+                "tokenizer": "char", "vocab_size": self.tok.vocab_size}
+        return TaskObjective(self.tok, cfg, spec), self.tok, spec, info
+
+    def max_eval_len(self) -> int:
+        return self.seq_len()
+
+    def name(self) -> str:
+        return getattr(self, "kind", type(self).__name__.lower())
+
+    def __fspath__(self) -> str:
+        # The trainer's resume check asks whether its data *file* changed; a generated source names
+        # itself like a path that is no file, so that check passes (the task is in the run's info).
+        return f"task:{self.name()}"
+
+    # ------------------------------------------------------------------ metrics
+    @torch.no_grad()
+    def evaluate(self, model) -> dict:
+        """Exact metrics on the held-out set: ``acc``, ``exact`` and, where the answer ends the
+        sequence, ``gen_exact``."""
+        was = model.training
+        model.eval()
+        try:
+            out = self.score(model, self.eval_examples(), "")
+        finally:
+            model.train(was)
+        return out
+
+    def score(self, model, ex: dict, suffix: str) -> dict:
+        b = self.to_batch(ex)
+        pred = predict(model, b["ids"], b.get("mask"))  # (n, T) argmax token ids
+        sel = b["labels"] != IGNORE
+        right = (pred == b["labels"]) | ~sel
+        out = {f"acc{suffix}": float((pred == b["labels"])[sel].float().mean()),
+               f"exact{suffix}": float(right.all(-1).float().mean())}
+        if self.answer_at_end and ex.get("start") is not None:
+            out[f"gen_exact{suffix}"] = generation_exact(model, b, ex["start"], ex.get("length"))
+        return out
+
+    def probe(self) -> list[int]:
+        """Token ids of the first held-out example (its real tokens), for the inside view."""
+        ex = self.eval_examples()
+        b = self.to_batch({k: (v[:1] if torch.is_tensor(v) else v) for k, v in ex.items()})
+        ids = b["ids"][0]
+        if "mask" in b:
+            ids = ids[b["mask"][0]]
+        return ids.tolist()
+
+
+def predict(model, ids: torch.Tensor, mask: torch.Tensor | None = None, batch: int = 256) -> torch.Tensor:
+    """Teacher-forced argmax ``(n, T)`` in chunks of ``batch`` rows."""
+    outs = []
+    for i in range(0, ids.size(0), batch):
+        m = mask[i:i + batch] if mask is not None else None
+        outs.append(model(ids[i:i + batch], attention_mask=m).argmax(-1))
+    return torch.cat(outs)
+
+
+def generation_exact(model, b: dict, start: torch.Tensor, length: torch.Tensor | None) -> float:
+    """Fraction of examples whose answer, *generated* greedily from the prompt (input tokens
+    ``[:start]``; the label at ``start - 1`` is the first answer token), matches exactly.  Nothing
+    after the prompt is ever shown to the model, so a decoder that learned to read the next input
+    token (the look-ahead mask removed) fails here even when its teacher-forced accuracy is perfect."""
+    ids, labels = b["ids"], b["labels"]
+    n, T = ids.shape
+    ends = length if length is not None else torch.full((n,), T)
+    hits = 0
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i in range(n):
+        groups.setdefault((int(start[i]), int(ends[i])), []).append(i)
+    for (s, e), rows in groups.items():
+        idx = torch.tensor(rows)
+        seq = ids[idx, :s]  # (g, s) the prompt
+        want = labels[idx, s - 1:e]  # (g, e - s + 1) the answer tokens, in order
+        for _ in range(want.size(1)):
+            nxt = model(seq)[:, -1].argmax(-1, keepdim=True)  # (g, 1)
+            seq = torch.cat([seq, nxt], dim=1)
+        hits += int((seq[:, s:] == want).all(-1).sum())
+    return hits / max(1, n)
+
+
+def get_task(kind: str, params: dict | None = None, *, where: str = "task") -> Task:
+    """Build the registered task ``kind`` with ``params`` (validated by its config dataclass; an
+    unknown name lists the registered ones)."""
+    from ..registry import get_registry
+    from ..spec import make_config
+
+    if not isinstance(kind, str):
+        raise ZooError(f"a task kind must be a name, got {type(kind).__name__}", where=f"{where}.kind",
+                       options=get_registry().names("task"))
+    comp = get_registry().get("task", kind, where=f"{where}.kind")
+    config = make_config(comp.config, dict(params or {}), where, kind)
+    task = comp.cls(config)
+    task.kind = kind
+    return task
+
+
+def list_tasks() -> list[dict[str, Any]]:
+    """``[{"name", "doc", "params", "metrics", "arch"}]`` for every registered task."""
+    from ..registry import get_registry
+
+    return [{"name": c.name, "doc": c.doc, "params": c.params(), "metrics": dict(c.cls.metrics),
+             "arch": c.cls.arch} for c in get_registry().list("task")]

@@ -1,0 +1,35 @@
+"""``python -m zoo.experiment.worker TRIAL_JSON [THREADS]``: run one trial (what each worker process
+of :func:`zoo.experiment.run` executes).  Exit 0 when ``result.json`` was written, 2 on a user
+error (one line), 130 when stopped by a signal (the trainer saved first)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    from ..errors import ZooError
+    from .run import Trial, run_trial
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    path = Path(args[0])
+    threads = int(args[1]) if len(args) > 1 else None
+    trial = Trial.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        run_trial(trial, path.parent, threads)
+    except ZooError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+        if argv is not None:
+            raise
+        return 2
+    except KeyboardInterrupt as exc:
+        print(f"stopped: {exc}", file=sys.stderr, flush=True)
+        if argv is not None:
+            raise
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
