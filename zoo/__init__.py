@@ -16,13 +16,13 @@ Components are plugins (see ``zoo.hookspecs``); importing zoo registers nothing 
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from .build import build, load_or_build, spec
+from .version import __version__
+from .build import build, spec
 from .errors import (CheckpointError, DataError, IncompatibleComponentsError, PluginError, SpecError,
                      TokenizerError, UnknownComponentError, ZooError)
 from .hookspecs import hookimpl
-from .io import list_checkpoints, load, load_spec, read_metadata, save
+from .io import list_checkpoints, load_spec, read_metadata, save
+from .loading import load, load_or_build
 from .registry import get_registry, list_components, list_plugins
 from .spec import ModelSpec, list_presets, parse_spec
 from .tokenizers import tokenizer

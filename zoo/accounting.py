@@ -30,12 +30,14 @@ from typing import Any
 
 import torch
 
+from .assembly import construct
+from .layers import make_parts
+from .registry import get_registry
+from .spec import ModelSpec, parse_spec
 from .summary import parameter_table as _groups
 
 
 def _spec(obj):
-    from .spec import ModelSpec, parse_spec
-
     if isinstance(obj, ModelSpec):
         return obj
     if hasattr(obj, "spec"):
@@ -55,9 +57,6 @@ def parameter_table(model) -> list[dict[str, Any]]:
 
 def ffn_macs_per_token(spec, role: str) -> int:
     """Multiply-adds per token of one FFN block, from the shapes of its weight matrices."""
-    from .layers import make_parts
-    from .registry import get_registry
-
     with torch.device("meta"):
         ffn = make_parts(spec, role, get_registry()).ffn()
     return sum(p.numel() for p in ffn.parameters() if p.dim() >= 2)
@@ -142,11 +141,8 @@ def _count_params(model_or_spec, spec) -> int:
 @functools.lru_cache(maxsize=64)
 def _spec_params(spec) -> int:
     """Parameters of the model a spec describes, built on the meta device (no memory, no init)."""
-    from .models import ARCH_CLASSES
-    from .registry import get_registry
-
     with torch.device("meta"):
-        model = ARCH_CLASSES[spec.arch](spec, get_registry())
+        model = construct(spec)
     return sum(_groups(model).values())
 
 

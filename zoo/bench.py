@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import torch
 
+from .accounting import decode_bytes
 from .errors import ZooError
 
 
@@ -139,8 +140,6 @@ def decode_speed(model, new_tokens: int, seconds: float, context_len: int,
     ``new_tokens`` generated in ``seconds`` (batch 1) at about ``context_len`` tokens of context:
     ``{"tokens_per_s", "bytes_per_token", "bandwidth_gbs", "roofline"}`` where ``roofline`` is the
     achieved bytes/s over the bandwidth (measured once per process unless given, in GB/s)."""
-    from .accounting import decode_bytes
-
     per_token = decode_bytes(model, max(1, context_len))["total"]
     bw = bandwidth if bandwidth is not None else machine_bandwidth(str(model_device(model)))
     rate = new_tokens / seconds if seconds > 0 else 0.0
@@ -476,8 +475,6 @@ def generate_bytes(model, prompt_len: int, new_tokens: int, batch: int = 1) -> i
     ``new_tokens`` forward passes (the prefill, which yields the first token, then one step per
     further token) each read every weight once; the KV cache read grows with the context.  For an
     encoder-decoder the prompt is the source and the decoder starts from one token."""
-    from .accounting import decode_bytes
-
     src = prompt_len if model.spec.arch == "encoder_decoder" else 0
     start = 1 if src else prompt_len  # decoder tokens at the first pass
     total = 0

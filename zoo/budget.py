@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any
 
 import torch
 
+from .assembly import SkipRandomInit, construct
 from .errors import SpecError
+from .spec import parse_spec
 
 _FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn,
               torch.randint, torch.empty_strided, torch.eye, torch.arange, torch.linspace,
@@ -82,8 +85,6 @@ _UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**
 
 def parse_bytes(text: str, where: str = "--budget") -> float:
     """``"64GB"``, ``"512 MiB"``, ``"1e9"`` or ``"inf"`` -> bytes (for ``--budget``)."""
-    import re
-
     m = re.fullmatch(r"\s*([0-9.eE+]+|inf)\s*([A-Za-z]*)\s*", str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
@@ -261,11 +262,6 @@ def layout(spec) -> tuple[int, list[tuple[int, str, tuple[int, ...], int]]]:
     Builds each stack with at most two layers on the ``meta`` device (nothing allocated) and
     scales the second layer by the layer count, so a 4096-layer spec costs what a 2-layer one does.
     """
-    from .build import _SkipRandomInit
-    from .models import ARCH_CLASSES
-    from .registry import get_registry
-    from .spec import parse_spec
-
     layers = {role: spec.stack(role).num_layers for role in spec.roles}
     raw = spec.to_dict()
     raw["num_layers"] = min(raw["num_layers"], 2)
@@ -273,8 +269,8 @@ def layout(spec) -> tuple[int, list[tuple[int, str, tuple[int, ...], int]]]:
         if role in raw and "num_layers" in raw[role]:
             raw[role]["num_layers"] = min(raw[role]["num_layers"], 2)
     small = parse_spec(raw)
-    with _SkipRandomInit(), torch.device("meta"):
-        model = ARCH_CLASSES[small.arch](small, get_registry())
+    with SkipRandomInit(), torch.device("meta"):
+        model = construct(small)
     rows, seen = [], set()
     for name, t in [*model.named_parameters(), *model.named_buffers()]:
         if id(t) in seen:

@@ -13,6 +13,8 @@ import sys
 
 import click
 
+from .errors import ZooError
+
 #: sub-command name -> (module under zoo.commands, one-line help)
 COMMANDS = {
     "components": ("components", "List registered components (by family) and their plugins."),
@@ -60,8 +62,6 @@ def one_line(text: str, limit: int = 2000) -> str:
 
 
 def main(argv=None):
-    from .errors import ZooError
-
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args[:next((i for i, a in enumerate(args) if a in COMMANDS), len(args))] \
         or os.environ.get("ZOO_DEBUG", "") not in ("", "0")

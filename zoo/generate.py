@@ -41,6 +41,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .errors import TokenizerError, ZooError
+from .registry import get_registry
+from .tokenizers import check_fits, get_tokenizer
 from .trust import short
 
 
@@ -423,8 +425,6 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
         return nxt
 
     if use_cache:
-        from .registry import get_registry
-
         get_registry().require(model.spec, "supports_kv_cache", "generation with a KV cache")
     if arch == "decoder":
         if T0 + max(max_new_tokens - 1, 0) > model.spec.max_len:
@@ -640,8 +640,6 @@ def _stops(tok, options: dict) -> dict:
 def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32, *, tokenizer=None,
                   skip_special: bool = True, **options: Any) -> str | list[str]:
     """Text in, text out: the continuation of each prompt (stops at the tokenizer's eos by default)."""
-    from .tokenizers import check_fits, get_tokenizer
-
     _check_prompts(prompts)
     tok = get_tokenizer(model, tokenizer)
     check_fits(tok, model.spec.vocab_size)
@@ -670,8 +668,6 @@ def stream_text(model, prompt: str, max_new_tokens: int = 32, *, tokenizer=None,
     Decodes the whole continuation each step and yields what is new, holding back an incomplete
     multi-byte character (U+FFFD at the end) until its remaining bytes arrive, so byte-level
     tokenizers stream Chinese correctly."""
-    from .tokenizers import check_fits, get_tokenizer
-
     tok = get_tokenizer(model, tokenizer)
     check_fits(tok, model.spec.vocab_size)
     options = _stops(tok, options)

@@ -1,10 +1,11 @@
-"""Checkpoints: safetensors only, self-describing, strict, atomic.
+"""The checkpoint file format: safetensors only, self-describing, atomic.
 
-A checkpoint stores the tensors plus, in the safetensors metadata, the spec (YAML), the zoo version,
+This module reads and writes files; it builds no model (that is :mod:`zoo.loading`, a floor above
+:mod:`zoo.build`).  A checkpoint stores the tensors plus, in the safetensors metadata, the spec (YAML), the zoo version,
 the plugins whose components the spec uses, and which tensors are tied to which (tied weights are
 stored once).  ``zoo.load(path)`` rebuilds the exact model from that alone, or names the missing
-plugin.  Loading is strict: a missing, unexpected or mis-shaped tensor is a :class:`CheckpointError`
-that names it.  Saving writes a temporary file beside the target, fsyncs it, and renames it over the
+plugin (:func:`zoo.loading.load`).  Loading is strict: a missing, unexpected or mis-shaped tensor
+is a :class:`CheckpointError` that names it.  Saving writes a temporary file beside the target, fsyncs it, and renames it over the
 target, so an interrupted save never damages an existing checkpoint.
 
 Layout: ``zoo.save(model, "run/")`` writes ``run/model.safetensors`` and a human-readable
@@ -40,10 +41,14 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from . import tokenizers
 from .components import SPEC_FAMILIES
+from .deprecation import moved
 from .errors import CheckpointError, SpecError, UnknownComponentError, ZooError
-from .trust import clip, short
+from .registry import get_registry, missing_plugins_hint, plugin_sources
 from .spec import ModelSpec, parse_spec, preset_dirs, yaml_to_dict
+from .trust import clip, short
+from .version import __version__
 
 WEIGHTS = "model.safetensors"
 
@@ -142,8 +147,6 @@ class _suppress:
 
 def plugins_used(spec: ModelSpec) -> dict[str, str]:
     """``{plugin name: version}`` of every component the spec names."""
-    from .registry import get_registry
-
     reg = get_registry()
     out = {}
     for role in spec.roles:
@@ -327,8 +330,6 @@ def _json_entry(meta: dict[str, str], key: str, where: str, default: Any, kind: 
 def checked_metadata(meta: dict[str, str], where: str) -> dict[str, Any]:
     """The metadata entries zoo reads, each validated: ``tied``, ``plugins``, ``plugin_sources``
     (objects of strings), ``tokenizer`` (an object with a ``kind``), ``digest`` (``sha256:HEX``)."""
-    from . import tokenizers
-
     out = {"tied": _json_entry(meta, "zoo.tied", where, {}),
            "plugins": _json_entry(meta, "zoo.plugins", where, {}),
            "plugin_sources": _json_entry(meta, "zoo.plugin_sources", where, {}),
@@ -347,10 +348,8 @@ def checked_metadata(meta: dict[str, str], where: str) -> dict[str, Any]:
     return out
 
 
-def _tokenizer_from(tok: dict, where: str):
+def tokenizer_from(tok: dict, where: str):
     """Rebuild the stored tokenizer; a failure inside its plugin becomes an error naming it."""
-    from . import tokenizers
-
     try:
         return tokenizers.from_json(tok)
     except ZooError:
@@ -367,29 +366,21 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     """Save ``model`` (built by zoo) to ``path`` atomically; returns the weights file's path.
 
     ``tokenizer`` (default: ``model.tokenizer`` if set) is stored as JSON in the metadata under
-    ``zoo.tokenizer``; :func:`load` gives it back as ``model.tokenizer``."""
+    ``zoo.tokenizer``; :func:`zoo.load` gives it back as ``model.tokenizer``."""
     spec = getattr(model, "spec", None)
     if not isinstance(spec, ModelSpec):
         raise CheckpointError("the model has no zoo spec", where="model",
                               fix="save models built by zoo.build / zoo.load")
-    from . import __version__
-
     path = Path(path)
     file = path if path.suffix == ".safetensors" else path / WEIGHTS
     tensors, tied = dedupe(model.state_dict())
     meta = {"format": "pt", "zoo.version": __version__, "zoo.spec": spec.to_yaml(),
             "zoo.plugins": json.dumps(plugins_used(spec)), "zoo.tied": json.dumps(tied)}
-    from .registry import plugin_sources
-
     meta["zoo.plugin_sources"] = json.dumps(plugin_sources(json.loads(meta["zoo.plugins"])))
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tokenizer is not None:
-        from . import tokenizers
-
         tokenizers.check_fits(tokenizer, spec.vocab_size)
         meta[tokenizers.META_KEY] = tokenizers.to_json(tokenizer)
-    from .convert.core import conversion_metadata  # a converted model's source and parity certificate
-
     for k, v in {**conversion_metadata(model), **(metadata or {})}.items():
         meta[f"zoo.extra.{k}"] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
     tensors = {k: v.cpu() for k, v in tensors.items()}
@@ -399,6 +390,20 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
         atomic_write(file.parent / "spec.yaml",
                       lambda tmp: Path(tmp).write_text(spec.to_yaml(), encoding="utf-8"))
     return file
+
+
+def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
+    """What :func:`save` writes about a converted model: ``converted_from`` and ``parity`` (JSON),
+    from ``model.convert_info`` (:mod:`zoo.convert`) or, for a model loaded from a converted
+    checkpoint, its metadata."""
+    info = getattr(model, "convert_info", None)
+    if info is not None:
+        out = {"converted_from": json.dumps({k: v for k, v in info.items() if k != "parity"})}
+        if isinstance(info.get("parity"), dict):
+            out["parity"] = json.dumps(info["parity"])
+        return out
+    meta = getattr(model, "checkpoint_metadata", None) or {}
+    return {k: meta[f"zoo.extra.{k}"] for k in ("converted_from", "parity") if f"zoo.extra.{k}" in meta}
 
 
 def resolve_checkpoint(source: str | os.PathLike) -> Path:
@@ -454,8 +459,6 @@ def load_spec(source: str | os.PathLike) -> ModelSpec:
     try:
         return parse_spec(yaml_to_dict(meta["zoo.spec"], f"{source}: zoo.spec"))
     except UnknownComponentError as exc:
-        from .registry import missing_plugins_hint
-
         entries = checked_metadata(meta, str(source))
         what, fix = missing_plugins_hint(entries["plugins"], entries["plugin_sources"])
         raise CheckpointError(f"the checkpoint needs a component that is not installed ({exc.what}); "
@@ -464,157 +467,7 @@ def load_spec(source: str | os.PathLike) -> ModelSpec:
         raise CheckpointError(f"the stored spec is invalid: {exc}", where=str(source)) from exc
 
 
-def _materialize(model: torch.nn.Module, device: torch.device) -> None:
-    """Give every tensor still on the meta device (uninitialised) storage on ``device``.
-
-    Cheaper than ``Module.to_empty`` before loading: that would allocate every weight only for
-    ``load_state_dict(assign=True)`` to replace it."""
-    for m in model.modules():
-        for name, b in m._buffers.items():
-            if b is not None and b.is_meta:
-                m._buffers[name] = torch.empty(b.shape, dtype=b.dtype, device=device)
-        for name, p in m._parameters.items():
-            if p is not None and p.is_meta:
-                m._parameters[name] = torch.nn.Parameter(
-                    torch.empty(p.shape, dtype=p.dtype, device=device), requires_grad=p.requires_grad)
-
-
-def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
-         strict: bool = True, verify: bool = False, budget: float | None = None) -> torch.nn.Module:
-    """Rebuild the exact model saved at ``source`` (file, folder or shipped checkpoint name).
-
-    Nothing in the file is trusted: the header and each metadata entry are checked, the dtype
-    policy applied (floating point only; several dtypes only with an explicit ``dtype=`` cast),
-    the spec held against the memory ``budget`` (:mod:`zoo.budget`) and the header's tensor shapes
-    before anything is built, and ``verify=True`` recomputes the stored digest of the tensor bytes.
-    The model is then built on the meta device (no random initialisation) and the tensors are read
-    straight onto ``device``.
-    """
-    from . import budget as budgets
-    from .build import build, resolve_device, resolve_dtype
-
-    file = resolve_checkpoint(source)
-    where = str(file)
-    entries, meta, _ = read_header(file)
-    spec = load_spec(file)
-    info = checked_metadata(meta, where)
-    tied = info["tied"]
-    dev = resolve_device(device) or torch.device("cpu")
-    dt = resolve_dtype(dtype)
-    _check_dtypes(entries, dt, where)
-    try:
-        budgets.check(spec, budget, dev)
-    except SpecError as exc:
-        raise CheckpointError(f"the stored spec asks for too much memory: {exc.what}",
-                              where=f"{where}: zoo.spec.{exc.where}", fix=exc.fix) from exc
-    _check_embedding(spec, entries, where)  # the one tensor that grows with vocab_size, before building
-    if verify:
-        verify_digest(file, meta)
-    from .registry import get_registry
-
-    get_registry().check_runtime(spec, dtype=dt, device=dev)  # declared dtypes / devices
-    model = build(spec, device="meta", init=False, budget=budget)
-    need = match_tensors(model, entries, tied, where, strict=strict)
-    try:
-        with safe_open(str(file), framework="pt", device=str(dev)) as f:
-            state = {}
-            for name in sorted(need):
-                t = f.get_tensor(name)
-                state[name] = t.to(dt) if dt is not None else t  # cast one tensor at a time
-    except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"corrupt or truncated checkpoint: {clip(exc)}", where=where,
-                              fix="re-save it; zoo only reads valid safetensors files") from exc
-    model.load_state_dict(state, strict=False, assign=True)  # the read tensors become the weights
-    model.tie_weights()
-    _materialize(model, dev)  # what is still on meta: non-persistent buffers (and, non-strict, gaps)
-    model.reset_buffers()
-    if dt is not None:
-        model = model.to(dt)
-    model.eval()
-    model.checkpoint_metadata = meta
-    if info["tokenizer"] is not None:
-        model.tokenizer = _tokenizer_from(info["tokenizer"], where)
-    return model
-
-
-def match_tensors(model: torch.nn.Module, entries: dict, tied: dict[str, str], where: str, *,
-                  strict: bool = True) -> set[str]:
-    """Hold the header's tensors against a (meta) model: ``zoo.tied`` pairs, names and every shape
-    -- before any tensor is read.  Returns the names to read."""
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    bad_tied = {a: b for a, b in tied.items() if a not in expected or b not in expected
-                or a in entries or expected[a] != expected[b]}
-    if bad_tied:
-        a = next(iter(bad_tied))
-        raise CheckpointError(f"zoo.tied names {short(a)} -> {short(bad_tied[a])}, which is not a "
-                              f"pair of same-shaped model tensors (or the alias is stored too)",
-                              where=f"{where}: zoo.tied", fix="re-save the checkpoint")
-    need = set(expected) - set(tied)
-    stored = set(entries)
-    missing, unexpected = sorted(need - stored), sorted(stored - need)
-    if strict and (missing or unexpected):
-        raise CheckpointError(
-            f"tensors do not match the spec: missing {short(missing, 300)}, unexpected "
-            f"{short(unexpected, 300)}", where=where,
-            fix="load it with the spec it was saved with, or re-save it")
-    for name in sorted(need & stored):  # every shape, from the header, before reading any tensor
-        if entries[name][1] != expected[name]:
-            raise CheckpointError(
-                f"tensor '{clip(name, 80)}' has shape {entries[name][1]}, the spec needs "
-                f"{expected[name]}", where=where,
-                fix="the spec and the weights disagree; re-save the checkpoint")
-    return need & stored
-
-
-def check(source: str | os.PathLike, *, digest: bool = True, report=None) -> list[tuple[str, str]]:
-    """Everything :func:`load` checks, without reading the weights into a model, plus the digest:
-    ``[(step, detail), ...]``; the first failing step raises its :class:`CheckpointError`.
-    ``report(step, detail)`` is called as each step passes (``zoo check`` prints them)."""
-    from . import budget as budgets
-    from .build import build
-
-    rows: list[tuple[str, str]] = []
-
-    def done(step, detail):
-        rows.append((step, detail))
-        if report is not None:
-            report(step, detail)
-
-    file = resolve_checkpoint(source)
-    where = str(file)
-    entries, meta, start = read_header(file)
-    nbytes = sum(e - b for _, _, (b, e) in entries.values())
-    done("header", f"{len(entries)} tensors, {budgets.human_bytes(nbytes)} of data, "
-                   f"{len(meta)} metadata entries")
-    info = checked_metadata(meta, where)
-    done("metadata", "tied, plugins, plugin_sources, tokenizer and digest entries are well-formed")
-    spec = load_spec(file)
-    done("spec", f"{spec.name} ({spec.arch}), valid")
-    kinds = sorted({d for d, _, _ in entries.values()})
-    _check_dtypes(entries, torch.float32, where)
-    done("dtypes", ", ".join(kinds) + (" (mixed: zoo.load needs dtype=)" if len(kinds) > 1 else ""))
-    try:
-        budgets.check(spec)
-    except SpecError as exc:
-        raise CheckpointError(f"the stored spec asks for too much memory: {exc.what}",
-                              where=f"{where}: zoo.spec.{exc.where}", fix=exc.fix) from exc
-    _check_embedding(spec, entries, where)
-    model = build(spec, device="meta", init=False)
-    need = match_tensors(model, entries, info["tied"], where)
-    done("tensors", f"all {len(need)} names and shapes match the spec ({len(info['tied'])} tied)")
-    if info["tokenizer"] is not None:
-        tok = _tokenizer_from(info["tokenizer"], where)
-        done("tokenizer", f"{info['tokenizer']['kind']}, {tok.vocab_size} ids")
-    if digest:
-        if info["digest"] is None:
-            done("digest", "none stored (saved by an older zoo): integrity not checked")
-        else:
-            verify_digest(file, meta)
-            done("digest", f"{info['digest'][:23]}... matches the tensor bytes")
-    return rows
-
-
-def _check_dtypes(entries: dict, dt: torch.dtype | None, where: str) -> None:
+def check_dtypes(entries: dict, dt: torch.dtype | None, where: str) -> None:
     """Floating point only; one dtype, or several with an explicit cast (``dtype=``)."""
     for name, (dtype, _, _) in sorted(entries.items()):
         if dtype not in FLOATS:
@@ -629,10 +482,16 @@ def _check_dtypes(entries: dict, dt: torch.dtype | None, where: str) -> None:
                                   "of them explicitly")
 
 
-def _check_embedding(spec: ModelSpec, entries: dict, where: str) -> None:
+def check_embedding(spec: ModelSpec, entries: dict, where: str) -> None:
+    """The one tensor that grows with ``vocab_size``, held against the spec from the header alone."""
     want = (spec.vocab_size, spec.d_model)
     got = entries.get("tok_emb.weight")
     if got is not None and got[1] != want:
         raise CheckpointError(f"the spec says vocab_size x d_model = {want}, the stored token table "
                               f"is {got[1]}", where=f"{where}: tok_emb.weight",
                               fix="the spec and the weights disagree; re-save the checkpoint")
+
+
+#: what builds a model from a checkpoint moved up to :mod:`zoo.loading`
+__getattr__ = moved(__name__, {"load": "zoo.loading", "check": "zoo.loading",
+                               "match_tensors": "zoo.loading"})

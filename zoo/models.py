@@ -18,6 +18,7 @@ from torch import nn
 from .errors import ZooError
 from .generate import generate
 from .layers import KVCache, Stack, make_parts, make_stack, real_padding
+from .registry import blame
 from .spec import ModelSpec
 
 
@@ -91,8 +92,6 @@ class ZooModel(nn.Module):
         try:
             return super().__call__(*args, **kwargs)
         except Exception as exc:  # free unless raised: a note names the plugin whose code failed
-            from .trust import blame
-
             blame(exc)
             raise
 

@@ -44,6 +44,11 @@ from . import hookspecs
 from .components import FAMILIES as FAMILY_TABLE
 from .components import FAMILY_BASES, Capabilities
 from .errors import IncompatibleComponentsError, PluginError, UnknownComponentError, did_you_mean
+from .version import __version__
+
+#: the package of the built-in plugins (the repository's ``plugins/`` folder), listing them in
+#: ``BUILTINS``; each is registered through the same hooks a third-party plugin uses
+BUILTIN_PACKAGE = "zoo.plugins"
 
 #: family -> hook name (from the one family table, :data:`zoo.components.FAMILIES`)
 FAMILY_HOOKS = {f.name: f.hook for f in FAMILY_TABLE}
@@ -149,8 +154,8 @@ class Registry:
         self.components: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
         self.plugins: dict[str, PluginInfo] = {}
         if builtins:
-            from . import plugins as builtin_pkg  # here: every built-in plugin imports zoo (a cycle)
-
+            # loaded by name, like an entry point: the engine never imports a plugin module
+            builtin_pkg = importlib.import_module(BUILTIN_PACKAGE)
             for modname in builtin_pkg.BUILTINS:
                 mod = importlib.import_module(f"{builtin_pkg.__name__}.{modname}")
                 self.add_plugin(mod, name=f"zoo.{modname}", source="builtin", strict=True)
@@ -225,7 +230,7 @@ class Registry:
         plugin's :class:`PluginInfo` and the plugin's valid registrations are kept.
         """
         if version is None:
-            version = str(getattr(obj, "__version__", "") or "") or _zoo_version()
+            version = str(getattr(obj, "__version__", "") or "") or __version__
         modname = module or getattr(obj, "__name__", None) or type(obj).__name__
         info = self._new_info(name, version, source, module=modname, distribution=distribution)
         if info.name != name:  # name clash: recorded by _new_info
@@ -486,12 +491,6 @@ def _dist_name(dist: Any) -> str | None:
         return None
 
 
-def _zoo_version() -> str:
-    from . import __version__  # here: zoo/__init__ imports this module (a cycle)
-
-    return __version__
-
-
 def _last_frame(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     return f"{tb[-1].filename}:{tb[-1].lineno}" if tb else "?"
@@ -516,6 +515,33 @@ def set_registry(registry: Registry | None) -> Registry | None:
     global _REGISTRY
     old, _REGISTRY = _REGISTRY, registry
     return old
+
+
+def blame(exc: BaseException) -> BaseException:
+    """Add a note to ``exc`` naming the plugin component whose code raised it, and return it.
+
+    Called only when an exception is already on its way out of a model's forward (so the normal
+    path pays nothing): the traceback is walked and the innermost frame whose ``self`` is an
+    instance of a registered component class names the family, the component and its plugin."""
+    if getattr(exc, "_zoo_blamed", False) or not hasattr(exc, "add_note"):
+        return exc
+    owners = {}
+    for table in get_registry().components.values():
+        for comp in table.values():
+            if isinstance(comp.cls, type):
+                owners.setdefault(comp.cls, comp)
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        owner = owners.get(type(tb.tb_frame.f_locals.get("self")))
+        if owner is not None:
+            found = owner  # keep walking: the innermost component is the one to name
+        tb = tb.tb_next
+    if found is not None:
+        exc.add_note(f"zoo: raised inside {found.family} component '{found.name}' from plugin "
+                     f"{found.plugin} {found.version}; if the inputs are valid, report it to that "
+                     f"plugin's author")
+        exc._zoo_blamed = True
+    return exc
 
 
 def plugin_sources(plugin_names) -> dict[str, str]:

@@ -20,6 +20,8 @@ from typing import Any, Iterable
 
 from .components import Tokenizer
 from .errors import TokenizerError
+from .registry import get_registry
+from .spec import make_config
 
 #: metadata key under which a checkpoint stores its tokenizer
 META_KEY = "zoo.tokenizer"
@@ -30,9 +32,6 @@ DEFAULT_SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>", "<mask>")
 
 def tokenizer(kind: str, **params: Any) -> Tokenizer:
     """Build the registered tokenizer ``kind`` with ``params`` (validated by its config class)."""
-    from .registry import get_registry
-    from .spec import make_config
-
     comp = get_registry().get("tokenizer", kind, where="tokenizer.kind")
     config = make_config(comp.config, params, "tokenizer", kind)
     try:
@@ -46,8 +45,6 @@ def tokenizer(kind: str, **params: Any) -> Tokenizer:
 
 def kind_of(tok: Tokenizer) -> str:
     """The registered name of ``tok``'s class."""
-    from .registry import get_registry
-
     kind = getattr(tok, "kind", None)
     if kind:
         return kind
@@ -61,8 +58,6 @@ def kind_of(tok: Tokenizer) -> str:
 def to_json(tok: Tokenizer) -> str:
     """``tok`` as one JSON string (non-ASCII kept as is: Chinese stays readable in the header),
     with the plugin that provides it, so a machine without that plugin is told what to install."""
-    from .registry import get_registry
-
     kind = kind_of(tok)
     comp = get_registry().components["tokenizer"].get(kind)
     plugin = {"plugin": comp.plugin, "version": comp.version} if comp is not None else {}

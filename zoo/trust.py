@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from .deprecation import moved
 from .errors import SpecError, ZooError
 
 #: Limits of :func:`load_yaml` (a real spec is ~1 KB, ~60 nodes, depth 3).
@@ -232,84 +233,6 @@ def _no_duplicate_keys(node: yaml.MappingNode, where: str, error: type[ZooError]
         seen.add(ident)
 
 
-# ---------------------------------------------------------------------- plugin failures
-def blame(exc: BaseException) -> BaseException:
-    """Add a note to ``exc`` naming the plugin component whose code raised it, and return it.
-
-    Called only when an exception is already on its way out of a model's forward (so the normal
-    path pays nothing): the traceback is walked and the innermost frame whose ``self`` is an
-    instance of a registered component class names the family, the component and its plugin."""
-    if getattr(exc, "_zoo_blamed", False) or not hasattr(exc, "add_note"):
-        return exc
-    from .registry import get_registry
-
-    owners = {}
-    for table in get_registry().components.values():
-        for comp in table.values():
-            if isinstance(comp.cls, type):
-                owners.setdefault(comp.cls, comp)
-    found, tb = None, exc.__traceback__
-    while tb is not None:
-        owner = owners.get(type(tb.tb_frame.f_locals.get("self")))
-        if owner is not None:
-            found = owner  # keep walking: the innermost component is the one to name
-        tb = tb.tb_next
-    if found is not None:
-        exc.add_note(f"zoo: raised inside {found.family} component '{found.name}' from plugin "
-                     f"{found.plugin} {found.version}; if the inputs are valid, report it to that "
-                     f"plugin's author")
-        exc._zoo_blamed = True
-    return exc
-
-
-def probe_attention(model) -> None:
-    """Run each attention kernel of a freshly built ``model`` once on tiny tensors (1 x h x 3 x hd)
-    through the engine's contract, and raise a :class:`~zoo.errors.PluginError` naming the plugin
-    when the kernel raises or returns the wrong shape -- at build time, not mid-generation."""
-    import torch
-
-    from .errors import PluginError
-    from .layers import Attention, AttnArgs, call_kernel
-    from .registry import get_registry
-
-    owners = {c.cls: c for c in get_registry().components.get("attention", {}).values()}
-    seen = set()
-    for module in model.modules():
-        if not isinstance(module, Attention):
-            continue
-        kernel = module.kernel
-        key = (type(kernel), module.h, module.h_kv, module.hd)
-        if key in seen:
-            continue
-        seen.add(key)
-        param = next(module.parameters(), None)
-        if param is None or param.is_meta:
-            return
-        comp = owners.get(type(kernel))
-        who = (f"attention '{comp.name}' from plugin {comp.plugin} {comp.version}" if comp
-               else f"attention kernel {type(kernel).__name__}")
-        g = torch.Generator(device="cpu").manual_seed(0)
-        q, k, v = (torch.randn(1, h, 3, module.hd, generator=g).to(param.device, param.dtype)
-                   for h in (module.h, module.h_kv, module.h_kv))
-        caps = kernel.capabilities
-        args = AttnArgs.make(3, 3, param.device, is_causal=True, fused_causal=caps.fused_causal)
-        try:
-            with torch.no_grad():
-                out, weights = call_kernel(kernel, q, k, v, args,
-                                           need_weights=bool(caps.returns_weights))
-        except Exception as exc:  # noqa: BLE001 - a plugin may raise anything
-            raise PluginError(f"{who} fails on a tiny probe (q {tuple(q.shape)}, k/v "
-                              f"{tuple(k.shape)}): {type(exc).__name__}: {clip(exc, 160)}",
-                              where=comp.plugin if comp else "attention",
-                              fix="fix the kernel, or choose another attention kind") from exc
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(q.shape):
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise PluginError(f"{who} returns output of shape {got} for q {tuple(q.shape)}; the "
-                              f"contract is (B, h, Tq, hd) = {tuple(q.shape)}",
-                              where=comp.plugin if comp else "attention",
-                              fix="fix the kernel, or choose another attention kind")
-        if weights is not None and tuple(weights.shape) != (1, module.h, 3, 3):
-            raise PluginError(f"{who} returns weights of shape {tuple(weights.shape)}; the contract "
-                              f"is (B, h, Tq, Tk) = {(1, module.h, 3, 3)}",
-                              where=comp.plugin if comp else "attention",
-                              fix="fix the kernel, or choose another attention kind")
+#: moved: naming a plugin in an error is the registry's (it knows who registered what), probing a
+#: freshly built model is assembly's
+__getattr__ = moved(__name__, {"blame": "zoo.registry", "probe_attention": "zoo.assembly"})

@@ -13,7 +13,7 @@ import click
 @click.option("--no-digest", is_flag=True, help="Skip hashing the tensor bytes (the slow step).")
 def command(path, no_digest):
     """Check the checkpoint PATH (file, folder or shipped name) without loading it."""
-    from zoo.io import check
+    from zoo.loading import check
 
     t0 = time.perf_counter()
     last = [t0]

@@ -15,7 +15,7 @@ import sys
 import click
 
 import zoo
-from zoo.build import checkpoint_or_spec
+from zoo.loading import checkpoint_or_spec
 from zoo.generate import cli_options
 from zoo.tokenizers import tokenizer as make_tokenizer
 

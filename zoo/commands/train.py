@@ -8,7 +8,7 @@ import os
 import click
 
 import zoo
-from zoo.build import checkpoint_or_spec
+from zoo.loading import checkpoint_or_spec
 from zoo.commands import parse_sets
 from zoo.io import load_spec
 from zoo.train import DEFAULT_OBJECTIVE, OBJECTIVES, TrainConfig, train

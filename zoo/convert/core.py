@@ -6,6 +6,8 @@ A family module (``zoo/convert/llama.py``, ...) only says *what* maps to what, t
 """
 from __future__ import annotations
 
+import datetime
+import importlib.metadata as md
 import json
 import math
 import os
@@ -14,9 +16,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
+from safetensors import SafetensorError, safe_open
 
+from ..assembly import fill
+from ..build import build, resolve_dtype
 from ..errors import ZooError
+from ..io import conversion_metadata  # noqa: F401 - re-exported: zoo.convert.conversion_metadata
+from ..spec import parse_spec
+from ..tokenizers import tokenizer as make_tokenizer
 from ..trust import confine, read_text, short
+from ..version import __version__
 
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
          "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -256,9 +265,6 @@ def convert_state(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], 
 def check_shapes(spec_dict: dict, state: Mapping[str, torch.Tensor]):
     """Build the model on the meta device (no memory) and compare every tensor's name and shape
     with ``state``; returns ``(meta model, names to load)``."""
-    from ..build import build
-    from ..spec import parse_spec
-
     with torch.device("meta"):  # shapes only: nothing is allocated, whatever the model's size
         model = build(parse_spec(spec_dict), device="meta", init=False)
     model.tie_weights()
@@ -282,18 +288,13 @@ def check_shapes(spec_dict: dict, state: Mapping[str, torch.Tensor]):
 
 
 def assemble(spec_dict: dict, state: dict, dtype=None) -> torch.nn.Module:
-    """Check shapes on the meta device, then load ``state`` into the model (no random init)."""
-    from ..io import _materialize
-
+    """Check shapes on the meta device, then fill the model with ``state`` (no random init)."""
     model, need = check_shapes(spec_dict, state)
     dt = dtype or state["tok_emb.weight"].dtype
     device = state["tok_emb.weight"].device
     # contiguous copies: a transposed view (GPT-2's Conv1D weights) would make every matmul slower
-    model.load_state_dict({k: state[k].detach().to(dt).clone(memory_format=torch.contiguous_format)
-                           for k in need}, strict=False, assign=True)
-    model.tie_weights()
-    _materialize(model, device)
-    model.reset_buffers()
+    fill(model, {k: state[k].detach().to(dt).clone(memory_format=torch.contiguous_format)
+                 for k in need}, device)
     return model.to(device=device, dtype=dt).eval()  # buffers follow the weights
 
 
@@ -306,8 +307,6 @@ def from_transformers(hf_model: Any, *, attention: str = "sdpa", dtype: Any = No
     ``model.convert_info["parity"]`` records how closely they agree (see :func:`certify`); ``zoo.save``
     stores it in the checkpoint.  The model comes back in eval mode with ``model.convert_info``.
     """
-    from ..build import resolve_dtype
-
     config = getattr(hf_model, "config", None)
     if config is None or not hasattr(hf_model, "state_dict") or not hasattr(config, "to_dict"):
         raise ConvertError(f"expected a transformers model, got {type(hf_model).__name__}",
@@ -364,8 +363,6 @@ def weight_files(d: Path) -> list[Path]:
 def read_hf_dir(path: str | os.PathLike, *, meta: bool = False) -> tuple[dict, dict[str, torch.Tensor]]:
     """``(config dict, tensors)`` of a ``save_pretrained`` folder (safetensors, single or sharded).
     With ``meta`` the tensors are shape-only (read from the headers; nothing is loaded)."""
-    from safetensors import SafetensorError, safe_open
-
     d = Path(path)
     config = read_config(d)
     state: dict[str, torch.Tensor] = {}
@@ -393,8 +390,6 @@ def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: 
     before any weight is read.  A ``tokenizer.json`` in the folder becomes ``model.tokenizer`` (the
     ``hf`` tokenizer), so ``zoo.save`` stores it inside the checkpoint.  ``certify`` (needs
     transformers) also loads the folder with transformers and records the parity certificate."""
-    from ..build import resolve_dtype
-
     config, header = read_hf_dir(path, meta=True)
     spec, st, _ = convert_state(config, header, attention=attention)
     check_shapes(spec, st)  # before reading a single weight
@@ -407,8 +402,6 @@ def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: 
         model.convert_info["parity"] = certify_folder(path, config, model)
     tj = Path(path) / "tokenizer.json"
     if tokenizer and tj.is_file():
-        from ..tokenizers import tokenizer as make_tokenizer
-
         model.tokenizer = make_tokenizer("hf", path=str(tj))
     return model
 
@@ -428,11 +421,6 @@ def certify_parity(hf_model: Any, model: torch.nn.Module) -> dict:
     """Run the probe batch through the transformers model and the zoo model and say how closely they
     agree: ``max_abs_diff``, ``mean_abs_diff``, ``top1_agreement`` (share of positions with the same
     arg-max), the dtype compared, both libraries' versions and the date (UTC)."""
-    import datetime
-    import importlib.metadata as md
-
-    from .. import __version__
-
     spec = model.spec
     p = next(model.parameters())
     ids = probe_batch(spec.vocab_size).to(p.device)
@@ -475,19 +463,6 @@ def certify_folder(path, config: dict, model: torch.nn.Module) -> dict | str:
         return f"no certificate: transformers has no class {short(archs[:1])}"
     hf = cls.from_pretrained(str(path), dtype=next(model.parameters()).dtype, local_files_only=True)
     return certify_parity(hf, model)
-
-
-def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
-    """What ``zoo.save`` writes about a converted model: ``converted_from`` and ``parity`` (JSON),
-    from ``model.convert_info`` or, for a model loaded from a converted checkpoint, its metadata."""
-    info = getattr(model, "convert_info", None)
-    if info is not None:
-        out = {"converted_from": json.dumps({k: v for k, v in info.items() if k != "parity"})}
-        if isinstance(info.get("parity"), dict):
-            out["parity"] = json.dumps(info["parity"])
-        return out
-    meta = getattr(model, "checkpoint_metadata", None) or {}
-    return {k: meta[f"zoo.extra.{k}"] for k in ("converted_from", "parity") if f"zoo.extra.{k}" in meta}
 
 
 def certificate(meta: Mapping[str, str]) -> dict | None:
@@ -594,8 +569,6 @@ def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any
     converting its config back: any spec field transformers cannot express is a
     :class:`ConvertError` naming it."""
     import transformers
-
-    from ..spec import parse_spec
 
     spec = model.spec
     family = family or _guess_family(spec)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..components import BuildContext
+from ..registry import get_registry
 from .bart import read_seq2seq, seq2seq_config
 from .core import ConvertError, Family, Source, register
 
@@ -22,8 +24,6 @@ def read(src: Source, attention: str):
                "zoo's decoder uses the encoder's vocabulary", "convert a model with one vocabulary")
     spec, st = read_seq2seq(src, attention, "marian", {"kind": "sinusoidal_split"}, embed_norm=False,
                             act_default="swish")
-    from zoo.plugins.pos_sinusoidal_split import split_table
-
     p = src.prefix("model.")
     for role in ("encoder", "decoder"):
         name = f"{p}{role}.embed_positions.weight"
@@ -31,11 +31,19 @@ def read(src: Source, attention: str):
             continue
         t = src.take(name)
         if isinstance(t, torch.Tensor) and not t.is_meta:
-            ref = split_table(t.shape[0], t.shape[1]).to(t.dtype)
+            ref = _computed_table(t.shape[0], t.shape[1]).to(t.dtype)
             if t.shape != ref.shape or (t.float() - ref.float()).abs().max() > 1e-3:
                 raise ConvertError(f"tensor '{name}' is not the sinusoidal table", where=f"weights.{name}",
                                    fix="zoo computes Marian's positions; a trained table cannot be converted")
     return spec, st
+
+
+def _computed_table(max_len: int, d_model: int) -> torch.Tensor:
+    """``(max_len, d_model)``: the table the ``sinusoidal_split`` position component computes,
+    asked of the registered component itself (the engine never imports a plugin module)."""
+    comp = get_registry().get("position", "sinusoidal_split")
+    ctx = BuildContext.for_heads(1, d_model, d_model=d_model, max_len=max_len)
+    return comp.make(ctx).table
 
 
 def write(spec) -> dict:

@@ -48,12 +48,12 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-import zoo
-
-from ..build import resolve_device
+from ..build import build, resolve_device
 from ..components import FAMILY, BuildContext, MaskContext, causal_mask, repeat_kv
 from ..errors import IncompatibleComponentsError, UnknownComponentError, ZooError, did_you_mean
+from ..io import save
 from ..layers import attend
+from ..loading import load
 from ..registry import Component, Registry, get_registry, set_registry
 from ..spec import resolve_spec_source
 from ..tokenizers import tokenizer
@@ -347,7 +347,7 @@ class Kit:
             self._models.clear()  # cases come grouped by component: keep one component's models
         raw = self.raw_spec(comp, arch)
         try:
-            model = zoo.build(raw, seed=0, dtype=dtype, device=self.device).eval()
+            model = build(raw, seed=0, dtype=dtype, device=self.device).eval()
         except IncompatibleComponentsError as exc:
             raise Skip(f"not compatible with {arch}: {exc}") from exc
         if not fresh:
@@ -535,8 +535,8 @@ def check_save_load(kit: Kit, comp: Component, arch: str):
     model = kit.build(comp, arch)
     ids = _ids(model)
     with tempfile.TemporaryDirectory(prefix="zoo-kit-") as tmp:
-        zoo.save(model, tmp)
-        again = zoo.load(tmp, device=kit.device)
+        save(model, tmp)
+        again = load(tmp, device=kit.device)
     if again.spec != model.spec:
         raise Fail("the loaded spec differs from the saved one")
     mine, theirs = model.state_dict(), again.state_dict()

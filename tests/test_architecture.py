@@ -1,0 +1,256 @@
+"""The house in order: zoo's imports run one way (issue 20, goal 1).
+
+Every ``import`` in ``zoo/`` (at module level *and* inside functions: an import moved into a
+function to dodge a circle is still an arrow) is read with ``ast`` and checked against
+:data:`FLOORS`, the declared order of the engine from the ground up:
+
+- no import circles (a strongly connected group of two or more modules);
+- no upward import: a module imports only modules on its own floor or below;
+- the engine never imports a plugin module (``zoo.plugins`` / ``plugins``) nor the UI (only the
+  ``zoo ui`` command starts it); the registry loads the built-ins *by name*, like entry points;
+- every module of ``zoo/`` stands on a declared floor, so a new module is placed on purpose.
+
+A name taken from a package face (``from zoo import __version__``, ``from .. import data``) is
+charged to the module the face got it from, or to the submodule of that name.
+"""
+from __future__ import annotations
+
+import ast
+import fnmatch
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ZOO = ROOT / "zoo"
+
+#: The floors of the engine, from the ground up.  A module may import its own floor and below.
+#: Patterns (fnmatch) place packages; ``zoo`` is the package face, the public API.
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground", ("zoo.version", "zoo.errors", "zoo.deprecation", "zoo.hookspecs", "zoo.components",
+                "zoo.summary", "zoo.precision", "zoo.data")),
+    ("trust", ("zoo.trust", "zoo.tokenizer_rules")),
+    ("registry", ("zoo.registry",)),
+    ("compatibility", ("zoo.compat",)),
+    ("spec", ("zoo.spec",)),
+    ("tokenizers", ("zoo.tokenizers",)),
+    ("layers", ("zoo.layers",)),
+    ("generation", ("zoo.generate",)),
+    ("models", ("zoo.models",)),
+    ("assembly", ("zoo.assembly",)),
+    ("file format", ("zoo.io",)),
+    ("budget", ("zoo.budget",)),
+    ("build", ("zoo.build",)),
+    ("loading", ("zoo.loading",)),
+    ("use", ("zoo.tasks", "zoo.inspection", "zoo.accounting")),
+    ("reports", ("zoo.plots", "zoo.bench")),
+    ("conversion", ("zoo.convert", "zoo.convert.*")),
+    ("tools", ("zoo.testing", "zoo.testing.*", "zoo.train", "zoo.train.*", "zoo.experiment",
+               "zoo.experiment.*")),
+    ("api", ("zoo",)),
+    ("commands", ("zoo.commands", "zoo.commands.*", "zoo.cli")),
+)
+#: Packages mapped under ``zoo`` from other folders (pyproject's package-dir): not engine modules.
+PLUGIN_PACKAGES = ("zoo.plugins", "plugins")
+UI_PACKAGES = ("zoo.ui", "ui")
+DATA_PACKAGES = ("zoo.checkpoints",)
+#: The one place the engine may import the UI: the command that starts it.
+UI_DOORS = {"zoo.commands.ui"}
+
+
+# ---------------------------------------------------------------------- reading the imports
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def read_sources(root: Path = ZOO) -> dict[str, tuple[Path, ast.Module]]:
+    return {module_name(p, root): (p, ast.parse(p.read_text(encoding="utf-8")))
+            for p in sorted(root.rglob("*.py"))}
+
+
+def _face_names(tree: ast.Module, package: str) -> dict[str, str]:
+    """``name -> module`` for what a package face (``__init__``) imports from its submodules."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            for a in node.names:
+                out[a.asname or a.name] = f"{package}.{node.module}"
+    return out
+
+
+def import_graph(sources: dict[str, tuple[Path, ast.Module]]) -> dict[str, dict[str, int]]:
+    """``module -> {imported module: line}`` over every import statement, wherever it stands.
+    Imports of modules outside ``sources`` are kept when they are zoo's (plugins, ui, data) so the
+    rules can see them; the standard library and third parties are dropped."""
+    modules = set(sources)
+    faces = {m: _face_names(tree, m) for m, (p, tree) in sources.items() if p.name == "__init__.py"}
+    graph: dict[str, dict[str, int]] = {m: {} for m in modules}
+    for mod, (path, tree) in sources.items():
+        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                    base_mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    base_mod = node.module or ""
+                for a in node.names:
+                    sub = f"{base_mod}.{a.name}"
+                    if sub in modules or sub.startswith(PLUGIN_PACKAGES + UI_PACKAGES + DATA_PACKAGES):
+                        targets.append(sub)  # a submodule: ``from . import budget``
+                    elif base_mod in faces and a.name in faces[base_mod]:
+                        targets.append(faces[base_mod][a.name])  # a name a package face re-exports
+                    else:
+                        targets.append(base_mod)
+            for t in targets:
+                if t.split(".")[0] not in ("zoo", "plugins", "ui"):
+                    continue
+                if t not in modules and t.rpartition(".")[0] in modules \
+                        and not t.startswith(PLUGIN_PACKAGES + UI_PACKAGES + DATA_PACKAGES):
+                    t = t.rpartition(".")[0]  # ``import zoo.x.y`` where y is no module
+                if t != mod:
+                    graph[mod].setdefault(t, node.lineno)
+    return graph
+
+
+def floor_of(module: str, floors=FLOORS) -> int | None:
+    for i, (_, patterns) in enumerate(floors):
+        if any(fnmatch.fnmatchcase(module, p) for p in patterns):
+            return i
+    return None
+
+
+def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """Strongly connected groups of two or more modules (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, {}):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def upward(graph: dict[str, dict[str, int]], floors=FLOORS) -> list[str]:
+    """``"a:LINE -> b"`` for every import from a lower floor to a higher one."""
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        here = floor_of(mod, floors)
+        for t, line in sorted(targets.items()):
+            there = floor_of(t, floors)
+            if here is not None and there is not None and there > here:
+                bad.append(f"{mod}:{line} ({floors[here][0]}) -> {t} ({floors[there][0]})")
+    return bad
+
+
+# ---------------------------------------------------------------------- the rules
+@pytest.fixture(scope="module")
+def graph():
+    return import_graph(read_sources())
+
+
+def test_no_import_circles(graph):
+    found = circles(graph)
+    assert not found, "import circles in zoo/: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_upward_imports(graph):
+    bad = upward(graph)
+    assert not bad, "imports that run up the house (see FLOORS):\n" + "\n".join(bad)
+
+
+def test_every_module_stands_on_a_floor(graph):
+    lost = [m for m in graph if floor_of(m) is None]
+    assert not lost, f"modules on no floor: {lost}: add them to FLOORS in tests/test_architecture.py"
+
+
+def test_the_engine_never_imports_a_plugin_or_the_ui(graph):
+    bad = [f"{m}:{line} -> {t}" for m, ts in sorted(graph.items()) for t, line in ts.items()
+           if t.startswith(PLUGIN_PACKAGES) or (t.startswith(UI_PACKAGES) and m not in UI_DOORS)]
+    assert not bad, "the engine imports a plugin (or the UI):\n" + "\n".join(bad)
+
+
+# ---------------------------------------------------------------------- the checker itself
+def _write(tmp_path: Path, files: dict[str, str]) -> dict[str, tuple[Path, ast.Module]]:
+    for rel, text in files.items():
+        p = tmp_path / "zoo" / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    return read_sources(tmp_path / "zoo")
+
+
+def test_the_checker_sees_a_circle_made_inside_a_function(tmp_path):
+    """The dodge the issue counted 93 times: ``a`` imports ``b`` at the top, ``b`` imports ``a``
+    inside a function.  It is still a circle."""
+    g = import_graph(_write(tmp_path, {
+        "__init__.py": "", "a.py": "from . import b\n",
+        "b.py": "def f():\n    from .a import g\n    return g\n", "c.py": "from .b import f\n"}))
+    assert circles(g) == [["zoo.a", "zoo.b"]]
+    assert g["zoo.c"] == {"zoo.b": 1}
+
+
+def test_the_checker_sees_upward_imports_and_face_names(tmp_path):
+    g = import_graph(_write(tmp_path, {
+        "__init__.py": "from .version import __version__\nfrom .high import thing\n",
+        "version.py": "__version__ = '1'\n", "low.py": "from . import __version__\n",
+        "high.py": "from .low import x\n", "sub/__init__.py": "", "sub/deep.py": "from .. import thing\n"}))
+    floors = (("ground", ("zoo.version", "zoo.low")), ("top", ("zoo.high", "zoo.sub", "zoo.sub.*")),
+              ("api", ("zoo",)))
+    assert g["zoo.low"] == {"zoo.version": 1}  # a face's name is charged to where it comes from
+    assert g["zoo.sub.deep"] == {"zoo.high": 1}
+    assert upward(g, floors) == []
+    g["zoo.low"]["zoo.high"] = 3
+    assert upward(g, floors) == ["zoo.low:3 (ground) -> zoo.high (top)"]
+
+
+# ---------------------------------------------------------------------- names that moved
+@pytest.mark.parametrize("old,new", [("zoo.io:load", "zoo.loading:load"),
+                                     ("zoo.io:check", "zoo.loading:check"),
+                                     ("zoo.build:load_or_build", "zoo.loading:load_or_build"),
+                                     ("zoo.build:checkpoint_or_spec", "zoo.loading:checkpoint_or_spec"),
+                                     ("zoo.trust:blame", "zoo.registry:blame"),
+                                     ("zoo.trust:probe_attention", "zoo.assembly:probe_attention")])
+def test_moved_names_still_work_with_a_deprecation_warning(old, new):
+    import importlib
+
+    (old_mod, old_name), (new_mod, new_name) = old.split(":"), new.split(":")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = getattr(importlib.import_module(old_mod), old_name)
+    assert got is getattr(importlib.import_module(new_mod), new_name)
+    assert any(issubclass(w.category, DeprecationWarning) and new_mod in str(w.message) for w in caught)
+    with pytest.raises(AttributeError):
+        getattr(importlib.import_module(old_mod), "no_such_name")
