@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from .assembly import SkipRandomInit, construct
+from .components import SPEC_FAMILIES
 from .errors import SpecError
 from .spec import parse_spec
 
@@ -99,6 +100,11 @@ def parse_bytes(text: str, where: str = "--budget") -> float:
 
 
 # ---------------------------------------------------------------------- naming the field
+#: the spec fields holding one component entry whose integer parameters may size a tensor (a
+#: rope cache by ``max_len``, a T5 bias table by ``num_buckets``), from the family table
+_SIZED_FIELDS = tuple(f.field for f in SPEC_FAMILIES if not f.many)
+
+
 def _candidates(spec) -> list[tuple[str, int]]:
     """``(where, value)`` of every integer size in the spec, most likely culprits first."""
     out = [("vocab_size", spec.vocab_size), ("max_len", spec.max_len),
@@ -110,7 +116,7 @@ def _candidates(spec) -> list[tuple[str, int]]:
         st = spec.stack(role)
         src = lambda k: f"{role}.{k}" if k in over else k  # noqa: E731
         out.append((src("d_ff"), st.d_ff))
-        for field in ("positions", "attention", "ffn", "norm"):
+        for field in _SIZED_FIELDS:
             comp = getattr(st, field)
             for k, v in comp.params().items():
                 if isinstance(v, int) and not isinstance(v, bool):

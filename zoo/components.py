@@ -53,8 +53,9 @@ class BuildContext:
     factor applied to q·k (default ``1/sqrt(head_dim)``; T5 uses 1).  ``num_layers`` lets a
     component scale itself by depth (DeepNet-style placements, GPT-2's residual init).
 
-    Make one with :meth:`from_spec` (the context a model's stack gives its components) or
-    :meth:`for_heads` (a component on its own: tests, the UI, the conformance kit).
+    Inside a model, a component receives its stack resolved from the spec (``spec.stack(role)``, a
+    :class:`zoo.spec.StackSpec`: these fields plus the stack's other settings); on its own (tests,
+    the UI, the conformance kit) make one with :meth:`for_heads`.
     """
 
     d_model: int
@@ -70,11 +71,9 @@ class BuildContext:
 
     @classmethod
     def from_spec(cls, spec: Any, role: str) -> "BuildContext":
-        """The context of ``spec``'s ``role`` stack (``"encoder"`` or ``"decoder"``)."""
-        st = spec.stack(role)
-        return cls(d_model=spec.d_model, num_heads=st.num_heads, num_kv_heads=st.num_kv_heads,
-                   head_dim=st.head_dim, d_ff=st.d_ff, max_len=spec.max_len, num_layers=st.num_layers,
-                   dropout=st.dropout, causal=(role == "decoder"), scale=st.attn_scale)
+        """The context of ``spec``'s ``role`` stack (``"encoder"`` or ``"decoder"``): the resolved
+        stack itself (``spec.stack(role)``, a :class:`zoo.spec.StackSpec`, is a BuildContext)."""
+        return spec.stack(role)
 
     @classmethod
     def for_heads(cls, num_heads: int, head_dim: int, *, num_kv_heads: int | None = None,

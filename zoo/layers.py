@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .components import BuildContext, MaskContext, PositionScheme, causal_mask, guard_empty_rows
+from .components import FAMILY, BuildContext, MaskContext, PositionScheme, causal_mask, guard_empty_rows
 from .errors import SpecError, ZooError
 from .spec import StackSpec
 
@@ -235,15 +235,14 @@ class Attention(nn.Module):
     ``q`` projection of the decoder states and a fused ``kv`` projection of the encoder memory.
     """
 
-    def __init__(self, st: StackSpec, ctx: BuildContext, kernel: nn.Module, cross: bool = False,
-                 head_norm=None):
+    def __init__(self, st: StackSpec, kernel: nn.Module, cross: bool = False, head_norm=None):
         super().__init__()
         self.h, self.h_kv, self.hd = st.num_heads, st.num_kv_heads, st.head_dim
         # q/k norm (Qwen3, OLMo 2, Gemma 3): the stack's norm type over each head's features,
         # on queries and keys before positions -- it bounds the attention logits
         self.q_norm = head_norm() if head_norm is not None else None
         self.k_norm = head_norm() if head_norm is not None else None
-        d, inner, kv_inner = ctx.d_model, st.num_heads * st.head_dim, st.num_kv_heads * st.head_dim
+        d, inner, kv_inner = st.d_model, st.num_heads * st.head_dim, st.num_kv_heads * st.head_dim
         self.is_cross = cross
         if cross:
             self.q = nn.Linear(d, inner, bias=st.qkv_bias)
@@ -289,13 +288,13 @@ class Block(nn.Module):
     """One Transformer layer: self-attention, optional cross-attention, feed-forward, each wrapped by
     the placement (pre / post / ...) of its norm and a residual connection."""
 
-    def __init__(self, st: StackSpec, ctx: BuildContext, parts: "_Parts"):
+    def __init__(self, st: StackSpec, parts: "_Parts"):
         super().__init__()
         self.attn_res = parts.placement()
-        self.attn = Attention(st, ctx, parts.kernel(), head_norm=parts.head_norm if st.qk_norm else None)
+        self.attn = Attention(st, parts.kernel(), head_norm=parts.head_norm if st.qk_norm else None)
         if st.cross_attention:
             self.cross_res = parts.placement()
-            self.cross = Attention(st, ctx, parts.kernel(), cross=True)
+            self.cross = Attention(st, parts.kernel(), cross=True)
         else:
             self.cross_res = self.cross = None
         self.ffn_res = parts.placement()
@@ -329,33 +328,40 @@ def _identity(x):
 
 
 class _Parts:
-    """Factories for one stack's components, resolved from the registry once."""
+    """Factories for one stack's components: each family's class looked up in the registry once,
+    every component built as ``cls(config, st)`` -- the resolved stack is the
+    :class:`~zoo.components.BuildContext` it sizes itself from."""
 
-    def __init__(self, st: StackSpec, ctx: BuildContext, registry):
-        self.st, self.ctx = st, ctx
-        self._get = lambda fam, cs: registry.get(fam, cs.kind).cls
+    def __init__(self, st: StackSpec, registry):
+        self.st = st
+        self._get = lambda cs: registry.get(cs.family, cs.kind).cls
+
+    def make(self, family: str, ctx: BuildContext | None = None, *extra):
+        """The stack's component of ``family`` (one of the family table's single-entry families)."""
+        cs = getattr(self.st, FAMILY[family].field)
+        return self._get(cs)(cs.config, ctx if ctx is not None else self.st, *extra)
 
     def kernel(self):
-        return self._get("attention", self.st.attention)(self.st.attention.config, self.ctx)
+        return self.make("attention")
 
     def norm(self):
-        return self._get("norm", self.st.norm)(self.st.norm.config, self.ctx)
+        return self.make("norm")
 
     def head_norm(self):
         """The stack's norm type sized for one head (``head_dim`` features): q/k norm."""
-        return self._get("norm", self.st.norm)(self.st.norm.config, replace(self.ctx, d_model=self.st.head_dim))
+        return self.make("norm", replace(self.st, d_model=self.st.head_dim))
 
     def placement(self):
-        return self._get("placement", self.st.placement)(self.st.placement.config, self.ctx, self.norm)
+        return self.make("placement", None, self.norm)  # a placement builds its own norms
 
     def ffn(self):
-        return self._get("ffn", self.st.ffn)(self.st.ffn.config, self.ctx)
+        return self.make("ffn")
 
     def positions(self):
-        return self._get("position", self.st.positions)(self.st.positions.config, self.ctx)
+        return self.make("position")
 
     def masks(self, rules=None):
-        return [self._get("mask", m)(m.config, self.ctx) for m in (rules or self.st.mask)]
+        return [self._get(m)(m.config, self.st) for m in (rules or self.st.mask)]
 
 
 class Stack(nn.Module):
@@ -366,16 +372,16 @@ class Stack(nn.Module):
     which owns the embeddings.
     """
 
-    def __init__(self, st: StackSpec, ctx: BuildContext, registry):
+    def __init__(self, st: StackSpec, registry):
         super().__init__()
-        parts = _Parts(st, ctx, registry)
+        parts = _Parts(st, registry)
         self.positions = parts.positions()
         self.masks = nn.ModuleList(parts.masks())
         # mask_pattern: layer i uses rule group i % len (Gemma 2: local, global, local, ...)
         pattern = st.mask_pattern or ()
         self.pattern = nn.ModuleList([nn.ModuleList(parts.masks(rules)) for rules in pattern])
         self.pattern_plain = [all(type(m).is_causal for m in g) for g in self.pattern]
-        self.blocks = nn.ModuleList([Block(st, ctx, parts) for _ in range(st.num_layers)])
+        self.blocks = nn.ModuleList([Block(st, parts) for _ in range(st.num_layers)])
         placement_cls = registry.get("placement", st.placement.kind).cls
         self.final_norm = parts.norm() if placement_cls.final_norm else nn.Identity()
         # static facts, so forward never inspects component types
@@ -447,8 +453,11 @@ class Stack(nn.Module):
 
 
 def make_parts(spec, role: str, registry) -> _Parts:
-    return _Parts(spec.stack(role), BuildContext.from_spec(spec, role), registry)
+    """The component factories of ``spec``'s ``role`` stack (the UI, accounting and plots build
+    single components with them)."""
+    return _Parts(spec.stack(role), registry)
 
 
 def make_stack(spec, role: str, registry) -> Stack:
-    return Stack(spec.stack(role), BuildContext.from_spec(spec, role), registry)
+    """The ``role`` stack of ``spec``, resolved once (:meth:`~zoo.spec.ModelSpec.stack`)."""
+    return Stack(spec.stack(role), registry)

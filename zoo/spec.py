@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ import yaml
 
 from . import checkpoints  # the shipped folder, installed as the package ``zoo.checkpoints``
 from . import trust
-from .components import FAMILY, SPEC_FAMILIES
+from .components import FAMILY, SPEC_FAMILIES, BuildContext
 from .errors import SpecError, did_you_mean
 from .registry import get_registry
 from .trust import short
@@ -115,18 +116,17 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     if tp is Any:
         return value
-    if origin is Union or (hasattr(typing, "UnionType") and isinstance(tp, getattr(__import__("types"), "UnionType"))):
+    if origin is Union or origin is types.UnionType:  # Optional[int] and int | None alike
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
-        errors = []
         for a in args:
             if a is type(None):
                 continue
             try:
                 return coerce(value, a, where)
-            except SpecError as exc:
-                errors.append(exc)
+            except SpecError:
+                continue
         names = " or ".join(_type_name(a) for a in args)
         raise SpecError(f"expected {names}, got {short(value)}", where=where)
     if origin is Literal:
@@ -186,47 +186,19 @@ class HeadSpec:
     transform: bool = False
 
 
-@dataclass(frozen=True)
-class StackSpec:
-    """The fully resolved settings of one block stack (what ``zoo.layers.Stack`` is built from)."""
-
-    role: str
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    d_ff: int
-    dropout: float
-    attn_scale: float
-    qkv_bias: bool
-    out_bias: bool
-    attention: ComponentSpec
-    mask: tuple[ComponentSpec, ...]
-    positions: ComponentSpec
-    norm: ComponentSpec
-    placement: ComponentSpec
-    ffn: ComponentSpec
-    cross_attention: bool
-    qk_norm: bool = False
-    parallel_residual: bool = False
-    mask_pattern: tuple[tuple[ComponentSpec, ...], ...] | None = None
-
-    def layer_mask(self, i: int) -> tuple[ComponentSpec, ...]:
-        """The mask rules of layer ``i``: ``mask_pattern[i % len]`` when a pattern is set."""
-        return self.mask_pattern[i % len(self.mask_pattern)] if self.mask_pattern else self.mask
+_NO_DEFAULT = object()
 
 
-#: Fields an ``encoder:`` / ``decoder:`` section may override: these scalars and the field of every
-#: per-stack component family (from the family table, :data:`zoo.components.FAMILIES`; a placement
-#: rides inside its ``norm:`` entry).
-STACK_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "d_ff", "dropout", "attn_scale",
-                "qkv_bias", "out_bias", "qk_norm", "parallel_residual", "mask_pattern") + tuple(f.field for f in SPEC_FAMILIES
-                                                if f.per_stack and f.parent is None)
-_PARENTS = {f.parent for f in SPEC_FAMILIES if f.parent}
-#: spec field -> family, for the fields that hold one plain ``{kind: ...}`` entry (not a list of
-#: mask rules, not a norm with its placement inside)
-_COMPONENT_FIELDS = {f.field: f.name for f in SPEC_FAMILIES
-                     if not f.many and f.parent is None and f.field not in _PARENTS}
+def per_stack(default: Any = _NO_DEFAULT) -> Any:
+    """A :class:`ModelSpec` field that an ``encoder:`` / ``decoder:`` section may override.
+
+    Declaring the field is all a new per-stack setting needs: its type (the annotation) is what the
+    parser checks, :data:`STACK_FIELDS` lists it, and :class:`StackSpec` (what the layers are built
+    from) carries it resolved for each stack."""
+    meta = {"per_stack": True}
+    if default is _NO_DEFAULT:
+        return dataclasses.field(metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -236,17 +208,17 @@ class ModelSpec:
     arch: str
     vocab_size: int
     d_model: int
-    num_layers: int
-    num_heads: int
+    num_layers: int = per_stack()
+    num_heads: int = per_stack()
     name: str = "model"
     max_len: int = 512
-    num_kv_heads: int | None = None
-    head_dim: int | None = None
-    d_ff: int | None = None
-    dropout: float = 0.0
-    attn_scale: float | None = None
-    qkv_bias: bool = True
-    out_bias: bool = True
+    num_kv_heads: int | None = per_stack(None)  # None: num_heads
+    head_dim: int | None = per_stack(None)  # None: d_model // num_heads
+    d_ff: int | None = per_stack(None)  # None: 4 * d_model
+    dropout: float = per_stack(0.0)
+    attn_scale: float | None = per_stack(None)  # None: 1 / sqrt(head_dim)
+    qkv_bias: bool = per_stack(True)
+    out_bias: bool = per_stack(True)
     tie_embeddings: bool = True
     scale_embeddings: bool = True
     embed_norm: bool = False
@@ -255,9 +227,10 @@ class ModelSpec:
     head_scale: float | None = None  # multiplies the final hidden states before the LM head (T5 tied: d_model**-0.5)
     head_bias: bool = False  # the LM head of a decoder / encoder-decoder has a bias (BART, Marian)
     logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
-    qk_norm: bool = False  # the norm type, per head, on q and k before positions (Qwen3)
-    parallel_residual: bool = False  # x + attn(n1(x)) + ffn(n2(x)) (GPT-J, GPT-NeoX)
-    mask_pattern: tuple[tuple[ComponentSpec, ...], ...] | None = None  # layer i: pattern[i % len]
+    qk_norm: bool = per_stack(False)  # the norm type, per head, on q and k before positions (Qwen3)
+    parallel_residual: bool = per_stack(False)  # x + attn(n1(x)) + ffn(n2(x)) (GPT-J, GPT-NeoX)
+    mask_pattern: tuple[tuple[ComponentSpec, ...], ...] | None = per_stack(None)  # layer i: [i % len]
+    # one field per spec family of the family table (zoo.components.FAMILIES), all per stack
     attention: ComponentSpec | None = None
     mask: tuple[ComponentSpec, ...] | None = None
     positions: ComponentSpec | None = None
@@ -274,8 +247,9 @@ class ModelSpec:
         return {"encoder": ("encoder",), "decoder": ("decoder",),
                 "encoder_decoder": ("encoder", "decoder")}[self.arch]
 
-    def stack(self, role: str) -> StackSpec:
-        """The resolved settings of the ``encoder`` or ``decoder`` stack."""
+    def stack(self, role: str) -> "StackSpec":
+        """The resolved ``encoder`` or ``decoder`` stack: the one object its layers and components
+        are built from (a :class:`~zoo.components.BuildContext`, with the stack's components)."""
         if role not in self.roles:
             raise SpecError(f"a {self.arch} model has no {role} stack", where="arch",
                             options=self.roles)
@@ -287,19 +261,13 @@ class ModelSpec:
         heads = get("num_heads")
         head_dim = get("head_dim") if get("head_dim") is not None else self.d_model // heads
         kv = get("num_kv_heads") if get("num_kv_heads") is not None else heads
-        scale = get("attn_scale")
-        norm = get("norm")
-        placement = over.get("placement", self.placement)
-        return StackSpec(
-            role=role, num_layers=get("num_layers"), num_heads=heads, num_kv_heads=kv,
-            head_dim=head_dim, d_ff=get("d_ff") if get("d_ff") is not None else 4 * self.d_model,
-            dropout=get("dropout"),
-            attn_scale=scale if scale is not None else 1.0 / math.sqrt(head_dim),
-            qkv_bias=get("qkv_bias"), out_bias=get("out_bias"), attention=get("attention"),
-            mask=get("mask"), positions=get("positions"), norm=norm, placement=placement,
-            ffn=get("ffn"), cross_attention=(self.arch == "encoder_decoder" and role == "decoder"),
-            qk_norm=get("qk_norm"), parallel_residual=get("parallel_residual"),
-            mask_pattern=get("mask_pattern"))
+        d_ff = get("d_ff") if get("d_ff") is not None else 4 * self.d_model
+        scale = get("attn_scale") if get("attn_scale") is not None else 1.0 / math.sqrt(head_dim)
+        return StackSpec(d_model=self.d_model, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
+                         d_ff=d_ff, max_len=self.max_len, num_layers=get("num_layers"),
+                         dropout=get("dropout"), causal=(role == "decoder"), scale=scale, role=role,
+                         cross_attention=(self.arch == "encoder_decoder" and role == "decoder"),
+                         **{name: get(name) for name in _AS_WRITTEN})
 
     # -------------------------------------------------------------- serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -329,6 +297,45 @@ class ModelSpec:
         return parse_spec(self.to_dict(), **overrides)
 
 
+#: Fields an ``encoder:`` / ``decoder:`` section may override: the :func:`per_stack` fields and the
+#: field of every per-stack component family (from the family table, :data:`zoo.components.FAMILIES`;
+#: a placement rides inside its ``norm:`` entry).
+STACK_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.metadata.get("per_stack")) \
+    + tuple(f.field for f in SPEC_FAMILIES if f.per_stack and f.parent is None)
+_PARENTS = {f.parent for f in SPEC_FAMILIES if f.parent}
+#: spec field -> family, for the fields that hold one plain ``{kind: ...}`` entry (not a list of
+#: mask rules, not a norm with its placement inside)
+_COMPONENT_FIELDS = {f.field: f.name for f in SPEC_FAMILIES
+                     if not f.many and f.parent is None and f.field not in _PARENTS}
+_HINTS = typing.get_type_hints(ModelSpec)
+#: per-stack fields a :class:`StackSpec` carries as written (the sizes are resolved into the
+#: :class:`~zoo.components.BuildContext` fields; ``attn_scale`` becomes ``scale``)
+_AS_WRITTEN = tuple(n for n in STACK_FIELDS + tuple(f.field for f in SPEC_FAMILIES if f.parent)
+                    if n not in {f.name for f in dataclasses.fields(BuildContext)} | {"attn_scale"})
+
+
+def _stack_layer_mask(self, i: int) -> tuple[ComponentSpec, ...]:
+    """The mask rules of layer ``i``: ``mask_pattern[i % len]`` when a pattern is set."""
+    return self.mask_pattern[i % len(self.mask_pattern)] if self.mask_pattern else self.mask
+
+
+#: One block stack, resolved once from a spec (:meth:`ModelSpec.stack`): the sizes every component
+#: is built with (it *is* the :class:`~zoo.components.BuildContext` they receive: ``d_model``,
+#: ``num_heads``, ``head_dim``, ``scale``, ...), plus ``role``, ``cross_attention`` and every other
+#: per-stack field of :class:`ModelSpec` as written (``qkv_bias``, ``qk_norm``, the component
+#: entries ``attention``, ``mask``, ``positions``, ``norm``, ``placement``, ``ffn``, ...).  Its fields
+#: are generated from ModelSpec's, so a per-stack setting is declared once, there.
+StackSpec = dataclasses.make_dataclass(
+    "StackSpec", [("role", str), ("cross_attention", bool)]
+    + [(n, _HINTS[n]) for n in _AS_WRITTEN],
+    bases=(BuildContext,), frozen=True,
+    namespace={"layer_mask": _stack_layer_mask,
+               "attn_scale": property(lambda self: self.scale, doc="The spec's name for ``scale``."),
+               "__doc__": "One block stack resolved from a spec: a BuildContext (the sizes) with the "
+                          "stack's role, components and per-stack settings (see zoo.spec)."})
+StackSpec.__module__ = __name__  # pickling and reprs name zoo.spec.StackSpec
+
+
 #: flags written out only when set, so the specs written before they existed stay as they were
 _QUIET = ("head_bias", "qk_norm", "parallel_residual")
 
@@ -350,15 +357,11 @@ def _field_to_yaml(name: str, v: Any, placement: ComponentSpec | None) -> Any:
 
 
 # ---------------------------------------------------------------------- parsing
-_SCALARS: dict[str, Any] = {
-    "name": str, "arch": str, "vocab_size": int, "d_model": int, "num_layers": int,
-    "num_heads": int, "max_len": int, "num_kv_heads": typing.Optional[int],
-    "head_dim": typing.Optional[int], "d_ff": typing.Optional[int], "dropout": float,
-    "attn_scale": typing.Optional[float], "qkv_bias": bool, "out_bias": bool,
-    "tie_embeddings": bool, "scale_embeddings": bool, "embed_norm": bool, "type_vocab_size": int,
-    "pad_id": typing.Optional[int], "head_scale": typing.Optional[float], "head_bias": bool,
-    "logit_softcap": typing.Optional[float], "qk_norm": bool, "parallel_residual": bool,
-}
+#: field -> type of every plain value of a spec, from ModelSpec's annotations (what is left: the
+#: component entries, ``mask_pattern``, ``head`` and the per-stack sections have parsers of their own)
+_SCALARS: dict[str, Any] = {n: tp for n, tp in _HINTS.items()
+                            if n not in {f.field for f in SPEC_FAMILIES}
+                            | {"mask_pattern", "head", "encoder", "decoder"}}
 _REQUIRED = ("arch", "vocab_size", "d_model", "num_layers", "num_heads")
 _ALL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSpec))
 _DEFAULTS = {f.field: f.default for f in SPEC_FAMILIES if f.default and f.parent is None}
