@@ -90,6 +90,13 @@ class Component:
             text = (mod.__doc__ or "").strip()
         return text.split("\n\n")[0].replace("\n", " ")
 
+    @property
+    def lesson(self) -> dict[str, str]:
+        """The component's lesson, ``{"en": ..., "zh": ...}``: the problem it solves, its equation and
+        when it helps (the class attribute ``lesson``; ``{}`` when a component has none)."""
+        lesson = getattr(self.cls, "lesson", None)
+        return dict(lesson) if isinstance(lesson, dict) else {}
+
     def make(self, ctx: Any, **params: Any) -> Any:
         """The component on its own, ``cls(config(**params), ctx)`` (``ctx``: a
         :class:`~zoo.components.BuildContext`, e.g. ``BuildContext.for_heads(4, 8)``), in eval mode.

@@ -48,7 +48,8 @@ def first_sentence(doc: str) -> str:
 
 @click.command("components")
 @click.argument("family", required=False)
-def command(family):
+@click.option("--lessons", is_flag=True, help="Also print each component's lesson (English and Chinese).")
+def command(family, lessons):
     """List registered components (optionally one FAMILY) with their plugin and parameters."""
     rows = zoo.list_components(family)
     width = max(min(shutil.get_terminal_size((100, 24)).columns, 120), 60)
@@ -62,4 +63,7 @@ def command(family):
         click.echo(f"  {c.name:<16} {c.plugin} {c.version}" + (f"  [{params}]" if params else ""))
         if c.doc:
             click.echo(textwrap.fill(first_sentence(c.doc), width=width, initial_indent=indent,
+                                     subsequent_indent=indent, break_long_words=False))
+        for lang, text in (c.lesson.items() if lessons else ()):
+            click.echo(textwrap.fill(f"[{lang}] {plain(text)}", width=width, initial_indent=indent,
                                      subsequent_indent=indent, break_long_words=False))
