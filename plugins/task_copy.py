@@ -1,5 +1,4 @@
 """``copy``: repeat a random string after a separator -- the induction-head task.
-
 Each example is ``x1 … xn | x1 … xn``: ``n`` random symbols, a separator, then the same symbols
 again; the loss and the metrics cover the second copy only.  Nothing about the symbols can be
 memorised (they are random), so a model must learn the *mechanism* Olsson et al. (2022) call an

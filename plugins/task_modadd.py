@@ -1,5 +1,4 @@
 """``modadd``: ``a + b = c`` with ``c = (a + b) mod p`` -- the grokking setting.
-
 Power et al. (2022) train a small Transformer on a fraction of the ``p × p`` addition table and
 evaluate on the rest: training accuracy reaches 100% early, held-out accuracy much later (or never),
 once the network finds the algorithm (Nanda et al. 2023: Fourier features) instead of a lookup

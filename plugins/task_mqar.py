@@ -1,5 +1,4 @@
 """``mqar``: multi-query associative recall, as defined by Zoology (Arora et al. 2023).
-
 The sequence starts with ``num_kv_pairs`` key-value pairs ``k1 v1 k2 v2 …`` (keys from the first half
 of the vocabulary, values from the second, both drawn without replacement); later, each key is asked
 again at a random position and the model must answer with its value.  Query positions follow

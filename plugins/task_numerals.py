@@ -1,5 +1,4 @@
 """``numerals``: Arabic numbers to Chinese numerals (``10086 -> 一万零八十六``), sequence to sequence.
-
 An encoder-decoder reads the digits and writes the reading form.  The rules (units 十 百 千 万,
 one 零 per run of zeros *between* digits, none at the end of a group, 十 not 一十 at the start) make
 it a small, strict algorithmic translation: every character counts, so exact match means the rules

@@ -1,11 +1,13 @@
 """``poems``: next-character prediction on Tang poems (the shipped corpus ``data/poems.txt``).
-
 A causal language model on real Chinese text: no generator, a fixed corpus whose held-out poems
 (whole poems, split off by the trainer's fixed hold-out, never pieces of a training poem) are scored
 by cross-entropy in nats per character.  The unigram baseline (context-free character
 frequencies) is reported alongside: a model must beat it to have learned anything about context.
 It probes language modelling proper -- what the synthetic tasks isolate, mixed together -- at the
-scale of a laptop.  Metric: ``eval_loss`` (lower is better).
+scale of a laptop.  Metrics: ``eval_loss`` (teacher-forced, lower is better) and ``causal_loss``: the
+same held-out text scored with each position given *only its past* (the sequence cut right after
+it), which is what a model sees when it generates; for a causal decoder the two are equal, for one
+that learned to read the future they are not.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ class PoemsConfig:
 
 class Poems(Task):
     arch = "decoder"
-    metrics = {"eval_loss": "min"}
+    metrics = {"eval_loss": "min", "causal_loss": "min"}
 
     def __init__(self, config: PoemsConfig):
         super().__init__(config)
@@ -56,10 +58,23 @@ class Poems(Task):
         self.objective = obj
         return obj, tok, spec, info
 
-    def evaluate(self, model):
+    def evaluate(self, model, rows: int = 16):
+        import torch
+        import torch.nn.functional as F
+
         from zoo.train.evaluate import evaluate
 
-        return {"eval_loss": evaluate(model, self.objective, next(model.parameters()).device)["eval_loss"]}
+        out = {"eval_loss": evaluate(model, self.objective, next(model.parameters()).device)["eval_loss"]}
+        b = self.objective.eval_set()[0]
+        ids, labels = b["ids"][:rows], b["labels"][:rows]  # (R, T) inputs and next tokens
+        was = model.training
+        model.eval()
+        with torch.no_grad():
+            last = [model(ids[:, :t + 1])[:, -1] for t in range(ids.size(1))]  # T x (R, V): past only
+        model.train(was)
+        logits = torch.stack(last, 1)  # (R, T, V)
+        out["causal_loss"] = float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1)))
+        return out
 
     def probe(self):
         return self.tok.encode("床前明月光，疑是地上霜。")

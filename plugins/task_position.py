@@ -1,5 +1,4 @@
 """``lag``: at every position, name the token ``lag`` places back -- a task only positions solve.
-
 The input is a random string; the answer at position ``t`` is the token at ``t - lag``.  All
 tokens are random, so *what* a token is says nothing about where the answer is: the model must
 attend by relative position.  Without positional information a bidirectional model cannot do it at

@@ -1,5 +1,4 @@
 """``reverse``: write a random string backwards after a separator.
-
 Each example is ``x1 … xn | xn … x1``; loss and metrics on the reversed half.  Unlike copying, the
 token to produce next is found by *mirrored position* (answer step ``k`` reads input ``n + 1 - k``),
 not by content following the previous one, so the model must know how far it is from the

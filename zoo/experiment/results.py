@@ -291,9 +291,10 @@ class Results:
         probe input, drawn by :func:`zoo.plots.attention_heatmap`."""
         import torch
 
+        import zoo
+
         from .. import plots
         from ..inspection import trace
-        from ..io import load
 
         figs = {}
         exp = self.experiment
@@ -302,17 +303,14 @@ class Results:
             if t is None:
                 continue
             try:
-                model = load(t.folder)
+                model = zoo.load(t.folder)
                 tok = model.tokenizer
                 texts = exp.get("probe") or []
                 if isinstance(texts, str):
                     texts = [texts]
                 ids = tok.encode(texts[0]) if texts else self._task_probe()
                 ids = ids[: model.spec.max_len]
-                if model.spec.arch == "encoder_decoder":
-                    tr = trace(model, torch.tensor([ids]))
-                else:
-                    tr = trace(model, torch.tensor([ids]))
+                tr = trace(model, torch.tensor([ids]))  # encoder-decoder: the decoder reads the source
                 w = tr.attention_stack()[-1, 0].mean(0)  # (Tq, Tk): last layer, mean over heads
                 labels = [tok.decode([i]) for i in ids]
                 figs[v] = plots.attention_heatmap(w, labels, title=f"{v}: last layer, mean of heads")

@@ -222,7 +222,7 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
     tps = [r["tokens_per_s"] for r in res.history if "tokens_per_s" in r]
     record = {"key": trial.key(), "variant": trial.variant, "seed": trial.seed, "steps": res.step,
               "params": trial.params, "train_flops": trial.train_flops, "metrics": metrics,
-              "wall_time_s": res.wall_time, "tokens_per_s": (sum(tps[1:]) / len(tps[1:])) if len(tps) > 1
+              "wall_time_s": res.wall_time, "pid": os.getpid(), "tokens_per_s": (sum(tps[1:]) / len(tps[1:])) if len(tps) > 1
               else (tps[0] if tps else None), "finished": time.time()}
     text = json.dumps(record, indent=1, ensure_ascii=False)
     atomic_write(out / RESULT, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
