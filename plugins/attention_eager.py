@@ -27,9 +27,14 @@ from zoo.components import AttentionKernel, Capabilities, repeat_kv
 class EagerAttention(AttentionKernel):
     capabilities = Capabilities(returns_weights=True)
 
+    def score(self, q, k):
+        """``q·kᵀ · scale``, ``(B, h, Tq, Tk)``: the one line a variant of softmax attention changes
+        (``softcap`` caps it)."""
+        return torch.matmul(q, k.transpose(-2, -1)) * self.scale
+
     def steps(self, q, k, v, mask=None, bias=None):
         k, v = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
-        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # (B, h, Tq, Tk)
+        scores = self.score(q, k)  # (B, h, Tq, Tk)
         if bias is not None:
             scores = scores + bias
         masked = scores if mask is None else scores.masked_fill(~mask, float("-inf"))

@@ -37,10 +37,13 @@ class RMSNorm(Norm):
     def reset_parameters(self):
         nn.init.ones_(self.weight)
 
-    def forward(self, x):
+    def normalize(self, x):
+        """``x / sqrt(mean(x²) + eps)`` in float32, ``(…, D)``; the scale is applied by forward."""
         xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.config.eps)  # (…, D)
-        return self.weight * y.to(x.dtype)
+        return xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.config.eps)
+
+    def forward(self, x):
+        return self.weight * self.normalize(x).to(x.dtype)
 
 
 @zoo.hookimpl

@@ -10,38 +10,25 @@ the original tensors).  As Gemma does, the sum ``1 + w`` and the product are tak
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
 from torch import nn
 
 import zoo
-from zoo.components import Norm
+from zoo.plugins.norm_rmsnorm import RMSNorm, RMSNormConfig
 
 
-@dataclass(frozen=True)
-class RMSNormPlus1Config:
-    eps: float = 1e-6
+class RMSNormPlus1(RMSNorm):  # rmsnorm's normalisation, the scale 1 + w
 
-    def __post_init__(self):
-        if not self.eps > 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
-
-
-class RMSNormPlus1(Norm):
     def __init__(self, config, ctx):
         super().__init__(config, ctx)
-        self.weight = nn.Parameter(torch.zeros(ctx.d_model))
+        nn.init.zeros_(self.weight)  # w = 0: the scale starts at 1
 
     def reset_parameters(self):
         nn.init.zeros_(self.weight)
 
     def forward(self, x):
-        xf = x.float()
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.config.eps)  # (…, D)
-        return (y * (1.0 + self.weight.float())).to(x.dtype)
+        return (self.normalize(x) * (1.0 + self.weight.float())).to(x.dtype)
 
 
 @zoo.hookimpl
 def register_norms(register):
-    register("rmsnorm_plus1", RMSNormPlus1, config=RMSNormPlus1Config)
+    register("rmsnorm_plus1", RMSNormPlus1, config=RMSNormConfig)

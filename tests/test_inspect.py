@@ -237,3 +237,18 @@ def test_trace_records_the_eager_kernels_own_steps_without_recomputing():
     for i in range(2):
         p = f"decoder.blocks.{i}.attn"
         torch.testing.assert_close(tr[f"{p}.scores_masked"].softmax(-1), tr[f"{p}.weights"])
+
+
+def test_trace_keeps_the_kernel_contract_for_fully_masked_rows():
+    """zoo.trace goes through the engine's kernel path (zoo.layers.kernel_steps): left-padded
+    queries see no real key, so their rows show -inf scores, zero weights and a zero output, and
+    the traced logits equal the model's own (sdpa) forward."""
+    model = zoo.build("gpt_tiny", num_layers=1, seed=0).eval()
+    ids, mask = torch.tensor([[0, 0, 5, 6, 7]]), torch.tensor([[0, 0, 1, 1, 1]])
+    tr = zoo.trace(model, ids, attention_mask=mask)
+    p = "decoder.blocks.0.attn"
+    assert bool((tr[f"{p}.weights"][0, :, :2] == 0).all())
+    assert bool((tr[f"{p}.heads"][0, :, :2] == 0).all())
+    assert bool(torch.isinf(tr[f"{p}.scores_masked"][0, :, :2]).all())
+    torch.testing.assert_close(tr[f"{p}.weights"][0, :, 2:].sum(-1), torch.ones(4, 3))
+    torch.testing.assert_close(tr.logits, model(ids, attention_mask=mask), rtol=1e-5, atol=1e-5)

@@ -43,9 +43,9 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from .components import AttentionKernel, BuildContext, Norm, causal_mask
+from .components import AttentionKernel, BuildContext, Norm
 from .errors import ZooError, did_you_mean
-from .layers import AttnArgs, call_kernel
+from .layers import AttnArgs, call_kernel, kernel_steps
 from .models import Embeddings
 from .registry import get_registry
 from .tokenizers import get_tokenizer
@@ -129,19 +129,12 @@ class _AttentionRecorder:
         sink[f"{n}.q"], sink[f"{n}.k"], sink[f"{n}.v"] = q, k, v
         if a.bias is not None:
             sink[f"{n}.bias"] = a.bias
-        mask = a.mask
-        if a.is_causal:  # the model's kernel had a fused causal path; the stand-in may not
-            mask = causal_mask(q.size(-2), k.size(-2), q.device)[None, None]  # (1, 1, Tq, Tk)
-        steps = self.kernel.steps(q, k, v, mask, a.bias)
+        steps = kernel_steps(self.kernel, q, k, v, a)  # the engine's contract, as in a model
         if steps is None:  # not softmax attention: its own output (and weights, if any)
             out, weights = call_kernel(self.kernel, q, k, v, a, need_weights=True)
             if weights is not None:
                 sink[f"{n}.weights"] = weights
         else:
-            if a.empty is not None:  # fully masked rows: -inf scores, zero weights and output
-                steps["scores_masked"] = steps["scores_masked"].masked_fill(a.empty, float("-inf"))
-                steps["weights"] = steps["weights"].masked_fill(a.empty, 0.0)
-                steps["heads"] = steps["heads"].masked_fill(a.empty, 0.0)
             for key in ("scores", "scores_masked", "weights"):
                 sink[f"{n}.{key}"] = steps[key]
             out = steps["heads"]

@@ -194,6 +194,12 @@ class AttnArgs:
         mask, empty = guard_empty_rows(mask)
         return cls(mask=mask, empty=empty, is_causal=is_causal, bias=bias, **rest)
 
+    def unfused(self, q_len: int, k_len: int, device) -> "AttnArgs":
+        """The same arguments for a kernel without a fused causal path: the causal flag as a mask."""
+        if not self.is_causal:
+            return self
+        return replace(self, mask=causal_mask(q_len, k_len, device)[None, None], is_causal=False)
+
 
 def call_kernel(kernel: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs,
                 need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -208,6 +214,21 @@ def call_kernel(kernel: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Te
         if weights is not None:
             weights = weights.masked_fill(a.empty, 0.0)
     return out, weights
+
+
+def kernel_steps(kernel: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs
+                 ) -> dict[str, torch.Tensor] | None:
+    """A kernel's named intermediates (:meth:`~zoo.components.AttentionKernel.steps`: ``scores``,
+    ``scores_masked``, ``weights``, ``heads``) under the contract :func:`call_kernel` keeps: the
+    causal flag arrives as a mask, and rows listed in ``a.empty`` show ``-inf`` masked scores, zero
+    weights and a zero output.  None when the kernel does not show its steps."""
+    a = a.unfused(q.size(-2), k.size(-2), q.device)
+    steps = kernel.steps(q, k, v, a.mask, a.bias)
+    if steps is not None and a.empty is not None:  # fully masked rows attend to nothing
+        steps = {**steps, "scores_masked": steps["scores_masked"].masked_fill(a.empty, float("-inf")),
+                 "weights": steps["weights"].masked_fill(a.empty, 0.0),
+                 "heads": steps["heads"].masked_fill(a.empty, 0.0)}
+    return steps
 
 
 def attend(kernel: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
