@@ -18,7 +18,9 @@ strict enough (every 零 matters) that exact-match accuracy means something.
 """
 from __future__ import annotations
 
+import os
 import random
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -173,8 +175,11 @@ def read_text(path: str | Path) -> str:
     """The whole file as text (``.xz`` files are decompressed), with a :class:`DataError` for a
     missing, empty, corrupt or non-UTF-8 file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise DataError("no such data file", where=str(path), fix="check the --data path")
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block, /dev/zero never end
+        raise DataError("the data path is not a regular file", where=str(path),
+                        fix="pass a text file (not a folder, a FIFO or a device)")
     raw = path.read_bytes()
     if path.suffix == ".xz":  # a compressed corpus (data/tang_train.txt.xz) is read as it is
         raw = _unxz(raw, path)

@@ -47,7 +47,7 @@ from .deprecation import moved
 from .errors import CheckpointError, SpecError, UnknownComponentError, ZooError
 from .registry import get_registry, missing_plugins_hint, plugin_sources
 from .spec import ModelSpec, parse_spec, preset_dirs, yaml_to_dict
-from .trust import clip, short
+from .trust import clip, open_read, regular_file, safetensors_open, short, user_path, write_target
 from .version import __version__
 
 WEIGHTS = "model.safetensors"
@@ -62,7 +62,7 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     a process that no longer exists (a save killed mid-write) are removed first.  The result gets
     the permissions a new file normally gets (``0o666`` minus the umask), not ``mkstemp``'s 0600.
     """
-    path = Path(path)
+    path = write_target(path, where=str(path), error=CheckpointError)  # a device, a loop, /proc: no
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
@@ -159,6 +159,185 @@ def plugins_used(spec: ModelSpec) -> dict[str, str]:
     return out
 
 
+# ---------------------------------------------------------------------- integrity of the function
+#: Metadata entry: what determines the model's function beyond the tensors -- the identity of each
+#: component (name, plugin, version, sha256 of the source file that defines it), a behavioural
+#: fingerprint, and a sha256 over every metadata entry (spec, tokenizer, tied, ... and the tensor
+#: digest).  Checkpoints saved before it existed load as before; ``verify`` then checks the tensors
+#: only and says so.
+INTEGRITY_KEY = "zoo.integrity"
+#: The fixed probe of the fingerprint: ``PROBE_LEN`` token ids drawn from a generator seeded with
+#: ``PROBE_SEED`` (decoder-side ids equal the encoder's for encoder-decoder models).
+PROBE_SEED, PROBE_LEN, PROBE_VALUES = 20_220_101, 8, 32
+#: Fingerprint tolerance: ``|a - b| <= FINGERPRINT_RTOL * (1 + max |stored|)`` element-wise.
+FINGERPRINT_RTOL = 1e-4
+
+
+def _source_sha(obj: Any) -> str:
+    """sha256 of the source file that defines ``obj``'s class or function ("?" when unreadable)."""
+    import sys
+
+    mod = sys.modules.get(getattr(obj, "__module__", ""), None)
+    file = getattr(mod, "__file__", None)
+    try:
+        with open_read(file, kind="checkpoint", where="component source") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except (ZooError, TypeError):
+        return "?"
+
+
+def component_identities(spec: ModelSpec, tokenizer_kind: str | None = None) -> dict[str, dict]:
+    """``{"family/name": {plugin, version, source}}`` for every component ``spec`` names (and the
+    tokenizer): which code computes the function, down to a hash of its source file."""
+    reg = get_registry()
+    out = {}
+    names = set()
+    for role in spec.roles:
+        st = spec.stack(role)
+        for fam in SPEC_FAMILIES:
+            value = getattr(st, fam.field)
+            for cs in (value if fam.many else (value,)):
+                names.add((fam.name, cs.kind))
+    if tokenizer_kind is not None:
+        names.add(("tokenizer", tokenizer_kind))
+    for fam, name in sorted(names):
+        c = reg.get(fam, name)
+        out[f"{fam}/{name}"] = {"plugin": c.plugin, "version": str(c.version),
+                                "source": _source_sha(c.cls)}
+    return out
+
+
+def probe_ids(spec: ModelSpec) -> torch.Tensor:
+    """The fingerprint's fixed input: ``(1, min(PROBE_LEN, max_len))`` ids in ``[0, vocab_size)``."""
+    g = torch.Generator().manual_seed(PROBE_SEED)
+    return torch.randint(0, spec.vocab_size, (1, max(1, min(PROBE_LEN, spec.max_len))), generator=g)
+
+
+def fingerprint(model: torch.nn.Module) -> dict:
+    """The model's behaviour on the fixed probe: ``PROBE_VALUES`` output values at fixed positions
+    of the flattened output, its sum and absolute sum, and the dtype it ran in.  Run in eval mode
+    without gradients (the training flag is restored), on the model's own device."""
+    spec = model.spec
+    param = next(model.parameters(), None)
+    dev = param.device if param is not None else torch.device("cpu")
+    ids = probe_ids(spec).to(dev)
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(ids, ids) if spec.arch == "encoder_decoder" else model(ids)
+    finally:
+        model.train(was)
+    out = out if isinstance(out, torch.Tensor) else getattr(out, "logits", None) \
+        if not isinstance(out, (tuple, list)) else out[0]
+    x = out.detach().float().flatten().cpu()
+    at = torch.linspace(0, x.numel() - 1, min(PROBE_VALUES, x.numel())).long()
+    return {"values": [float(v) for v in x[at]], "sum": float(x.sum()), "abs": float(x.abs().sum()),
+            "numel": int(x.numel()),
+            "dtype": str(param.dtype).replace("torch.", "") if param is not None else "float32"}
+
+
+def metadata_sha(meta: dict[str, str]) -> str:
+    """sha256 over every metadata entry but ``format`` and the integrity entry's own hash, each as
+    length-prefixed key and value, in key order: one flipped byte anywhere changes it."""
+    h = hashlib.sha256()
+    for k in sorted(meta):
+        if k in ("format", INTEGRITY_KEY):
+            continue
+        for part in (k, meta[k]):
+            b = part.encode("utf-8", "surrogatepass")
+            h.update(len(b).to_bytes(8, "little") + b)
+    return "sha256:" + h.hexdigest()
+
+
+def integrity_entry(model: torch.nn.Module, meta: dict[str, str], tokenizer_kind: str | None) -> str:
+    """The ``zoo.integrity`` JSON for ``model`` saved with ``meta`` (the tensor digest included)."""
+    body = {"version": 1, "components": component_identities(model.spec, tokenizer_kind),
+            "fingerprint": fingerprint(model)}
+    full = {**meta, "zoo.integrity.body": json.dumps(body, sort_keys=True)}
+    return json.dumps({**body, "sha256": metadata_sha(full)}, sort_keys=True)
+
+
+def checked_integrity(meta: dict[str, str], where: str) -> dict | None:
+    """The parsed ``zoo.integrity`` entry (type-checked), or None for an older checkpoint."""
+    if INTEGRITY_KEY not in meta:
+        return None
+    at = f"{where}: {INTEGRITY_KEY}"
+    value = _json_entry(meta, INTEGRITY_KEY, where, None, kind=object)
+    fp = value.get("fingerprint") if isinstance(value, dict) else None
+    ok = (isinstance(value, dict) and isinstance(value.get("sha256"), str)
+          and isinstance(value.get("components"), dict)
+          and all(isinstance(v, dict) and all(isinstance(v.get(k), str)
+                                              for k in ("plugin", "version", "source"))
+                  for v in value["components"].values())
+          and isinstance(fp, dict) and isinstance(fp.get("values"), list)
+          and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in fp["values"])
+          and isinstance(fp.get("dtype"), str))
+    if not ok:
+        raise CheckpointError(f"the integrity entry is malformed: {short(value)}", where=at,
+                              fix="re-save the checkpoint with zoo.save")
+    return value
+
+
+def verify_integrity(meta: dict[str, str], where: str) -> dict | None:
+    """Check, before building anything, that no metadata entry changed since saving (the stored
+    sha256 over all of them) and that every component the checkpoint was saved with is provided
+    now by the same plugin, version and source.  Returns the integrity entry (None: an older
+    checkpoint, whose tensors only can be verified)."""
+    value = checked_integrity(meta, where)
+    if value is None:
+        return None
+    at = f"{where}: {INTEGRITY_KEY}"
+    body = {k: v for k, v in value.items() if k != "sha256"}
+    full = {**meta, "zoo.integrity.body": json.dumps(body, sort_keys=True)}
+    if metadata_sha(full) != value["sha256"]:
+        raise CheckpointError("the metadata was changed after saving (spec, tokenizer, tied "
+                              "weights, digest or the integrity record itself)", where=at,
+                              fix="get an intact copy of the checkpoint, or re-save it")
+    reg = get_registry()
+    for key, saved in sorted(value["components"].items()):
+        fam, _, name = key.partition("/")
+        comp = reg.components.get(fam, {}).get(name)
+        if comp is None:
+            raise CheckpointError(f"component {short(key)} (plugin {short(saved['plugin'])}) is not "
+                                  f"installed", where=at, fix="install the plugin it was saved with")
+        now = {"plugin": comp.plugin, "version": str(comp.version), "source": _source_sha(comp.cls)}
+        if now != saved:
+            diff = [k for k in ("plugin", "version", "source") if now[k] != saved[k]]
+            raise CheckpointError(
+                f"component {key} is now provided by plugin {now['plugin']} {now['version']}, not "
+                f"the {saved['plugin']} {saved['version']} it was saved with ({', '.join(diff)} "
+                f"differ{'s' if len(diff) == 1 else ''}): the model may compute something else",
+                where=at, fix=f"install the plugin it was saved with, or re-save the checkpoint "
+                              f"under the current plugins after checking its outputs")
+    return value
+
+
+def verify_fingerprint(model: torch.nn.Module, value: dict, where: str) -> float:
+    """Run the rebuilt ``model`` on the probe and compare with the stored fingerprint; returns the
+    largest difference.  A model loaded in another dtype than it was saved in is compared with a
+    tolerance scaled to that dtype's precision."""
+    stored = value["fingerprint"]
+    now = fingerprint(model)
+    if len(now["values"]) != len(stored["values"]):
+        raise CheckpointError("the rebuilt model's output has another size than at saving "
+                              f"({now['numel']} vs {stored.get('numel')})",
+                              where=f"{where}: {INTEGRITY_KEY}", fix="re-save the checkpoint")
+    a, b = torch.tensor(now["values"]), torch.tensor(stored["values"], dtype=torch.float32)
+    eps = {"float32": FINGERPRINT_RTOL, "float64": FINGERPRINT_RTOL, "bfloat16": 3e-2,
+           "float16": 5e-3}.get(now["dtype"], 3e-2) if now["dtype"] != stored["dtype"] else FINGERPRINT_RTOL
+    tol = eps * (1 + float(b.abs().max()) if b.numel() else 1.0)
+    diff = float((a - b).abs().max()) if b.numel() else 0.0
+    if not diff <= tol:  # NaN fails too
+        raise CheckpointError(f"the rebuilt model computes something else than the saved one: its "
+                              f"output on the fixed probe differs by {diff:.3g} (tolerance "
+                              f"{tol:.2g}); the spec's meaning, a component's default or its code "
+                              f"changed", where=f"{where}: {INTEGRITY_KEY}.fingerprint",
+                              fix="load with the plugins and zoo version it was saved with, or get "
+                                  "an intact copy")
+    return diff
+
+
 def dedupe(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Drop tensors that share storage with an earlier one (tied weights are stored once); return
     ``(tensors, {alias: source})`` -- the second dict is what ``zoo.tied`` records."""
@@ -211,7 +390,7 @@ def file_digest(source: str | os.PathLike, chunk: int = 1 << 22) -> str:
     file = resolve_checkpoint(source)
     entries, _, start = read_header(file)
     h = hashlib.sha256()
-    with open(file, "rb") as fh:
+    with open_read(file, kind="checkpoint", error=CheckpointError) as fh:
         for name in sorted(entries):
             dtype, shape, (begin, end) = entries[name]
             _digest_entry(h, name, dtype, shape)
@@ -261,8 +440,8 @@ def read_header(source: str | os.PathLike) -> tuple[dict[str, tuple[str, tuple[i
     where = str(file)
     bad = "re-save it; zoo only reads valid safetensors files"
     try:
-        size = file.stat().st_size
-        with open(file, "rb") as fh:
+        with open_read(file, kind="checkpoint", error=CheckpointError) as fh:
+            size = os.fstat(fh.fileno()).st_size
             head = fh.read(8)
             if len(head) < 8:
                 raise CheckpointError("the file is too short to be a safetensors file", where=where,
@@ -371,8 +550,15 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     if not isinstance(spec, ModelSpec):
         raise CheckpointError("the model has no zoo spec", where="model",
                               fix="save models built by zoo.build / zoo.load")
-    path = Path(path)
-    file = path if path.suffix == ".safetensors" else path / WEIGHTS
+    path = user_path(path, where="save.path", error=CheckpointError)
+    folder = path.suffix != ".safetensors"
+    write_target(path, where="save.path", folder=folder, error=CheckpointError)  # before any work
+    if folder:
+        write_target(path / WEIGHTS, where="save.path", error=CheckpointError)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise CheckpointError(f"metadata must be a dict, got {type(metadata).__name__}",
+                              where="save.metadata", fix="pass a dict of JSON-able values")
+    file = path / WEIGHTS if folder else path
     tensors, tied = dedupe(model.state_dict())
     meta = {"format": "pt", "zoo.version": __version__, "zoo.spec": spec.to_yaml(),
             "zoo.plugins": json.dumps(plugins_used(spec)), "zoo.tied": json.dumps(tied)}
@@ -382,9 +568,18 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
         tokenizers.check_fits(tokenizer, spec.vocab_size)
         meta[tokenizers.META_KEY] = tokenizers.to_json(tokenizer)
     for k, v in {**conversion_metadata(model), **(metadata or {})}.items():
-        meta[f"zoo.extra.{k}"] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        try:
+            meta[f"zoo.extra.{k}"] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise CheckpointError(f"metadata entry {short(k)} is not JSON-able: {clip(exc, 80)}",
+                                  where="save.metadata", fix="pass strings, numbers, lists and dicts") from exc
+    if sum(len(k) + len(v) for k, v in meta.items()) > MAX_HEADER_BYTES // 2:
+        raise CheckpointError(f"the metadata is larger than {MAX_HEADER_BYTES // 2**21} MiB",
+                              where="save.metadata", fix="store large data beside the checkpoint")
     tensors = {k: v.cpu() for k, v in tensors.items()}
     meta[DIGEST_KEY] = tensor_digest(tensors)
+    meta[INTEGRITY_KEY] = integrity_entry(model, meta, tokenizers.kind_of(tokenizer)
+                                          if tokenizer is not None else None)
     atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata=meta))
     if file.name == WEIGHTS:
         atomic_write(file.parent / "spec.yaml",
@@ -408,9 +603,12 @@ def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
 
 def resolve_checkpoint(source: str | os.PathLike) -> Path:
     """A weights file from a file path, a checkpoint folder, or a shipped checkpoint's name."""
-    p = Path(source)
-    if p.is_dir():
-        p = p / WEIGHTS
+    p = user_path(source, where="checkpoint", error=CheckpointError)
+    if p.is_dir():  # the weights file must be a regular file inside the folder (no symlink out)
+        if not ((p / WEIGHTS).exists() or (p / WEIGHTS).is_symlink()):
+            _no_checkpoint(source)
+        return regular_file(p / WEIGHTS, root=p, kind="checkpoint", where=str(p / WEIGHTS),
+                            error=CheckpointError)
     if p.is_file() and p.suffix != ".safetensors":
         raise CheckpointError(f"not a safetensors checkpoint: '{source}'", where=str(source),
                               fix="zoo checkpoints are *.safetensors files (pickle is never loaded)")
@@ -424,7 +622,13 @@ def resolve_checkpoint(source: str | os.PathLike) -> Path:
     if p.suffix not in ("", ".safetensors"):
         raise CheckpointError(f"not a safetensors checkpoint: '{source}'", where=str(source),
                               fix="zoo checkpoints are *.safetensors files (pickle is never loaded)")
-    raise CheckpointError(f"no checkpoint at '{source}'", where=str(source),
+    if p.exists():  # a FIFO, a device: not a checkpoint, and never opened
+        return regular_file(p, kind="checkpoint", error=CheckpointError)
+    _no_checkpoint(source)
+
+
+def _no_checkpoint(source) -> Path:
+    raise CheckpointError(f"no checkpoint at {short(str(source))}", where=clip(str(source), 200),
                           options=list_checkpoints(),
                           fix="pass a .safetensors file, a folder holding model.safetensors, or a "
                               "shipped checkpoint name")
@@ -443,7 +647,7 @@ def read_metadata(source: str | os.PathLike) -> dict[str, str]:
     """The safetensors header metadata of a checkpoint (cheap: the tensors are not read)."""
     file = resolve_checkpoint(source)
     try:
-        with safe_open(str(file), framework="pt") as f:
+        with safetensors_open(file, error=CheckpointError) as f:
             return dict(f.metadata() or {})
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"corrupt or truncated checkpoint: {exc}", where=str(file),

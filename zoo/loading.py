@@ -11,21 +11,23 @@ a name is a checkpoint or a spec.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 
 from . import budget as budgets
 from .assembly import fill
 from .build import build, resolve_device, resolve_dtype
 from .errors import CheckpointError, SpecError, ZooError, did_you_mean
 from .io import (check_dtypes, check_embedding, checked_metadata, list_checkpoints, load_spec,
-                 read_header, resolve_checkpoint, tokenizer_from, verify_digest)
+                 read_header, resolve_checkpoint, tokenizer_from, verify_digest, verify_fingerprint,
+                 verify_integrity)
 from .registry import get_registry
 from .spec import ModelSpec, list_presets, parse_spec, resolve_spec_source
-from .trust import clip, short
+from .trust import clip, safetensors_open, short
 
 
 def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
@@ -50,13 +52,15 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
     check_dtypes(entries, dt, where)
     _check_budget(spec, budget, dev, where)
     check_embedding(spec, entries, where)  # the one tensor that grows with vocab_size, before building
+    integrity = None
     if verify:
         verify_digest(file, meta)
+        integrity = verify_integrity(meta, where)  # metadata unchanged, same component code
     get_registry().check_runtime(spec, dtype=dt, device=dev)  # declared dtypes / devices
     model = build(spec, device="meta", init=False, budget=budget)
     need = match_tensors(model, entries, tied, where, strict=strict)
     try:
-        with safe_open(str(file), framework="pt", device=str(dev)) as f:
+        with safetensors_open(file, error=CheckpointError, device=str(dev)) as f:
             state = {}
             for name in sorted(need):
                 t = f.get_tensor(name)
@@ -71,6 +75,8 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
     model.checkpoint_metadata = meta
     if info["tokenizer"] is not None:
         model.tokenizer = tokenizer_from(info["tokenizer"], where)
+    if integrity is not None:  # the rebuilt model must behave as the saved one did
+        verify_fingerprint(model, integrity, where)
     return model
 
 
@@ -141,6 +147,17 @@ def check(source: str | os.PathLike, *, digest: bool = True, report=None) -> lis
         else:
             verify_digest(file, meta)
             done("digest", f"{info['digest'][:23]}... matches the tensor bytes")
+        integrity = verify_integrity(meta, where)
+        if integrity is None:
+            done("integrity", "none stored (saved by an older zoo): spec, tokenizer and components "
+                              "not covered; re-save to record them")
+        else:
+            done("integrity", f"metadata unchanged; {len(integrity['components'])} components from "
+                              "the same plugins, versions and sources")
+            t0 = time.perf_counter()
+            diff = verify_fingerprint(load(file), integrity, where)
+            done("fingerprint", f"the rebuilt model's output on the probe matches (max difference "
+                                f"{diff:.2g}, {time.perf_counter() - t0:.2f} s)")
     return rows
 
 

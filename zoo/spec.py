@@ -395,7 +395,7 @@ def resolve_spec_source(source: Any) -> dict:
         s = str(source)
         if isinstance(source, str) and "\n" in s:
             return yaml_to_dict(s, "<yaml text>")
-        path = Path(s)
+        path = trust.user_path(source, where="spec", error=SpecError)  # NUL, too long: refused
         if path.is_file():
             return load_yaml(path)
         preset = find_preset(s)

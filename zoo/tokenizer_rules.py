@@ -30,7 +30,7 @@ import stat
 from typing import Any, Callable
 
 from .errors import TokenizerError
-from .trust import clip, short
+from .trust import clip, read_bytes, short
 
 #: Largest tokenizer.json accepted (bytes); real ones are 0.5-35 MB.
 MAX_TOKENIZER_JSON_BYTES = 128 * 1024 * 1024
@@ -66,36 +66,28 @@ def library_call(fn: Callable, *args: Any, where: str, what: str, **kwargs: Any)
 
 
 # ---------------------------------------------------------------------- the whole file
-def read_tokenizer_file(path: Any, where: str = "tokenizer.hf.path") -> str:
-    """The text of a tokenizer.json at ``path``: a regular file (checked by ``stat`` before it is
-    opened, and again on the open descriptor -- a FIFO would block forever, ``/dev/zero`` never
-    ends) of at most :data:`MAX_TOKENIZER_JSON_BYTES`, in UTF-8."""
-    fix = "pass the path of a tokenizer.json file"
+def read_tokenizer_file(path: Any, where: str = "tokenizer.hf.path", root: Any = None) -> str:
+    """The text of a tokenizer.json at ``path``, read the one way zoo reads a user's file
+    (:func:`zoo.trust.read_bytes`: a regular file -- ``stat`` before ``open``, so a FIFO or
+    ``/dev/zero`` is refused at once -- confined to ``root`` when given, at most
+    :data:`MAX_TOKENIZER_JSON_BYTES`), decoded as UTF-8."""
     if not isinstance(path, (str, os.PathLike)) or not str(path) or "\x00" in str(path):
-        raise TokenizerError(f"expected a file path, got {short(path)}", where=where, fix=fix)
+        raise TokenizerError(f"expected a file path, got {short(path)}", where=where,
+                             fix="pass the path of a tokenizer.json file")
     try:
         st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise TokenizerError(f"{short(str(path))} is not a regular file", where=where, fix=fix)
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise TokenizerError(f"cannot read {short(str(path))}: {exc.strerror or exc}", where=where,
-                             fix=fix) from exc
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())  # the file opened may not be the one stat()ed
-        if not stat.S_ISREG(st.st_mode):
-            raise TokenizerError(f"{short(str(path))} is not a regular file", where=where, fix=fix)
-        if st.st_size > MAX_TOKENIZER_JSON_BYTES:
-            raise TokenizerError(f"the file has {st.st_size:,} bytes, more than "
-                                 f"{MAX_TOKENIZER_JSON_BYTES:,}", where=where, fix=fix)
-        data = fh.read(MAX_TOKENIZER_JSON_BYTES + 1)
-    if len(data) > MAX_TOKENIZER_JSON_BYTES:
-        raise TokenizerError(f"the file is larger than {MAX_TOKENIZER_JSON_BYTES:,} bytes",
-                             where=where, fix=fix)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode) and st.st_size > MAX_TOKENIZER_JSON_BYTES:
+        raise TokenizerError(f"the file has {st.st_size:,} bytes, more than "
+                             f"{MAX_TOKENIZER_JSON_BYTES:,}", where=where,
+                             fix="pass the path of a tokenizer.json file")
+    data = read_bytes(path, where=where, root=root, kind="tokenizer", error=TokenizerError)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise TokenizerError(f"{short(str(path))} is not UTF-8 text", where=where, fix=fix) from exc
+        raise TokenizerError(f"{short(str(path))} is not UTF-8 text", where=where,
+                             fix="pass the path of a tokenizer.json file") from exc
 
 
 def check_tokenizer_json(text: Any, where: str = "tokenizer.json") -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import reprlib
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -100,21 +101,198 @@ def confine(root: str | os.PathLike, name: Any, *, where: str,
 
 
 # ---------------------------------------------------------------------- YAML
-def read_text(path: str | os.PathLike, *, where: str | None = None, max_bytes: int = MAX_YAML_BYTES,
-              error: type[ZooError] = SpecError) -> str:
-    """A small UTF-8 text file, refusing one larger than ``max_bytes`` before reading it."""
-    path = Path(path)
+# ---------------------------------------------------------------------- reading a user's path
+#: Size bounds per kind of file read through :func:`open_read` (bytes).
+MAX_BYTES = {
+    "spec": MAX_YAML_BYTES,               # a YAML spec is ~1 KB
+    "json": 64 * 1024 * 1024,             # config.json, a shard index, trainer_state.json
+    "tokenizer": 128 * 1024 * 1024,       # a tokenizer.json (real ones: 0.5 - 35 MB)
+    "text": 4 * 1024 ** 3,                # training data
+    "checkpoint": None,                   # safetensors: the header is bounded by read_header
+}
+#: Longest path component and whole path the OS accepts (Linux: 255 bytes, 4096 bytes).
+NAME_MAX, PATH_MAX = 255, 4096
+_KINDS = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
+
+
+def user_path(path: Any, *, where: str, error: type[ZooError] = ZooError) -> Path:
+    """``path`` as a :class:`Path`, checked by type and form before the OS sees it: a ``str`` or
+    ``os.PathLike`` (not bytes), non-empty, without NUL, every component at most 255 bytes and the
+    whole at most 4096 (the OS would raise ``ValueError`` / ``OSError: File name too long``)."""
+    fix = "pass a file or folder path as a string"
+    if isinstance(path, (bytes, bytearray)) or not isinstance(path, (str, os.PathLike)):
+        raise error(f"expected a path, got {short(path)} ({type(path).__name__})", where=where,
+                    fix=fix)
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text:
+        raise error(f"expected a non-empty path, got {short(text)}", where=where, fix=fix)
+    if "\x00" in text:
+        raise error(f"the path {short(text)} contains a NUL byte", where=where,
+                    fix="remove the NUL character from the path")
+    raw = text.encode("utf-8", "surrogateescape")
+    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise error(f"the path {short(text)} is too long (a name over {NAME_MAX} bytes or a path "
+                    f"over {PATH_MAX})", where=where, fix="use a shorter file or folder name")
+    return Path(text)
+
+
+def _describe(mode: int) -> str:
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def regular_file(path: Any, *, where: str | None = None, root: Any = None, kind: str = "json",
+                 error: type[ZooError] = ZooError) -> Path:
+    """The checked path of an existing regular file, *before* anything opens it.
+
+    ``root``: the folder the user named; ``path`` must then resolve inside it (``..`` and symlinks
+    leaving it are refused, for every file -- shards, config.json, tokenizer.json alike).  The file
+    must be a regular file (``stat`` first: a FIFO would block ``open`` forever, ``/dev/zero`` never
+    ends, a folder is not a file) and no larger than ``MAX_BYTES[kind]``."""
     where = where or str(path)
+    p = user_path(path, where=where, error=error)
+    if root is not None:
+        base = user_path(root, where=where, error=error)
+        rel = os.path.relpath(p, base) if p.is_absolute() else str(p)  # outside: "../..."
+        p = confine(base, rel, where=where, error=error)  # resolves '..' and symlinks
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise error(f"cannot read the file: {exc.strerror or exc}", where=where,
+        st = os.stat(p)
+    except FileNotFoundError as exc:
+        raise error(f"no such file {short(str(p))}", where=where,
+                    fix="check the path") from exc
+    except OSError as exc:  # a symlink loop, a component that is a file, no permission
+        raise error(f"cannot reach {short(str(p))}: {exc.strerror or exc}", where=where,
                     fix="check the path and its permissions") from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{short(str(p))} is {_describe(st.st_mode)}, not a regular file", where=where,
+                    fix="pass a regular file (not a folder, a FIFO or a device)")
+    limit = MAX_BYTES.get(kind)
+    if limit is not None and st.st_size > limit:
+        raise error(f"the file has {st.st_size:,} bytes, more than the {limit:,} a {kind} file may "
+                    f"have", where=where, fix="pass the right file")
+    return p
+
+
+def open_read(path: Any, *, where: str | None = None, root: Any = None, kind: str = "json",
+              error: type[ZooError] = ZooError):
+    """Open a user's file for reading in binary, the one way zoo does it: :func:`regular_file`
+    checks first, then the file is opened non-blocking and ``fstat`` confirms that what was opened
+    is still that regular file (a FIFO swapped in after the check would otherwise block)."""
+    where = where or str(path)
+    p = regular_file(path, where=where, root=root, kind=kind, error=error)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(f"cannot open {short(str(p))}: {exc.strerror or exc}", where=where,
+                    fix="check the path and its permissions") from exc
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise error(f"{short(str(p))} is {_describe(st.st_mode)}, not a regular file", where=where,
+                    fix="pass a regular file (not a folder, a FIFO or a device)")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_bytes(path: Any, *, where: str | None = None, root: Any = None, kind: str = "json",
+               error: type[ZooError] = ZooError) -> bytes:
+    """The bytes of a user's file (:func:`open_read`), at most ``MAX_BYTES[kind]``."""
+    limit = MAX_BYTES.get(kind)
+    with open_read(path, where=where, root=root, kind=kind, error=error) as fh:
+        data = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(data) > limit:  # the file grew after the check
+        raise error(f"the file is larger than {limit:,} bytes", where=where or str(path),
+                    fix="pass the right file")
+    return data
+
+
+def safetensors_open(path: Any, *, where: str | None = None, root: Any = None,
+                     error: type[ZooError] = ZooError, **kwargs):
+    """``safetensors.safe_open`` on a checked regular file (the library would otherwise open a
+    FIFO or a device itself and block or read forever)."""
+    from safetensors import safe_open
+
+    p = regular_file(path, where=where, root=root, kind="checkpoint", error=error)
+    return safe_open(str(p), framework=kwargs.pop("framework", "pt"), **kwargs)
+
+
+def read_text(path: str | os.PathLike, *, where: str | None = None, max_bytes: int = MAX_YAML_BYTES,
+              error: type[ZooError] = SpecError, root: Any = None) -> str:
+    """A small UTF-8 text file (through :func:`open_read`: a regular file, confined to ``root``
+    when given), refusing one larger than ``max_bytes`` before reading it."""
+    where = where or str(path)
+    with open_read(path, where=where, root=root, kind="checkpoint", error=error) as fh:
+        if os.fstat(fh.fileno()).st_size > max_bytes:
+            raise error(f"the file is larger than {max_bytes // 1024} KiB", where=where,
+                        fix="a spec is a few KB; pass the right file")
+        data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise error(f"the file is larger than {max_bytes // 1024} KiB", where=where,
                     fix="a spec is a few KB; pass the right file")
     return _decode(data, where, error)
+
+
+# ---------------------------------------------------------------------- writing a user's path
+#: Where zoo never writes, whatever the permissions: kernel and device file systems.
+_NO_WRITE = ("/proc", "/sys", "/dev")
+
+
+def write_target(path: Any, *, where: str, folder: bool = False,
+                 error: type[ZooError] = ZooError) -> Path:
+    """Check a path zoo is about to write, *before any work*; return it.
+
+    ``folder=True``: ``path`` is a folder that will hold files (it may not exist yet); otherwise
+    it is a file.  Refused with a :class:`ZooError` naming the path and the fix: a malformed path
+    (:func:`user_path`: NUL, a name over 255 bytes); an existing file where a folder is expected
+    (or a folder where a file is); a device, FIFO or socket (``/dev/null`` included); anything
+    under ``/proc``, ``/sys`` or ``/dev``; a symlink loop; a parent that is a file; the nearest
+    existing folder not writable."""
+    p = user_path(path, where=where, error=error)
+    fix = "choose a writable folder you own"
+    try:
+        resolved = p.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise error(f"cannot resolve {short(str(p))}: {exc}", where=where,
+                    fix="remove the symlink loop, or choose another path") from exc
+    if any(str(resolved) == d or str(resolved).startswith(d + "/") for d in _NO_WRITE):
+        raise error(f"{short(str(p))} is on a system file system ({resolved.parts[1]})",
+                    where=where, fix=fix)
+    try:
+        st = os.stat(resolved)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:  # a component that is a file: ENOTDIR; a loop: ELOOP
+        raise error(f"cannot use {short(str(p))}: {exc.strerror or exc}", where=where,
+                    fix=fix) from exc
+    if st is not None:
+        if folder and not stat.S_ISDIR(st.st_mode):
+            raise error(f"{short(str(p))} is {_describe(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, "
+                        f"not a folder", where=where,
+                        fix="name a folder (it is created if missing), or a path ending in "
+                            ".safetensors to write one file")
+        if not folder and not stat.S_ISREG(st.st_mode):
+            raise error(f"{short(str(p))} is {_describe(st.st_mode)}; zoo writes only regular files",
+                        where=where, fix=fix)
+    # the nearest existing ancestor must be a folder we may write in
+    probe = resolved if (st is not None and folder) else resolved.parent
+    while True:
+        try:
+            pst = os.stat(probe)
+            break
+        except FileNotFoundError:
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+        except OSError as exc:
+            raise error(f"cannot use {short(str(p))}: {exc.strerror or exc}", where=where,
+                        fix=fix) from exc
+    if not stat.S_ISDIR(pst.st_mode):
+        raise error(f"{short(str(probe))} is a file, so {short(str(p))} cannot be created inside it",
+                    where=where, fix="choose a path whose parent is a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise error(f"the folder {short(str(probe))} is not writable", where=where, fix=fix)
+    return p
 
 
 def _decode(data: bytes, where: str, error: type[ZooError]) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 
 from ..assembly import fill
 from ..build import build, resolve_dtype
@@ -24,7 +24,7 @@ from ..errors import ZooError
 from ..io import conversion_metadata  # noqa: F401 - re-exported: zoo.convert.conversion_metadata
 from ..spec import parse_spec
 from ..tokenizers import tokenizer as make_tokenizer
-from ..trust import confine, read_text, short
+from ..trust import confine, read_bytes, read_text, safetensors_open, short, user_path
 from ..version import __version__
 
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
@@ -327,7 +327,8 @@ def read_config(d: Path) -> dict:
     if not (d / "config.json").is_file():
         raise ConvertError(f"no config.json in '{d.name}'", where=str(d),
                            fix="pass a folder written by save_pretrained")
-    text = read_text(d / "config.json", where="config.json", max_bytes=MAX_CONFIG_BYTES, error=ConvertError)
+    text = read_text(d / "config.json", where="config.json", max_bytes=MAX_CONFIG_BYTES, error=ConvertError,
+                     root=d)
     try:
         config = json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than Python's stack
@@ -348,7 +349,8 @@ def weight_files(d: Path) -> list[Path]:
     if index.is_file():
         where = "model.safetensors.index.json"
         try:
-            data = json.loads(read_text(index, where=where, max_bytes=64 * MAX_CONFIG_BYTES, error=ConvertError))
+            data = json.loads(read_text(index, where=where, max_bytes=64 * MAX_CONFIG_BYTES, error=ConvertError,
+                                        root=d))
             names = data["weight_map"].values()
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise ConvertError(f"not a shard index ({short(exc)})", where=where,
@@ -363,12 +365,15 @@ def weight_files(d: Path) -> list[Path]:
 def read_hf_dir(path: str | os.PathLike, *, meta: bool = False) -> tuple[dict, dict[str, torch.Tensor]]:
     """``(config dict, tensors)`` of a ``save_pretrained`` folder (safetensors, single or sharded).
     With ``meta`` the tensors are shape-only (read from the headers; nothing is loaded)."""
-    d = Path(path)
+    d = user_path(path, where="convert.path", error=ConvertError)
+    if not d.is_dir():
+        raise ConvertError(f"{short(str(d))} is not a folder", where="convert.path",
+                           fix="pass the folder written by save_pretrained")
     config = read_config(d)
     state: dict[str, torch.Tensor] = {}
     for f in weight_files(d):
         try:
-            with safe_open(str(f), framework="pt") as fh:
+            with safetensors_open(f, root=d, where=f.name, error=ConvertError) as fh:
                 for name in fh.keys():
                     if meta:
                         sl = fh.get_slice(name)
@@ -401,8 +406,9 @@ def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: 
     if certify:
         model.convert_info["parity"] = certify_folder(path, config, model)
     tj = Path(path) / "tokenizer.json"
-    if tokenizer and tj.is_file():
-        model.tokenizer = make_tokenizer("hf", path=str(tj))
+    if tokenizer and (tj.exists() or tj.is_symlink()):  # confined to the folder, like the shards
+        text = read_bytes(tj, root=path, kind="tokenizer", where="tokenizer.json", error=ConvertError)
+        model.tokenizer = make_tokenizer("hf", json=text.decode("utf-8", "replace"))
     return model
 
 

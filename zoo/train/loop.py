@@ -23,12 +23,13 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..build import build, checkpoint_or_spec
+from ..build import build
+from ..loading import checkpoint_or_spec, load
 from ..components import Tokenizer
 from ..errors import DataError, TrainError, ZooError
-from ..io import load, save
+from ..io import save
 from ..spec import ModelSpec, parse_spec
-from ..trust import short
+from ..trust import short, user_path, write_target
 from ..tokenizers import from_json as tok_from_json
 from .config import ARCH_FOR, TrainConfig, TrainResult
 from .dist import Dist, setup_dist
@@ -129,8 +130,7 @@ def _check_arguments(data, out, resume, overwrite, fit_vocab, config, callback, 
     def path_like(v):
         return isinstance(v, (str, os.PathLike)) and str(v) and "\x00" not in str(v)
 
-    if not path_like(out):
-        bad("out", f"expected a folder path, got {short(out)}", "pass out='runs/NAME'")
+    write_target(out, where="train.out", folder=True)  # a file, a device, a loop: refused now
     for name, v in (("resume", resume), ("overwrite", overwrite), ("fit_vocab", fit_vocab)):
         if not isinstance(v, bool):
             bad(name, f"must be true or false, got {short(v)}", "pass a bool")
@@ -147,6 +147,7 @@ def _check_arguments(data, out, resume, overwrite, fit_vocab, config, callback, 
         if not path_like(data):
             bad("data", f"expected a file path, got {short(data)}",
                 "pass data='FILE' (or a task with prepare_objective)")
+        user_path(data, where="train.data", error=DataError)
         try:
             st = os.stat(data)
         except OSError:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from .. import __version__
@@ -23,7 +23,7 @@ from ..build import build
 from ..errors import CheckpointError, TrainError
 from ..io import atomic_write, dedupe, save
 from ..tokenizers import to_json as tok_json
-from ..trust import clip, short
+from ..trust import clip, read_bytes, safetensors_open, short
 from .optim import lr_at
 
 STATE_FILE = "trainer_state.safetensors"
@@ -201,7 +201,7 @@ def read_state(out: str | os.PathLike) -> tuple[dict, dict, dict]:
         raise CheckpointError("no trainer state to resume from", where=str(file),
                               fix="start the run without resume, or point out= at a run's folder")
     try:
-        with safe_open(str(file), framework="pt") as f:
+        with safetensors_open(file, error=CheckpointError) as f:
             meta = dict(f.metadata() or {})
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except (SafetensorError, OSError) as exc:
@@ -221,8 +221,11 @@ def saved_run_step(out: Path):
     """The step of the run saved in ``out``, ``"?"`` if its JSON is missing, None if there is no run."""
     if not (out / STATE_FILE).is_file():
         return None
-    meta = json.loads((out / STATE_JSON).read_text()) if (out / STATE_JSON).is_file() else {}
-    return meta.get("step", "?")
+    try:
+        meta = json.loads(read_bytes(out / STATE_JSON, error=CheckpointError))
+    except (ValueError, RecursionError, CheckpointError):  # missing or damaged: the step is unknown
+        meta = {}
+    return meta.get("step", "?") if isinstance(meta, dict) else "?"
 
 
 def model_from_state(spec, tensors: dict, ojson: dict, where: str):
