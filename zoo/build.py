@@ -8,6 +8,7 @@ import torch
 
 from . import budget as budgets
 from .assembly import construct, on_meta, probe_attention
+from .compat import check_runtime
 from .deprecation import moved
 from .errors import SpecError, ZooError
 from .models import init_weights
@@ -61,7 +62,7 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
     model_spec = parse_spec(source, **overrides)
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     registry = get_registry()
-    registry.check_runtime(model_spec, dtype=dt, device=dev)  # declared dtypes / devices
+    check_runtime(model_spec, dtype=dt, device=dev, registry=registry)  # declared dtypes / devices
     # the meta path below allocates (uninitialised) on the CPU first, so that is what is budgeted
     guard = budgets.guard(model_spec, budget, dev if dev is not None and dev.type != "meta" else None)
     rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .errors import TokenizerError, ZooError
-from .registry import get_registry
+from .compat import require
 from .tokenizers import check_fits, get_tokenizer
 from .trust import short
 
@@ -425,7 +425,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
         return nxt
 
     if use_cache:
-        get_registry().require(model.spec, "supports_kv_cache", "generation with a KV cache")
+        require(model.spec, "supports_kv_cache", "generation with a KV cache")
     if arch == "decoder":
         if T0 + max(max_new_tokens - 1, 0) > model.spec.max_len:
             raise ZooError(f"prompt ({T0}) + max_new_tokens ({max_new_tokens}) exceeds max_len "

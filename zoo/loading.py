@@ -21,11 +21,11 @@ from safetensors import SafetensorError
 from . import budget as budgets
 from .assembly import fill
 from .build import build, resolve_device, resolve_dtype
+from .compat import check_runtime
 from .errors import CheckpointError, SpecError, ZooError, did_you_mean
 from .io import (check_dtypes, check_embedding, checked_metadata, list_checkpoints, load_spec,
                  read_header, resolve_checkpoint, tokenizer_from, verify_digest, verify_fingerprint,
                  verify_integrity)
-from .registry import get_registry
 from .spec import ModelSpec, list_presets, parse_spec, resolve_spec_source
 from .trust import clip, safetensors_open, short
 
@@ -56,7 +56,7 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
     if verify:
         verify_digest(file, meta)
         integrity = verify_integrity(meta, where)  # metadata unchanged, same component code
-    get_registry().check_runtime(spec, dtype=dt, device=dev)  # declared dtypes / devices
+    check_runtime(spec, dtype=dt, device=dev)  # declared dtypes / devices (zoo.compat)
     model = build(spec, device="meta", init=False, budget=budget)
     need = match_tensors(model, entries, tied, where, strict=strict)
     try:

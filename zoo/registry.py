@@ -33,17 +33,18 @@ import os
 import re
 import threading
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable
 
 import pluggy
-import torch
 
 from . import hookspecs
 from .components import FAMILIES as FAMILY_TABLE
 from .components import FAMILY_BASES, Capabilities
-from .errors import IncompatibleComponentsError, PluginError, UnknownComponentError, did_you_mean
+from .deprecation import moved
+from .errors import PluginError, UnknownComponentError, did_you_mean
 from .version import __version__
 
 #: the package of the built-in plugins (the repository's ``plugins/`` folder), listing them in
@@ -57,8 +58,6 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 #: the values ``Capabilities.dtypes`` / ``.devices`` may name
 KNOWN_DTYPES = ("float32", "float64", "bfloat16", "float16")
 KNOWN_DEVICES = ("cpu", "cuda", "mps", "xpu")
-#: (spec field, family) of the one-per-stack components, for compatibility messages
-STACK_COMPONENTS = tuple((f.field, f.name) for f in FAMILY_TABLE if f.per_stack and not f.many)
 
 
 @dataclass(frozen=True)
@@ -333,102 +332,19 @@ class Registry:
                 raise UnknownComponentError(f"unknown component family '{f}'", options=FAMILIES)
         return [c for f in fams for _, c in sorted(self.components[f].items())]
 
-    # ------------------------------------------------------------------ capabilities
-    def stack_components(self, spec, role: str) -> list[tuple[str, Component]]:
-        """``(spec field, component)`` for every component one stack of ``spec`` uses."""
-        st = spec.stack(role)
-        out = [(fld, self.get(fam, getattr(st, fld).kind)) for fld, fam in STACK_COMPONENTS]
-        out += [(f"mask[{i}]" if len(st.mask) > 1 else "mask", self.get("mask", m.kind))
-                for i, m in enumerate(st.mask)]
-        return out
+    # ------------------------------------------------------------------ moved
+    def __getattr__(self, name: str):
+        """The compatibility rules moved to :mod:`zoo.compat` (the registry loads and looks up);
+        ``registry.require(spec, ...)`` still works, as ``zoo.compat.require(spec, ..., registry)``."""
+        if name in _MOVED_RULES:
+            warnings.warn(f"Registry.{name} is deprecated: use zoo.compat.{name}(..., registry=...)",
+                          DeprecationWarning, stacklevel=2)
+            rule = getattr(importlib.import_module("zoo.compat"), name)
+            return lambda *args, **kw: rule(*args, registry=self, **kw)
+        raise AttributeError(f"'Registry' object has no attribute {name!r}")
 
-    def check_compatible(self, spec, role: str, src=None) -> None:
-        """Raise :class:`IncompatibleComponentsError` if the components of one stack cannot work
-        together.  ``src(field)`` names where a field's value came from (``decoder.attention`` when a
-        per-stack section set it); called once per stack by the spec parser."""
-        src = src or (lambda k: k)
-        st = spec.stack(role)
-        attn = self.get("attention", st.attention.kind)
-        pos = self.get("position", st.positions.kind)
-        caps = attn.capabilities
-        a = f"attention '{attn.name}' (plugin {attn.plugin})"
 
-        def kernels(flag):
-            return [c.name for c in self.list("attention") if getattr(c.capabilities, flag)]
-
-        if pos.cls.acts_on_scores and not caps.supports_bias:
-            raise IncompatibleComponentsError(
-                f"positions '{pos.name}' (plugin {pos.plugin}) adds a bias to the attention scores, "
-                f"but {a} cannot take a score bias", where=f"{src('attention')}.kind",
-                options=kernels("supports_bias"),
-                fix=f"change {src('attention')} to a kernel that accepts a bias (the options), or "
-                    f"{src('positions')} to a scheme that does not act on the scores (e.g. rope, "
-                    f"sinusoidal)")
-        masks = [self.get("mask", m.kind) for m in st.mask]
-        plain_causal = all(m.cls.is_causal for m in masks)
-        trivial = plain_causal or all(m.name == "bidirectional" for m in masks)
-        shown = [m.kind for m in st.mask]
-        if caps.causal_only and not plain_causal:
-            raise IncompatibleComponentsError(
-                f"{a} only supports a plain causal mask, but mask is {shown}",
-                where=f"{src('attention')}.kind", options=kernels("supports_mask"),
-                fix=f"set {src('mask')}: causal, or change {src('attention')} to one of the options")
-        if not caps.supports_mask:
-            if not trivial:
-                raise IncompatibleComponentsError(
-                    f"{a} supports only causal or no masking, but mask is {shown}",
-                    where=src("mask"), options=kernels("supports_mask"),
-                    fix=f"set {src('mask')}: causal or bidirectional, or change "
-                        f"{src('attention')} to one of the options")
-            if spec.pad_id is not None:
-                raise IncompatibleComponentsError(
-                    f"pad_id {spec.pad_id} makes zoo mask padding tokens, but {a} cannot take a "
-                    f"mask", where=f"{src('attention')}.kind", options=kernels("supports_mask"),
-                    fix=f"remove pad_id (and batch only equal-length sequences), or change "
-                        f"{src('attention')} to one of the options")
-
-    def check_runtime(self, spec, *, dtype: Any = None, device: Any = None) -> None:
-        """Raise :class:`IncompatibleComponentsError` if a component of ``spec`` does not declare
-        support for ``dtype`` (a ``torch.dtype`` or name; default: torch's default dtype) or the
-        type of ``device`` (default ``cpu``; the ``meta`` device is always fine)."""
-        dt = dtype if dtype is not None else torch.get_default_dtype()
-        dt_name = str(dt).replace("torch.", "")
-        dev = "cpu" if device is None else torch.device(device).type
-        for role in spec.roles:
-            prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
-            for fld, comp in self.stack_components(spec, role):
-                kind = f"{comp.family} '{comp.name}' (plugin {comp.plugin})"
-                for what, value, skip in (("dtype", dt_name, dt_name not in KNOWN_DTYPES),
-                                          ("device", dev, dev == "meta")):
-                    declared = getattr(comp.capabilities, what + "s")
-                    if skip or value in declared:
-                        continue
-                    alts = [c.name for c in self.list(comp.family)
-                            if value in getattr(c.capabilities, what + "s")]
-                    raise IncompatibleComponentsError(
-                        f"{kind} declares {what}s {list(declared)}, not {value}",
-                        where=f"{prefix}{fld}", options=alts,
-                        fix=f"build with {what}={declared[0]!r}, or choose a {comp.family} that "
-                            f"supports {value}")
-
-    def require(self, spec, capability: str, purpose: str) -> None:
-        """Raise :class:`IncompatibleComponentsError` unless every attention kernel of ``spec``
-        declares ``capability`` (a :class:`~zoo.components.Capabilities` flag), e.g.
-        ``require(spec, "supports_kv_cache", "generation with a KV cache")``."""
-        if capability not in {f.name for f in dataclasses.fields(Capabilities)}:
-            raise ValueError(f"unknown capability {capability!r}")
-        for role in spec.roles:
-            prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
-            for fld, comp in self.stack_components(spec, role):
-                if not getattr(comp.capabilities, capability):
-                    alts = [c.name for c in self.list(comp.family)
-                            if getattr(c.capabilities, capability)]
-                    raise IncompatibleComponentsError(
-                        f"{purpose} needs {capability.replace('_', ' ')}, which {comp.family} "
-                        f"'{comp.name}' (plugin {comp.plugin}) does not declare",
-                        where=f"{prefix}{fld}", options=alts,
-                        fix=f"switch {prefix}{fld} to one of the options, e.g. "
-                            f"model.spec.replace({fld.split('[')[0]}={(alts or ['...'])[0]!r})")
+_MOVED_RULES = ("stack_components", "check_compatible", "check_runtime", "require")
 
 
 class _Register:
@@ -593,3 +509,7 @@ def list_components(family: str | None = None) -> list[Component]:
 def list_plugins() -> list[PluginInfo]:
     """Every plugin seen, built-in or third-party, with its components and any errors."""
     return list(get_registry().plugins.values())
+
+
+#: moved with the compatibility rules
+__getattr__ = moved(__name__, {"STACK_COMPONENTS": "zoo.compat"})

@@ -24,6 +24,7 @@ import yaml
 
 from . import checkpoints  # the shipped folder, installed as the package ``zoo.checkpoints``
 from . import trust
+from .compat import check_compatible
 from .components import FAMILY, SPEC_FAMILIES, BuildContext
 from .errors import SpecError, did_you_mean
 from .registry import get_registry
@@ -652,4 +653,4 @@ def _check_stack(spec: ModelSpec, role: str, registry) -> None:
     if st.head_dim > 65536:
         raise SpecError(f"head_dim {st.head_dim} is unreasonably wide", where=src("head_dim"),
                         fix="use at most 65536 features per head")
-    reg.check_compatible(spec, role, src)  # capabilities: zoo.registry, once per stack
+    check_compatible(spec, role, src, reg)  # capabilities (zoo.compat), once per stack
