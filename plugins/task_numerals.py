@@ -9,12 +9,14 @@ the model's own KV-cache ``generate``) and ``eval_loss``.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import zoo
 from zoo import data as D
 from zoo.components import Task
 from zoo.errors import ZooError
+from zoo.experiment.tasks import fingerprint
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,8 @@ class Numerals(Task):
         tr = D.encode_pairs(self.tok, self.train_pairs, room, room, "task:numerals")
         ev = D.encode_pairs(self.tok, self.eval_pairs, room, room, "task:numerals")
         self.objective = Seq2SeqObjective(self.tok, cfg, spec, tr, ev)
-        info = {"data": "task:numerals", "task": "numerals", "tokenizer": "char",
+        info = {"data": "task:numerals", "task": "numerals",
+                "data_sha256": fingerprint("numerals", dataclasses.asdict(self.config)), "tokenizer": "char",
                 "vocab_size": self.tok.vocab_size, "train_examples": len(self.train_pairs),
                 "eval_examples": len(self.eval_pairs)}
         return self.objective, self.tok, spec, info

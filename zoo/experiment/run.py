@@ -366,17 +366,27 @@ def trial_status(t: Trial, out: Path) -> dict:
 
 
 def _overall(trials, out, running, jobs) -> dict:
-    done = sum(1 for t in trials if finished(t, out))
+    """Finished count and an ETA: the running trials' own ETAs, plus for each pending trial the
+    wall time of a finished trial of its variant (else of any trial, finished or projected)."""
+    recs = {t.id: finished(t, out) for t in trials}
+    done = sum(1 for r in recs.values() if r)
+    status = {t.id: trial_status(t, out) for t in trials if not recs[t.id] and t.id in running}
+    walls = [r["wall_time_s"] for r in recs.values() if r]
+    for t in trials:
+        st = status.get(t.id)
+        if st and st["eta_s"] is not None and st["step"]:
+            walls.append(st["eta_s"] * st["step"] / max(1, t.steps - st["step"]) + st["eta_s"])
+    typical = sum(walls) / len(walls) if walls else 0.0
     left = 0.0
     for t in trials:
-        if finished(t, out):
+        if recs[t.id]:
             continue
-        st = trial_status(t, out)
-        if st["eta_s"] is not None:
+        st = status.get(t.id)
+        if st and st["eta_s"] is not None:
             left += st["eta_s"]
         else:
-            ref = next((finished(u, out) for u in trials if u.variant == t.variant and finished(u, out)), None)
-            left += ref["wall_time_s"] if ref else 0.0
+            ref = next((recs[u.id] for u in trials if u.variant == t.variant and recs[u.id]), None)
+            left += ref["wall_time_s"] if ref else typical
     return {"event": "overall", "finished": done, "total": len(trials), "running": running,
             "eta_s": left / max(1, jobs)}
 

@@ -184,10 +184,16 @@ class SyntheticTask(Task):
                 correct = (logits.argmax(-1)[sel] == b["labels"][sel]).sum()
                 return ce_sum(logits, b["labels"]), {"correct": correct}
 
-        info = {"data": f"task:{self.name()}", "task": self.name(),
+        info = {"data": f"task:{self.name()}", "data_sha256": self.fingerprint(), "task": self.name(),
                 "task_config": dataclasses.asdict(self.config) if self.config is not None else {},
                 "tokenizer": "char", "vocab_size": self.tok.vocab_size}
         return TaskObjective(self.tok, cfg, spec), self.tok, spec, info
+
+    def fingerprint(self) -> str:
+        """16 hex digits naming the generated data (task and parameters), stored with the run as
+        its data file's digest would be."""
+        cfg = dataclasses.asdict(self.config) if self.config is not None else {}
+        return fingerprint(self.name(), cfg)
 
     def max_eval_len(self) -> int:
         return self.seq_len()
@@ -232,6 +238,13 @@ class SyntheticTask(Task):
         if "mask" in b:
             ids = ids[b["mask"][0]]
         return ids.tolist()
+
+
+def fingerprint(name: str, config: dict) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps([name, config], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def predict(model, ids: torch.Tensor, mask: torch.Tensor | None = None, batch: int = 256) -> torch.Tensor:
