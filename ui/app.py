@@ -4,9 +4,9 @@
     demo = build_app()            # nothing heavy happens at import; building the app reads the registry
     launch(demo, port=7860)       # 127.0.0.1 only, share=False, analytics off, offline theme
 
-Each tab lives in its own module (``build_tab``, ``run_tab``, ``inspect_tab``, ``compare_tab``,
-``verify_tab``, ``plugins_tab``) with plain handler functions (testable without a browser) and a
-``build(tr, lang_state)`` that lays out its components.  The language switch re-labels every
+Each tab lives in its own module (:data:`TABS`: ``build_tab``, ``run_tab``, ``inspect_tab``,
+``compare_tab``, ``verify_tab``, ``plugins_tab``) with plain handler functions (testable without a
+browser) and a ``build(tr, lang_state)`` that lays out its components and wires its events.  The language switch re-labels every
 component registered with the :class:`~zoo.ui.i18n.Translator`, and handlers read the language from
 ``lang_state`` for their messages.
 
@@ -55,61 +55,94 @@ def theme():
                              font_mono=["ui-monospace", "monospace"])
 
 
+#: The tabs, in order: (i18n key of the title, module of this package, element id).  A module has a
+#: ``build(tr, lang_state) -> dict`` laying out its components; a new tab is one line here.
+TABS: tuple[tuple[str, str, str], ...] = (
+    ("tab.build", "build_tab", "tab-build"),
+    ("tab.run", "run_tab", "tab-run"),
+    ("tab.inspect", "inspect_tab", "tab-inspect"),
+    ("tab.compare", "compare_tab", "tab-compare"),
+    ("tab.verify", "verify_tab", "tab-verify"),
+    ("tab.plugins", "plugins_tab", "tab-plugins"),
+)
+
+
 def build_app(lang: str = "en") -> Any:
     """Build the whole UI as a ``gr.Blocks`` (queue configured); ``lang`` is the initial language."""
     _offline_env()
     import gradio as gr
 
-    from . import build_tab, compare_tab, inspect_tab, plugins_tab, run_tab, verify_tab
-    from .common import handler
-
     tr = Translator(lang)
     with gr.Blocks(title="zoo", analytics_enabled=False) as demo:
         lang_state = gr.State(tr.lang)
-        with gr.Row():
-            tr.add(gr.Markdown(f"## {tr('app.title')}", elem_id="app-title"), value="## {app.title}")
-            switch = gr.Radio(list(LANGS), value=[k for k, v in LANGS.items() if v == tr.lang][0],
-                              label=tr("app.language"), elem_id="lang-switch", scale=0, min_width=200)
-            tr.add(switch, label="app.language")
-        tr.add(gr.Markdown(tr("app.intro")), value="app.intro")
-        parts = {}
-        with gr.Tabs():
-            for key, module, eid in (("tab.build", build_tab, "tab-build"), ("tab.run", run_tab, "tab-run"),
-                                     ("tab.inspect", inspect_tab, "tab-inspect"),
-                                     ("tab.compare", compare_tab, "tab-compare"),
-                                     ("tab.verify", verify_tab, "tab-verify"),
-                                     ("tab.plugins", plugins_tab, "tab-plugins")):
-                with tr.add(gr.Tab(tr(key), id=eid, elem_id=eid), label=key):
-                    parts[eid] = module.build(tr, lang_state)
-
-        # a model saved in Build appears at once in the checkpoint lists of the other tabs
-        @handler
-        def refresh_lists(run_now, inspect_now, a_now, b_now):
-            from .common import checkpoint_names
-            from .compare_tab import sources
-
-            names, srcs = checkpoint_names(), sources()
-            keep = lambda cur, opts: cur if cur in opts else (opts[0] if opts else None)  # noqa: E731
-            return (gr.update(choices=names, value=keep(run_now, names)),
-                    gr.update(choices=names, value=keep(inspect_now, names)),
-                    gr.update(choices=srcs, value=keep(a_now, srcs)),
-                    gr.update(choices=srcs, value=keep(b_now, srcs)))
-
-        lists = [parts["tab-run"]["checkpoint"], parts["tab-inspect"]["checkpoint"], parts["tab-compare"]["a"],
-                 parts["tab-compare"]["b"]]
-        parts["tab-build"]["saved_event"].success(refresh_lists, inputs=lists, outputs=lists,
-                                                  api_visibility="private")
-
-        @handler
-        def on_switch(choice):
-            code = lang_code(LANGS.get(choice, choice))
-            return [code] + tr.updates(code)
-
-        switch.change(on_switch, inputs=[switch], outputs=[lang_state] + tr.components,
-                      show_progress="hidden", api_visibility="private")
+        switch = _header(tr)
+        parts = _tabs(tr, lang_state)
+        _wire_saved_models(parts)
+        _wire_language(tr, switch, lang_state)
     demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY, max_size=QUEUE_MAX)
     demo.zoo_translator = tr
     return demo
+
+
+def _header(tr):
+    """Title, language switch and introduction; returns the switch."""
+    import gradio as gr
+
+    with gr.Row():
+        tr.add(gr.Markdown(f"## {tr('app.title')}", elem_id="app-title"), value="## {app.title}")
+        switch = gr.Radio(list(LANGS), value=[k for k, v in LANGS.items() if v == tr.lang][0],
+                          label=tr("app.language"), elem_id="lang-switch", scale=0, min_width=200)
+        tr.add(switch, label="app.language")
+    tr.add(gr.Markdown(tr("app.intro")), value="app.intro")
+    return switch
+
+
+def _tabs(tr, lang_state) -> dict[str, dict]:
+    """Every tab of :data:`TABS`; returns each tab's components by its element id."""
+    import importlib
+
+    import gradio as gr
+
+    parts = {}
+    with gr.Tabs():
+        for key, module, eid in TABS:
+            with tr.add(gr.Tab(tr(key), id=eid, elem_id=eid), label=key):
+                parts[eid] = importlib.import_module(f"{__package__}.{module}").build(tr, lang_state)
+    return parts
+
+
+def _wire_saved_models(parts: dict[str, dict]) -> None:
+    """A model saved in Build appears at once in the checkpoint lists of the other tabs."""
+    import gradio as gr
+
+    from .common import checkpoint_names, handler
+    from .compare_tab import sources
+
+    @handler
+    def refresh_lists(run_now, inspect_now, a_now, b_now):
+        names, srcs = checkpoint_names(), sources()
+        keep = lambda cur, opts: cur if cur in opts else (opts[0] if opts else None)  # noqa: E731
+        return (gr.update(choices=names, value=keep(run_now, names)),
+                gr.update(choices=names, value=keep(inspect_now, names)),
+                gr.update(choices=srcs, value=keep(a_now, srcs)),
+                gr.update(choices=srcs, value=keep(b_now, srcs)))
+
+    lists = [parts["tab-run"]["checkpoint"], parts["tab-inspect"]["checkpoint"], parts["tab-compare"]["a"],
+             parts["tab-compare"]["b"]]
+    parts["tab-build"]["saved_event"].success(refresh_lists, inputs=lists, outputs=lists, api_visibility="private")
+
+
+def _wire_language(tr, switch, lang_state) -> None:
+    """The switch sets the language state and re-labels every component the translator knows."""
+    from .common import handler
+
+    @handler
+    def on_switch(choice):
+        code = lang_code(LANGS.get(choice, choice))
+        return [code] + tr.updates(code)
+
+    switch.change(on_switch, inputs=[switch], outputs=[lang_state] + tr.components,
+                  show_progress="hidden", api_visibility="private")
 
 
 def launch(demo=None, *, host: str = "127.0.0.1", port: int = 7860, block: bool = True,

@@ -510,6 +510,9 @@ def _layout(tr, lang_state) -> dict:
         ui["preset"] = tr.add(gr.Dropdown(zoo.list_presets(), value=first, label=tr("build.preset"),
                                           elem_id="build-preset"), label="build.preset")
         ui["load"] = tr.add(gr.Button(tr("build.load"), elem_id="build-load"), value="build.load")
+    # the YAML editor is made first (placed in the right column below): the parameter fields read it
+    ui["code"] = tr.add(gr.Code(start, language="yaml", label=tr("build.yaml"), interactive=True, lines=24,
+                                elem_id="build-yaml", render=False), label="build.yaml")
     with gr.Row():
         with gr.Column(scale=1):
             ui["fields"] = _form(tr, form_values(start) or {})
@@ -517,8 +520,7 @@ def _layout(tr, lang_state) -> dict:
             ui["entries"] = gr.State(component_entries(start))
             _param_area(ui, lang_state)
         with gr.Column(scale=1):
-            ui["code"] = tr.add(gr.Code(start, language="yaml", label=tr("build.yaml"), interactive=True,
-                                        lines=24, elem_id="build-yaml"), label="build.yaml")
+            ui["code"].render()
             tr.add(gr.Markdown(tr("build.stack_note")), value="build.stack_note")
     _analysis_area(tr, ui, start)
     _save_area(tr, ui)
@@ -562,12 +564,21 @@ def _form(tr, values: dict) -> dict:
 
 
 def _param_area(ui: dict, lang_state) -> None:
-    """The parameter fields of the chosen components, re-rendered when the components change (on
-    load and whenever the entries or the language change)."""
+    """The parameter fields of the chosen components, re-rendered on load and whenever the entries
+    or the language change.
+
+    A render draws the YAML as it is when the render runs, not the entries that triggered it: renders
+    and edits interleave (a component chosen, then a value typed before its fields arrive), and a
+    render of older entries would show a value the YAML no longer holds.  While the YAML is invalid
+    the last valid entries stay."""
     import gradio as gr
 
-    @gr.render(inputs=[ui["entries"], lang_state])
-    def _params(entries, lang):
+    root = gr.context.Context.root_block
+    triggers = [ui["entries"].change, lang_state.change] + ([root.load] if root is not None else [])
+
+    @gr.render(inputs=[ui["code"], ui["entries"], lang_state], triggers=triggers)
+    def _params(text, last, lang):
+        entries = component_entries(text) or last
         if not any(e["params"] for e in entries or []):
             gr.Markdown(t("build.no_params", lang))
             return
