@@ -36,7 +36,7 @@ class CoPEConfig:
 
 
 class CoPEAttention(AttentionKernel):
-    """Contextual position encoding: positions that count what the query gates in (Golovneva et al., 2024, "Contextual Position Encoding", arXiv 2405.18719)."""
+    """[eager] Contextual position encoding: positions that count what the query gates in (Golovneva et al., 2024, "Contextual Position Encoding", arXiv 2405.18719)."""
 
     capabilities = Capabilities(returns_weights=True, exact=False, causal_only=True)
     lesson = {

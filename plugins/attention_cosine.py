@@ -33,7 +33,7 @@ class CosineConfig:
 
 
 class CosineAttention(AttentionKernel):
-    """Cosine-similarity attention with a learned per-head gain (Henry et al., 2020, "Query-Key Normalization for Transformers", arXiv 2010.04245)."""
+    """[fused sdpa] Cosine-similarity attention with a learned per-head gain (Henry et al., 2020, "Query-Key Normalization for Transformers", arXiv 2010.04245)."""
 
     capabilities = Capabilities(returns_weights=False, fused_causal=True, exact=False)
     lesson = {

@@ -35,7 +35,7 @@ class DifferentialConfig:
 
 
 class DifferentialAttention(AttentionKernel):
-    """Differential attention, the difference of two softmax maps (Ye et al., 2024, "Differential Transformer", arXiv 2410.05258)."""
+    """[eager] Differential attention, the difference of two softmax maps (Ye et al., 2024, "Differential Transformer", arXiv 2410.05258)."""
 
     capabilities = Capabilities(returns_weights=False, exact=False)
     lesson = {

@@ -21,7 +21,7 @@ from zoo.components import AttentionKernel, Capabilities, repeat_kv
 
 
 class L2Attention(AttentionKernel):
-    """L2-distance attention, logits -|q - k|² (Kim et al., 2021, "The Lipschitz Constant of Self-Attention", arXiv 2006.04710)."""
+    """[eager] L2-distance attention, logits -|q - k|² (Kim et al., 2021, "The Lipschitz Constant of Self-Attention", arXiv 2006.04710)."""
 
     capabilities = Capabilities(returns_weights=True, exact=False)
     lesson = {

@@ -35,7 +35,7 @@ class MemoryKVConfig:
 
 
 class MemoryKVAttention(AttentionKernel):
-    """Attention with learned persistent memory key/values (Sukhbaatar et al., 2019, "Augmenting Self-attention with Persistent Memory", arXiv 1907.01470)."""
+    """[fused sdpa] Attention with learned persistent memory key/values (Sukhbaatar et al., 2019, "Augmenting Self-attention with Persistent Memory", arXiv 1907.01470)."""
 
     capabilities = Capabilities(returns_weights=False, exact=False)
     lesson = {

@@ -22,7 +22,7 @@ from zoo.components import AttentionKernel, Capabilities
 
 
 class NullKVAttention(AttentionKernel):
-    """Attention with an all-zero key and value prepended, softmax plus one (Miller, 2023, "Attention Is Off By One"; Bondarenko et al., 2023, arXiv 2306.12929)."""
+    """[fused sdpa] Attention with an all-zero key and value prepended, softmax plus one (Miller, 2023, "Attention Is Off By One"; Bondarenko et al., 2023, arXiv 2306.12929)."""
 
     capabilities = Capabilities(returns_weights=False, exact=False)
     lesson = {

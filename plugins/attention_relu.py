@@ -34,7 +34,7 @@ class ReLUAttentionConfig:
 
 
 class ReLUAttention(AttentionKernel):
-    """ReLU attention, relu(s)^p / n instead of softmax (Wortsman et al., 2023, "Replacing softmax with ReLU in Vision Transformers", arXiv 2309.08586)."""
+    """[eager] ReLU attention, relu(s)^p / n instead of softmax (Wortsman et al., 2023, "Replacing softmax with ReLU in Vision Transformers", arXiv 2309.08586)."""
 
     capabilities = Capabilities(returns_weights=False, exact=False)
     lesson = {

@@ -32,7 +32,7 @@ class SigmoidConfig:
 
 
 class SigmoidAttention(AttentionKernel):
-    """Sigmoid attention with bias -log(n) (Ramapuram et al., 2024, "Theory, Analysis, and Best Practices for Sigmoid Self-Attention", arXiv 2409.04431)."""
+    """[eager] Sigmoid attention with bias -log(n) (Ramapuram et al., 2024, "Theory, Analysis, and Best Practices for Sigmoid Self-Attention", arXiv 2409.04431)."""
 
     capabilities = Capabilities(returns_weights=False, exact=False)
     lesson = {

@@ -23,7 +23,7 @@ from zoo.components import AttentionKernel, Capabilities
 
 
 class SinkAttention(AttentionKernel):
-    """Attention with a learned per-head sink logit (gpt-oss, 2025, arXiv 2508.10925; Xiao et al., 2023, "Efficient Streaming Language Models with Attention Sinks", arXiv 2309.17453)."""
+    """[fused sdpa] Attention with a learned per-head sink logit (gpt-oss, 2025, arXiv 2508.10925; Xiao et al., 2023, "Efficient Streaming Language Models with Attention Sinks", arXiv 2309.17453)."""
 
     capabilities = Capabilities(returns_weights=False, exact=False)
     lesson = {

@@ -37,7 +37,7 @@ class TalkingHeadsConfig:
 
 
 class TalkingHeadsAttention(AttentionKernel):
-    """Talking-heads attention (Shazeer et al., 2020, "Talking-Heads Attention", arXiv 2003.02436): heads exchange information through learned h x h mixes of the logits and of the weights."""
+    """[eager] Talking-heads attention (Shazeer et al., 2020, "Talking-Heads Attention", arXiv 2003.02436): heads exchange information through learned h x h mixes of the logits and of the weights."""
 
     capabilities = Capabilities(returns_weights=False, exact=False)
     lesson = {

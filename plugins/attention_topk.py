@@ -31,7 +31,7 @@ class TopKConfig:
 
 
 class TopKAttention(AttentionKernel):
-    """Sparse top-k attention: each query keeps only its k best keys (Zhao et al., 2019, "Explicit Sparse Transformer", arXiv 1912.11637)."""
+    """[eager] Sparse top-k attention: each query keeps only its k best keys (Zhao et al., 2019, "Explicit Sparse Transformer", arXiv 1912.11637)."""
 
     capabilities = Capabilities(returns_weights=True, exact=False)
     lesson = {

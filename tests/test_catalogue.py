@@ -580,3 +580,19 @@ def test_the_catalogue_passes_the_conformance_kit_with_kv_cache_where_it_decodes
     assert not failed, "\n".join(failed)
     cached = {r.subject for r in results if r.check == "kv_cache" and r.case == "decoder" and r.status == "pass"}
     assert cached == set(KEYS)
+
+
+@pytest.mark.parametrize("name", CATALOGUE["attention"])
+def test_kernels_say_truthfully_whether_they_are_fused(name, monkeypatch):
+    """A kernel whose description starts ``[fused sdpa]`` runs through
+    ``F.scaled_dot_product_attention``; an ``[eager]`` one never calls it."""
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    comp = zoo.get_registry().get("attention", name)
+    ctx = BuildContext.for_heads(H, HD, max_len=64, causal=True)
+    q, k, v = qkv()
+    attend(comp.make(ctx).double(), q, k, v, is_causal=True)
+    label = "[fused sdpa]" if comp.doc.startswith("[fused sdpa]") else "[eager]"
+    assert comp.doc.startswith(label)
+    assert bool(calls) == (label == "[fused sdpa]")
