@@ -130,6 +130,8 @@ def test_mqar_is_zoologys_definition():
         kv = dict(zip(keys.tolist(), values.tolist()))
         for p in pos.tolist():
             assert kv[int(ids[p])] == int(lab[p])  # the query key is followed by its value
+            if p + 1 < len(ids):
+                assert int(ids[p + 1]) == int(lab[p])  # ... which is the next input token
 
 
 class Rule(nn.Module):
