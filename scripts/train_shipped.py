@@ -121,6 +121,26 @@ PRESETS = {
     ),
 }
 
+# What each model was trained on, declared in its checkpoint's metadata (``zoo.contract``) and
+# shown on its card: model.generate / zoo.fill_mask / zoo run / the UI refuse text outside it.
+# numerals_t5: ' 42 ' and full-width digits are *normalised* (NFKC, then surrounding spaces
+# stripped) and admitted with a note (an InputWarning); everything else outside 0..99,999,999
+# written plainly (a sign, a decimal point, leading zeros, separators, letters) is refused.
+POEM_CHARS = r"[\s\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef“”‘’·…—]*"
+CONTRACTS = {
+    "poet_gpt": {"description": "Chinese text (characters and Chinese punctuation): the first line "
+                                "of a poem, or 《title》author and a line break",
+                 "pattern": POEM_CHARS, "example": "床前明月光，"},
+    "poet_bert": {"description": "Chinese text (characters and Chinese punctuation) with <mask> "
+                                 "where a character is hidden",
+                  "pattern": POEM_CHARS, "example": "春眠不觉晓，处处闻<mask>鸟。"},
+    "numerals_t5": {"description": "an integer from 0 to 99,999,999 in Arabic digits, without sign, "
+                                   "decimal point, separators or leading zeros",
+                    "normalize": ["nfkc", "strip"],
+                    "validator": {"name": "integer", "min": 0, "max": 99_999_999},
+                    "example": "10086"},
+}
+
 GPT_PROMPTS = ["床前明月光，", "春眠不觉晓，", "白日依山尽，", "《春晓》孟浩然\n", "大漠孤烟直，"]
 UI_SAMPLING = dict(do_sample=True, temperature=0.8, top_k=20, top_p=0.95)  # ui/run_tab.py defaults
 # greedy decoding of a small character model loops (风吹吹吹吹); the Run tab's repetition penalty
@@ -313,6 +333,59 @@ def bert_masked_accuracy(model, tok, seed: int = 0) -> dict:
             "bigram_baseline": bigram, "masked_chars": total, "most_frequent_char": tok.decode([most])}
 
 
+#: Famous poems (most of them in the training corpus: these measure what the model *recalls*, the
+#: held-out table what it has learnt).  :func:`famous_fill` hides every character whose two
+#: neighbours are Chinese characters, one at a time.
+FAMOUS = ["床前明月光，疑是地上霜。举头望明月，低头思故乡。",
+          "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。",
+          "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
+          "红豆生南国，春来发几枝。愿君多采撷，此物最相思。",
+          "千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。",
+          "空山不见人，但闻人语响。返景入深林，复照青苔上。",
+          "国破山河在，城春草木深。感时花溅泪，恨别鸟惊心。",
+          "两个黄鹂鸣翠柳，一行白鹭上青天。窗含西岭千秋雪，门泊东吴万里船。",
+          "朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住，轻舟已过万重山。",
+          "故人西辞黄鹤楼，烟花三月下扬州。孤帆远影碧空尽，唯见长江天际流。",
+          "离离原上草，一岁一枯荣。野火烧不尽，春风吹又生。",
+          "海内存知己，天涯若比邻。",
+          "会当凌绝顶，一览众山小。",
+          "大漠孤烟直，长河落日圆。",
+          "独在异乡为异客，每逢佳节倍思亲。",
+          "春风又绿江南岸，明月何时照我还。",
+          "锄禾日当午，汗滴禾下土。谁知盘中餐，粒粒皆辛苦。",
+          "日照香炉生紫烟，遥看瀑布挂前川。飞流直下三千尺，疑是银河落九天。"]
+
+
+@torch.no_grad()
+def famous_fill(model, tok, train=None) -> dict:
+    """poet_bert against the smoothed both-neighbour bigram on :data:`FAMOUS`: each character whose
+    neighbours are both Chinese characters hidden in turn; top-1 hits of each, the model's top-3
+    hits, and the prompts the model answers right (the README's examples come from them)."""
+    train = train_ids(tok) if train is None else train
+    han = torch.tensor([i for c, i in tok.stoi.items() if HAN.fullmatch(c)])
+    lefts, rights, golds, firsts, top3, prompts = [], [], [], [], [], []
+    for text in FAMOUS:
+        for j in range(1, len(text) - 1):
+            if not all(HAN.fullmatch(c) for c in text[j - 1:j + 2]):
+                continue
+            prompt = text[:j] + "<mask>" + text[j + 1:]
+            cands = [c["text"] for c in zoo.fill_mask(model, prompt, top_k=3)[0]]
+            lefts.append(tok.stoi[text[j - 1]])
+            rights.append(tok.stoi[text[j + 1]])
+            golds.append(text[j])
+            firsts.append(cands[0])
+            top3.append(cands)
+            prompts.append(prompt)
+    guess = bigram_fill(train, tok.vocab_size, torch.tensor(lefts), torch.tensor(rights), han)
+    bigram = [tok.decode([int(i)]) for i in guess]
+    return {"hidden": len(golds), "model_top1": sum(a == g for a, g in zip(firsts, golds)),
+            "bigram_top1": sum(b == g for b, g in zip(bigram, golds)),
+            "model_top3": sum(g in t for t, g in zip(top3, golds)),
+            "right": {p: g for p, a, g in zip(prompts, firsts, golds) if a == g},
+            "right_bigram_wrong": {p: g for p, a, b, g in zip(prompts, firsts, bigram, golds)
+                                   if a == g != b}}
+
+
 def poem_metrics(name: str, model) -> dict:
     """The measures each poem card reports beside its baselines (also checked in tests)."""
     tok = model.tokenizer
@@ -399,7 +472,7 @@ def model_card(name, preset, result, spec_yaml, extra, sample_rows, info, knobs)
         lines += [f'zoo.fill_mask(model, "{BERT_PROBE}")']
     else:
         lines += ['model.generate("10086")             # -> "一万零八十六"']
-    lines += ["```", "", "## Training", "",
+    lines += ["```", "", "## Input", "", input_line(name), "", "## Training", "",
               f"- objective: `{preset['objective']}`",
               f"- data: {data}; tokenizer `{info.get('tokenizer')}` with {info.get('vocab_size')} tokens",
               f"- steps: {result.step}, settings: `{json.dumps(cfg)}`",
@@ -426,6 +499,19 @@ def model_card(name, preset, result, spec_yaml, extra, sample_rows, info, knobs)
     lines += zh_measures(name, m)
     lines += ["", "## Spec", "", "```yaml", spec_yaml.rstrip(), "```", ""]
     return "\n".join(lines)
+
+
+def input_line(name: str) -> str:
+    """The card's *Input* paragraph: the contract stored in the checkpoint, and what happens
+    outside it."""
+    from zoo.contract import InputContract
+
+    c = InputContract.from_json(CONTRACTS[name])
+    return (f"Input contract (stored in the checkpoint's metadata, `zoo.extra.input_contract`): "
+            f"{c.summary()}. `model.generate`, `zoo.fill_mask`, `zoo run` and the UI refuse other "
+            f"input with a `zoo.InputError` naming the contract; characters the tokenizer does not "
+            f"know are reported (a note), and a prompt made mostly of them is refused."
+            + (" ` 42 ` and full-width digits are normalised to `42` with a note." if name == "numerals_t5" else ""))
 
 
 def measures(name: str, f: dict, m: dict) -> list[str]:
@@ -497,21 +583,30 @@ def finished_run(run_dir: Path) -> TrainResult:
                        out=run_dir, step=end["step"], wall_time=end.get("wall_time_s", 0.0))
 
 
-def scrub_paths(file: Path) -> None:
-    """Name the training data in the checkpoint's metadata by a repository-relative path (or a bare
-    file name), never by a path of the machine that trained it."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
+def finish_metadata(name: str, folder: Path) -> None:
+    """Re-save the checkpoint in ``folder`` through :func:`zoo.save` (so its digest and integrity
+    entries cover the new metadata) with the preset's input contract (:data:`CONTRACTS`), and the
+    training data named by a repository-relative path (or a bare file name), never by a path of
+    the machine that trained it.  The tensors are unchanged, byte for byte (checked)."""
+    import tempfile
 
-    with safe_open(str(file), framework="pt") as f:
-        meta = dict(f.metadata() or {})
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    extra = json.loads(meta.get("zoo.extra.train", "{}"))
+    from zoo.contract import InputContract
+
+    meta = zoo.read_metadata(folder)
+    extras = {k[len("zoo.extra."):]: v for k, v in meta.items() if k.startswith("zoo.extra.")}
+    extra = json.loads(extras.get("train", "{}"))
     if "data" in extra:
         data = Path(extra["data"])
         extra["data"] = data.relative_to(ROOT).as_posix() if data.is_relative_to(ROOT) else data.name
-        meta["zoo.extra.train"] = json.dumps(extra, ensure_ascii=False)
-        save_file(tensors, str(file), metadata=meta)  # the tensors, and so zoo.digest, are unchanged
+        extras["train"] = json.dumps(extra, ensure_ascii=False)
+    extras["input_contract"] = InputContract.from_json(CONTRACTS[name]).to_json()  # checked
+    model = zoo.load(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        zoo.save(model, tmp, metadata=extras)
+        new = zoo.read_metadata(tmp)
+        if new.get("zoo.digest") != meta.get("zoo.digest", new.get("zoo.digest")):
+            raise SystemExit(f"{name}: re-saving changed the tensors' digest")
+        shutil.copy2(Path(tmp) / "model.safetensors", folder / "model.safetensors")
 
 
 def hardware(device: str, threads: int) -> str:
@@ -602,7 +697,7 @@ def run(name: str, args) -> dict:
         dest.mkdir(parents=True, exist_ok=True)
         for f in ("model.safetensors", "spec.yaml"):
             shutil.copy2(src_dir / f, dest / f)
-        scrub_paths(dest / "model.safetensors")
+        finish_metadata(name, dest)
         shutil.copy2(run_dir / "loss.png", dest / "loss.png")
         spec_yaml = (run_dir / "spec.yaml").read_text(encoding="utf-8")
         (dest / "README.md").write_text(model_card(name, preset, result, spec_yaml, extra, rows, info, knobs),
@@ -627,6 +722,8 @@ def main(argv=None):
                     help="do not train: evaluate the finished run in runs/ and (re)export it")
     ap.add_argument("--hardware", help="with --card-only: the machine that trained the run, for the card")
     ap.add_argument("--cpu-note", help="a line for the card about the CPU path (e.g. its measured time)")
+    ap.add_argument("--stamp", action="store_true", help="do not train: re-save the shipped "
+                    "checkpoint with its input contract (tensors unchanged)")
     ap.add_argument("--no-export", action="store_true", help="do not copy into checkpoints/")
     ap.add_argument("--export-to", default=str(ROOT / "checkpoints"), help="[checkpoints/]")
     ap.add_argument("--no-progress", action="store_true")
@@ -635,6 +732,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     for name in (PRESETS if args.name == "all" else [args.name]):
+        if args.stamp:
+            finish_metadata(name, Path(args.export_to) / name)
+            print(f"stamped {name}: {CONTRACTS[name]['description']}")
+            continue
         time_steps(name, args) if args.time_steps else run(name, args)
 
 

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .errors import TokenizerError, ZooError
+from .contract import admit
 from .compat import require
 from .tokenizers import check_fits, get_tokenizer
 from .trust import short
@@ -620,7 +621,7 @@ def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = Fals
 
 # ---------------------------------------------------------------------- text helpers
 def _encode_prompt(model, tok, text: str) -> list[int]:
-    ids = tok.encode(text)
+    ids = tok.encode(admit(model, tok, text))  # the checkpoint's input contract (zoo.contract)
     if model.spec.arch == "encoder_decoder" and tok.eos_id is not None:
         ids = ids + [tok.eos_id]  # a source sentence ends with eos (as in T5 / Marian)
     if not ids:

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .errors import ZooError
+from .contract import admit
 from .tokenizers import check_fits, get_tokenizer
 
 
@@ -34,7 +35,7 @@ def _ids(model, inputs, tokenizer):
     if isinstance(inputs, str):
         tok = get_tokenizer(model, tokenizer)
         check_fits(tok, model.spec.vocab_size)
-        inputs = tok.encode(inputs)
+        inputs = tok.encode(admit(model, tok, inputs, where="inputs"))  # its contract
     dev = next(model.parameters()).device
     ids = torch.as_tensor(inputs, dtype=torch.long, device=dev)
     return (ids[None] if ids.dim() == 1 else ids), tok

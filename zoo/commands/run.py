@@ -16,6 +16,7 @@ import click
 
 import zoo
 from zoo.loading import checkpoint_or_spec
+from zoo.contract import route_notes
 from zoo.generate import cli_options
 from zoo.tokenizers import tokenizer as make_tokenizer
 
@@ -78,6 +79,13 @@ def prompt_tokens(model, prompt: str) -> int:
 @click.option("--candidates", type=int, default=5, show_default=True, help="Fill-mask: top-k shown.")
 def command(checkpoint, prompt, tokenizer, device, candidates, **options):
     """Generate from CHECKPOINT, streaming tokens as they come (fill-mask for encoder models)."""
+    # a prompt outside the checkpoint's input contract is a ZooError (one line, exit 2); one that
+    # was normalised or has characters the tokenizer does not know is run with a note on stderr
+    with route_notes(lambda text: click.secho(f"note: {text}", fg="yellow", err=True)):
+        _run(checkpoint, prompt, tokenizer, device, candidates, **options)
+
+
+def _run(checkpoint, prompt, tokenizer, device, candidates, **options):
     model = load_model(checkpoint, seed=options["seed"], device=device, tokenizer=tokenizer)
     spec = model.spec
     if spec.arch == "encoder":
@@ -99,10 +107,11 @@ def command(checkpoint, prompt, tokenizer, device, candidates, **options):
         click.secho(f"note: max_len {spec.max_len} leaves room for {room} new tokens after this "
                     f"prompt; generating {room}, not {max_new_tokens}", fg="yellow", err=True)
         max_new_tokens = room
-    pieces = model.generate(prompt, max_new_tokens, stream_tokens=True, **options)
+    pieces = iter(model.generate(prompt, max_new_tokens, stream_tokens=True, **options))
+    first = next(pieces, "")  # the prompt is checked (its contract) before anything is printed
     if spec.arch == "decoder":
         click.secho(prompt, bold=True, nl=False)
-    for piece in pieces:
+    for piece in [first, *pieces] if first else pieces:
         click.echo(piece, nl=False)
         sys.stdout.flush()
     click.echo()
