@@ -24,7 +24,7 @@ warnings.filterwarnings("ignore")
 import convert_cases as C  # noqa: E402
 
 import zoo  # noqa: E402
-from zoo.convert import FAMILIES, certificate, from_transformers, to_transformers  # noqa: E402
+from zoo.convert import CONVERTERS, certificate, from_transformers, to_transformers  # noqa: E402
 
 
 def lines(family: str) -> int:
@@ -55,7 +55,7 @@ def row(case: str) -> list[str]:
         _, out2, _ = C.run(kind, hf, zoo.load(Path(d) / "ck"), extra.get("pad_id"))
     kept = cert is not None and torch.equal(out2, out)
     cert_s = f"yes ({cert['max_abs_diff']:.1e}, top-1 {cert['top1_agreement']:.0%})" if kept else "NO"
-    refused = ", ".join(f"`{r}`" for r in FAMILIES[fam].refuses)
+    refused = ", ".join(f"`{r}`" for r in CONVERTERS[fam].refuses)
     return [case, f"{diff:.1e}", greedy, trip, cert_s, refused, str(lines(fam))]
 
 

@@ -243,7 +243,12 @@ def test_the_checker_sees_upward_imports_and_face_names(tmp_path):
                                      ("zoo.build:load_or_build", "zoo.loading:load_or_build"),
                                      ("zoo.build:checkpoint_or_spec", "zoo.loading:checkpoint_or_spec"),
                                      ("zoo.trust:blame", "zoo.registry:blame"),
-                                     ("zoo.trust:probe_attention", "zoo.assembly:probe_attention")])
+                                     ("zoo.trust:probe_attention", "zoo.assembly:probe_attention"),
+                                     ("zoo.build:spec", "zoo.spec:parse_spec"),
+                                     ("zoo.convert:FAMILIES", "zoo.convert.core:CONVERTERS"),
+                                     ("zoo.convert:Family", "zoo.convert.core:Converter"),
+                                     ("zoo.registry:FAMILIES", "zoo.registry:FAMILY_NAMES"),
+                                     ("zoo.registry:STACK_COMPONENTS", "zoo.compat:STACK_COMPONENTS")])
 def test_moved_names_still_work_with_a_deprecation_warning(old, new):
     import importlib
 
@@ -255,3 +260,30 @@ def test_moved_names_still_work_with_a_deprecation_warning(old, new):
     assert any(issubclass(w.category, DeprecationWarning) and new_mod in str(w.message) for w in caught)
     with pytest.raises(AttributeError):
         getattr(importlib.import_module(old_mod), "no_such_name")
+
+
+# ---------------------------------------------------------------------- names that say one thing
+def test_zoo_spec_is_the_module_and_still_parses_when_called():
+    import importlib
+    import sys
+    import types
+
+    import zoo
+
+    mod = importlib.import_module("zoo.spec")
+    assert zoo.spec is mod is sys.modules["zoo.spec"] and isinstance(mod, types.ModuleType)
+    assert zoo.spec("gpt_tiny", num_layers=1) == mod.parse_spec("gpt_tiny", num_layers=1)
+    assert zoo.spec.ModelSpec is zoo.ModelSpec
+
+
+def test_one_meaning_per_name():
+    """FAMILIES is the component family table and nothing else; Family its row; the converters of
+    transformers families are Converters; the layer's kernel call is not the module's attend."""
+    from zoo import components, convert, layers, registry
+
+    assert all(isinstance(f, components.Family) for f in components.FAMILIES)
+    assert registry.FAMILY_NAMES == tuple(f.name for f in components.FAMILIES)
+    assert all(isinstance(c, convert.Converter) for c in convert.CONVERTERS.values())
+    for mod in (registry, convert, convert.core):
+        assert "FAMILIES" not in vars(mod) and "Family" not in vars(mod)
+    assert hasattr(layers.Attention, "run_kernel") and not hasattr(layers.Attention, "attend")

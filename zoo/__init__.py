@@ -19,7 +19,7 @@ Components are plugins (see ``zoo.hookspecs``); importing zoo registers nothing 
 from __future__ import annotations
 
 from .version import __version__
-from .build import build, spec
+from .build import build
 from .errors import (CheckpointError, DataError, IncompatibleComponentsError, PluginError, SpecError,
                      TokenizerError, UnknownComponentError, ZooError)
 from .hookspecs import hookimpl

@@ -13,7 +13,7 @@ from .deprecation import moved
 from .errors import SpecError, ZooError
 from .models import init_weights
 from .registry import get_registry
-from .spec import ModelSpec, parse_spec
+from .spec import parse_spec
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float64": torch.float64,
            "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
@@ -40,11 +40,6 @@ def resolve_device(device: Any) -> torch.device | None:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ZooError("CUDA is not available on this machine", where="device", fix="use device='cpu'")
     return dev
-
-
-def spec(source: Any, **overrides: Any) -> ModelSpec:
-    """Parse and validate a spec (path, preset name, YAML text, dict or ModelSpec) without building."""
-    return parse_spec(source, **overrides)
 
 
 def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | None = None,
@@ -86,5 +81,7 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
     return model
 
 
-#: what reads checkpoints moved up to :mod:`zoo.loading` (building reads no files)
-__getattr__ = moved(__name__, {"checkpoint_or_spec": "zoo.loading", "load_or_build": "zoo.loading"})
+#: what reads checkpoints moved up to :mod:`zoo.loading` (building reads no files); ``zoo.spec(...)``
+#: is the spec module itself, callable
+__getattr__ = moved(__name__, {"checkpoint_or_spec": "zoo.loading", "load_or_build": "zoo.loading",
+                               "spec": "zoo.spec:parse_spec"})

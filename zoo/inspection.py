@@ -116,7 +116,7 @@ def _round(t: torch.Tensor, nd: int = 5):
 
 # ---------------------------------------------------------------------- recording attention
 class _AttentionRecorder:
-    """Stands in for one ``Attention.attend`` during a trace: runs the kernel (``eager`` for softmax
+    """Stands in for one ``Attention.run_kernel`` during a trace: runs the kernel (``eager`` for softmax
     attention whose kernel does not show its steps), records its inputs and every intermediate the
     kernel's :meth:`~zoo.components.AttentionKernel.steps` returns, and applies edits to the
     per-head outputs."""
@@ -269,7 +269,7 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
                         continue
                     if sub != "ffn":
                         swaps.append(module)
-                        module.attend = _AttentionRecorder(_eager_for(module), f"{p}.{sub}",
+                        module.run_kernel = _AttentionRecorder(_eager_for(module), f"{p}.{sub}",
                                                            acts, all_edits)
                     handles.append(module.register_forward_hook(
                         lambda m, a, out, n=f"{p}.{sub}.out": edited(n, out)))
@@ -291,7 +291,7 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
         for h in handles:
             h.remove()
         for module in swaps:
-            del module.attend
+            del module.run_kernel
         for placement in wrapped:
             del placement.exit
     unknown = [n for n in all_edits if n not in acts]

@@ -273,8 +273,9 @@ class Attention(nn.Module):
         self.out = nn.Linear(inner, d, bias=st.out_bias)
         self.kernel = kernel
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs) -> torch.Tensor:
-        """The kernel call, ``(B, h, Tq, hd)`` per-head outputs (``zoo.trace`` records it)."""
+    def run_kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs) -> torch.Tensor:
+        """This layer's kernel call, ``(B, h, Tq, hd)`` per-head outputs: the seam ``zoo.trace``
+        records through.  (The module-level :func:`attend` runs a kernel *outside* a model.)"""
         return call_kernel(self.kernel, q, k, v, a)[0]
 
     def forward(self, x: torch.Tensor, a: AttnArgs, cache: LayerCache | None = None) -> torch.Tensor:
@@ -300,7 +301,7 @@ class Attention(nn.Module):
                 v = v.view(B, S, h_kv, hd).transpose(1, 2)
                 if cache is not None:
                     cache.cross = (k, v)
-        out = self.attend(q, k, v, a)  # (B, h, T, hd)
+        out = self.run_kernel(q, k, v, a)  # (B, h, T, hd)
         out = out.transpose(1, 2).reshape(B, T, h * hd)  # merge heads: (B, T, h * hd)
         return self.out(out)
 

@@ -53,7 +53,8 @@ BUILTIN_PACKAGE = "zoo.plugins"
 
 #: family -> hook name (from the one family table, :data:`zoo.components.FAMILIES`)
 FAMILY_HOOKS = {f.name: f.hook for f in FAMILY_TABLE}
-FAMILIES = tuple(FAMILY_HOOKS)
+#: the family names, in table order
+FAMILY_NAMES = tuple(FAMILY_HOOKS)
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 #: the values ``Capabilities.dtypes`` / ``.devices`` may name
 KNOWN_DTYPES = ("float32", "float64", "bfloat16", "float16")
@@ -157,7 +158,7 @@ class Registry:
     def __init__(self, *, builtins: bool = True, entry_points: bool | None = None):
         self.pm = pluggy.PluginManager("zoo")
         self.pm.add_hookspecs(hookspecs)
-        self.components: dict[str, dict[str, Component]] = {f: {} for f in FAMILIES}
+        self.components: dict[str, dict[str, Component]] = {f: {} for f in FAMILY_NAMES}
         self.plugins: dict[str, PluginInfo] = {}
         if builtins:
             # loaded by name, like an entry point: the engine never imports a plugin module
@@ -310,7 +311,7 @@ class Registry:
         """The component ``name`` of ``family``; an :class:`UnknownComponentError` if absent."""
         if family not in self.components:
             raise UnknownComponentError(f"unknown component family '{family}'", where=where,
-                                        options=FAMILIES)
+                                        options=FAMILY_NAMES)
         table = self.components[family]
         if name not in table:
             hint = did_you_mean(name, table)
@@ -326,10 +327,10 @@ class Registry:
         return sorted(self.components[family])
 
     def list(self, family: str | None = None) -> list[Component]:
-        fams = [family] if family else list(FAMILIES)
+        fams = [family] if family else list(FAMILY_NAMES)
         for f in fams:
             if f not in self.components:
-                raise UnknownComponentError(f"unknown component family '{f}'", options=FAMILIES)
+                raise UnknownComponentError(f"unknown component family '{f}'", options=FAMILY_NAMES)
         return [c for f in fams for _, c in sorted(self.components[f].items())]
 
     # ------------------------------------------------------------------ moved
@@ -512,4 +513,5 @@ def list_plugins() -> list[PluginInfo]:
 
 
 #: moved with the compatibility rules
-__getattr__ = moved(__name__, {"STACK_COMPONENTS": "zoo.compat"})
+__getattr__ = moved(__name__, {"STACK_COMPONENTS": "zoo.compat",
+                               "FAMILIES": "zoo.registry:FAMILY_NAMES"})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
 import types
 import typing
 from dataclasses import dataclass
@@ -654,3 +655,16 @@ def _check_stack(spec: ModelSpec, role: str, registry) -> None:
         raise SpecError(f"head_dim {st.head_dim} is unreasonably wide", where=src("head_dim"),
                         fix="use at most 65536 features per head")
     check_compatible(spec, role, src, reg)  # capabilities (zoo.compat), once per stack
+
+
+# ---------------------------------------------------------------------- zoo.spec(...)
+class _SpecModule(types.ModuleType):
+    """This module, callable: ``zoo.spec("gpt_tiny", num_layers=2)`` parses a spec (it is
+    :func:`parse_spec`), while ``import zoo.spec`` and ``zoo.spec.ModelSpec`` still name the
+    module -- one name, one thing, and the short front door keeps working."""
+
+    def __call__(self, source: Any, **overrides: Any) -> ModelSpec:
+        return parse_spec(source, **overrides)
+
+
+sys.modules[__name__].__class__ = _SpecModule

@@ -6,7 +6,7 @@
     zoo.save(model, "runs/gpt2")                              # or: zoo convert HF_DIR OUT_DIR
     hf_again = zoo.convert.to_transformers(model)             # and back (needs transformers)
 
-Supported families (``config.model_type``): see :data:`FAMILIES` and docs/CONVERT.md.  The zoo model
+Supported families (``config.model_type``): see :data:`CONVERTERS` and docs/CONVERT.md.  The zoo model
 computes the same function as the source: the test suite checks logits / hidden states to 1e-5 in
 float32 on padded batches, greedy generation against transformers' ``generate``, and the round trip.
 
@@ -41,10 +41,16 @@ it to the checkpoint metadata (``zoo.extra.parity``); :func:`certificate_text` t
 from __future__ import annotations
 
 from . import bart, bert, distilbert, gemma, gemma2, gpt2, gpt_neox, llama, marian, mistral, opt, phi3, qwen2, qwen3, roberta, t5  # noqa: F401 - each registers its family
-from .core import (FAMILIES, ConvertError, Family, Source, certificate, certificate_text, certify_parity,
+from .core import (CONVERTERS, ConvertError, Converter, Source, certificate, certificate_text, certify_parity,
                    conversion_metadata, convert_state, from_pretrained, from_transformers, read_hf_dir,
                    to_transformers)
 
 __all__ = ["ConvertError", "from_transformers", "from_pretrained", "to_transformers", "convert_state",
-           "FAMILIES", "Family", "Source", "read_hf_dir", "certify_parity", "certificate",
+           "CONVERTERS", "Converter", "Source", "read_hf_dir", "certify_parity", "certificate",
            "certificate_text", "conversion_metadata"]
+
+from ..deprecation import moved  # noqa: E402
+
+#: renamed: "family" and FAMILIES mean the component families of zoo.components
+__getattr__ = moved(__name__, {"Family": "zoo.convert.core:Converter",
+                               "FAMILIES": "zoo.convert.core:CONVERTERS"})

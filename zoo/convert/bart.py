@@ -9,9 +9,7 @@ Refused: activations without an exact equivalent, ``normalize_before`` / ``add_f
 """
 from __future__ import annotations
 
-from .core import _INV_ACTS, Family, Source, linears, lm_head, norm_entry, qkv, register
-
-ATTN = ("q_proj", "k_proj", "v_proj")
+from .core import INV_ACTS, Converter, Source, linears, lm_head, norm_entry, qkv, register
 
 
 def read_seq2seq(src: Source, attention: str, name: str, positions, *, embed_norm: bool, act_default: str):
@@ -66,9 +64,9 @@ def seq2seq_config(spec) -> dict:
                 encoder_layers=enc.num_layers, decoder_layers=dec.num_layers,
                 encoder_attention_heads=enc.num_heads, decoder_attention_heads=dec.num_heads,
                 encoder_ffn_dim=enc.d_ff, decoder_ffn_dim=dec.d_ff, dropout=d, attention_dropout=d,
-                activation_dropout=d, activation_function=_INV_ACTS.get(dec.ffn.config.activation, "?"),
+                activation_dropout=d, activation_function=INV_ACTS.get(dec.ffn.config.activation, "?"),
                 scale_embedding=spec.scale_embeddings, tie_word_embeddings=spec.tie_embeddings)
 
 
-register(Family("bart", read, seq2seq_config, "BartConfig", "BartForConditionalGeneration",
+register(Converter("bart", read, seq2seq_config, "BartConfig", "BartForConditionalGeneration",
                 refuses=("activation_function", "normalize_before", "add_final_layer_norm", "is_decoder")))

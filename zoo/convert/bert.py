@@ -7,7 +7,7 @@ activations without an exact equivalent (and anything but exact GELU under an ML
 """
 from __future__ import annotations
 
-from .core import _INV_ACTS, Family, Source, linears, norm_entry, qkv, register
+from .core import INV_ACTS, Converter, Source, linears, norm_entry, qkv, register
 
 LAYER = (("attention.output.dense", "attn.out"), ("attention.output.LayerNorm", "attn_res.norm"),
          ("intermediate.dense", "ffn.up"), ("output.dense", "ffn.down"), ("output.LayerNorm", "ffn_res.norm"))
@@ -79,13 +79,13 @@ def encoder_config(spec) -> dict:
     d = spec.dropout
     return dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=st.num_layers,
                 num_attention_heads=st.num_heads, intermediate_size=st.d_ff,
-                hidden_act=_INV_ACTS.get(st.ffn.config.activation, "?"),
+                hidden_act=INV_ACTS.get(st.ffn.config.activation, "?"),
                 max_position_embeddings=spec.max_len, type_vocab_size=spec.type_vocab_size,
                 layer_norm_eps=st.norm.config.eps, hidden_dropout_prob=d, attention_probs_dropout_prob=d,
                 pad_token_id=spec.pad_id if spec.pad_id is not None else 0,
                 tie_word_embeddings=spec.tie_embeddings)
 
 
-register(Family("bert", read, encoder_config, "BertConfig",
+register(Converter("bert", read, encoder_config, "BertConfig",
                 lambda spec: "BertForMaskedLM" if spec.head.kind == "mlm" else "BertModel",
                 refuses=("position_embedding_type", "is_decoder", "add_cross_attention", "hidden_act")))

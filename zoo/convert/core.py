@@ -20,6 +20,7 @@ from safetensors import SafetensorError
 
 from ..assembly import fill
 from ..build import build, resolve_dtype
+from ..deprecation import moved
 from ..errors import ZooError
 from ..io import conversion_metadata  # noqa: F401 - re-exported: zoo.convert.conversion_metadata
 from ..spec import parse_spec
@@ -27,9 +28,10 @@ from ..tokenizers import tokenizer as make_tokenizer
 from ..trust import confine, read_bytes, read_text, safetensors_open, short, user_path
 from ..version import __version__
 
-_ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+#: transformers activation name -> zoo's, and back (INV_ACTS)
+ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
          "relu": "relu", "silu": "silu", "swish": "silu"}
-_INV_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+INV_ACTS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
 _REQUIRED = object()
 MAX_CONFIG_BYTES = 1024 * 1024  # a real config.json is a few KB
 _ST_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -40,10 +42,11 @@ class ConvertError(ZooError):
     """A source checkpoint cannot be converted exactly (an unsupported config value or tensor)."""
 
 
-# ---------------------------------------------------------------------- a family
+# ---------------------------------------------------------------------- a converter
 @dataclass(frozen=True)
-class Family:
-    """One ``config.model_type``: how to read it (``read(src, attention) -> (spec dict, tensors)``)
+class Converter:
+    """The converter of one transformers family (one ``config.model_type``): how to read it
+    (``read(src, attention) -> (spec dict, tensors)``)
     and how to write a zoo spec back as a transformers config (``write(spec) -> config kwargs``).
 
     ``refuses`` lists the config fields whose unsupported values are refused (for the docs and the
@@ -60,11 +63,12 @@ class Family:
         return self.model_class(spec) if callable(self.model_class) else self.model_class
 
 
-FAMILIES: dict[str, Family] = {}
+#: model_type -> its converter (each module of zoo.convert registers one)
+CONVERTERS: dict[str, Converter] = {}
 
 
-def register(family: Family) -> Family:
-    FAMILIES[family.model_type] = family
+def register(family: Converter) -> Converter:
+    CONVERTERS[family.model_type] = family
     return family
 
 
@@ -148,12 +152,12 @@ class Source:
         raise ConvertError(f"{self.family} config {key}={short(value)} is not supported: {why}",
                            where=f"config.{key}", options=options, fix=fix)
 
-    def act(self, key: str, allowed=tuple(_ACTS), default: Any = _REQUIRED) -> str:
+    def act(self, key: str, allowed=tuple(ACTS), default: Any = _REQUIRED) -> str:
         v = self._value(key, default)
         if v not in allowed:
             self.refuse(key, v, "zoo has no exact equivalent of this activation", options=allowed,
                         fix="convert a model using one of the listed activations")
-        return _ACTS[v]
+        return ACTS[v]
 
     def expect(self, key: str, ok: Callable[[Any], bool], why: str, fix: str) -> None:
         """Refuse ``key`` when it is set to a value for which ``ok`` is false."""
@@ -248,11 +252,11 @@ def convert_state(config: Mapping[str, Any], state: Mapping[str, torch.Tensor], 
         raise ConvertError(f"config.json must be a JSON object, got {type(config).__name__}",
                            where="config.json", fix="pass the config.json written by save_pretrained")
     family = config.get("model_type")
-    if not isinstance(family, str) or family not in FAMILIES:
+    if not isinstance(family, str) or family not in CONVERTERS:
         raise ConvertError(f"model_type {short(family)} cannot be converted", where="config.model_type",
-                           options=list(FAMILIES), fix="convert one of the supported families")
+                           options=list(CONVERTERS), fix="convert one of the supported families")
     src = Source(config, state, family)
-    spec, st = FAMILIES[family].read(src, attention)
+    spec, st = CONVERTERS[family].read(src, attention)
     left = sorted(set(src.state) - src.used)
     if left:
         raise ConvertError(f"tensors zoo does not know how to map: {left[:8]}{' ...' if len(left) > 8 else ''}",
@@ -543,14 +547,14 @@ class _Recorder(Source):
 
 
 def _guess_family(spec) -> str:
-    if spec.name in FAMILIES:
+    if spec.name in CONVERTERS:
         return spec.name
     kind = spec.stack(spec.roles[-1]).positions.kind
     fam = {("decoder", "learned"): "gpt2", ("encoder", "learned"): "bert", ("decoder", "rope"): "llama",
            ("encoder_decoder", "t5_relative"): "t5"}.get((spec.arch, kind))
     if fam is None:
         raise ConvertError(f"a {spec.arch} model with '{kind}' positions is none of the families "
-                           f"transformers can run", where="spec", options=list(FAMILIES),
+                           f"transformers can run", where="spec", options=list(CONVERTERS),
                            fix="convert a model shaped like one of the families, or pass family=")
     return fam
 
@@ -578,9 +582,9 @@ def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any
 
     spec = model.spec
     family = family or _guess_family(spec)
-    if family not in FAMILIES:
-        raise ConvertError(f"unknown family {family!r}", where="family", options=list(FAMILIES))
-    fam = FAMILIES[family]
+    if family not in CONVERTERS:
+        raise ConvertError(f"unknown family {family!r}", where="family", options=list(CONVERTERS))
+    fam = CONVERTERS[family]
     model_name = fam.hf_model_class(spec)
     try:
         kwargs = fam.write(spec)
@@ -656,3 +660,8 @@ def qkv(src: Source, st: dict, a: str, z: str, names=("q_proj", "k_proj", "v_pro
     st[f"{z}{into}.weight"] = src.cat(*(f"{a}{n}.weight" for n in names))
     if bias:
         st[f"{z}{into}.bias"] = src.cat(*(f"{a}{n}.bias" for n in names))
+
+
+#: renamed: "family" and FAMILIES mean the component families of zoo.components
+__getattr__ = moved(__name__, {"Family": "zoo.convert.core:Converter",
+                               "FAMILIES": "zoo.convert.core:CONVERTERS"})

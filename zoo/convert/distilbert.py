@@ -8,7 +8,7 @@ Refused: activations without an exact equivalent (and anything but exact GELU un
 """
 from __future__ import annotations
 
-from .core import _INV_ACTS, Family, Source, linears, norm_entry, qkv, register
+from .core import INV_ACTS, Converter, Source, linears, norm_entry, qkv, register
 
 
 def read(src: Source, attention: str):
@@ -50,11 +50,11 @@ def write(spec) -> dict:
     st = spec.stack("encoder")
     return dict(vocab_size=spec.vocab_size, max_position_embeddings=spec.max_len, n_layers=st.num_layers,
                 n_heads=st.num_heads, dim=spec.d_model, hidden_dim=st.d_ff, dropout=spec.dropout,
-                attention_dropout=spec.dropout, activation=_INV_ACTS.get(st.ffn.config.activation, "?"),
+                attention_dropout=spec.dropout, activation=INV_ACTS.get(st.ffn.config.activation, "?"),
                 pad_token_id=spec.pad_id if spec.pad_id is not None else 0,
                 tie_word_embeddings=spec.tie_embeddings)
 
 
-register(Family("distilbert", read, write, "DistilBertConfig",
+register(Converter("distilbert", read, write, "DistilBertConfig",
                 lambda spec: "DistilBertForMaskedLM" if spec.head.kind == "mlm" else "DistilBertModel",
                 refuses=("activation",)))

@@ -6,7 +6,7 @@ Refused: ``use_bidirectional_attention``, activations other than the GELUs, and 
 """
 from __future__ import annotations
 
-from .core import Family, Source, register
+from .core import Converter, Source, register
 from .llama import decoder_config, read_decoder
 
 GELUS = ("gelu", "gelu_pytorch_tanh", "gelu_new")
@@ -28,5 +28,5 @@ def write(spec) -> dict:
     return dict(decoder_config(spec), hidden_act=act, hidden_activation=act, attention_bias=st.qkv_bias)
 
 
-register(Family("gemma", read, write, "GemmaConfig", "GemmaForCausalLM",
+register(Converter("gemma", read, write, "GemmaConfig", "GemmaForCausalLM",
                 refuses=("use_bidirectional_attention", "hidden_act", "rope_parameters")))

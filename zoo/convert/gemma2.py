@@ -9,7 +9,7 @@ what Gemma refuses.
 """
 from __future__ import annotations
 
-from .core import Family, Source, register
+from .core import Converter, Source, register
 from .gemma import GELUS
 from .llama import decoder_config, read_decoder
 
@@ -65,5 +65,5 @@ def write(spec) -> dict:
                 attn_logit_softcapping=st.attention.config.cap if st.attention.kind == "softcap" else None)
 
 
-register(Family("gemma2", read, write, "Gemma2Config", "Gemma2ForCausalLM",
+register(Converter("gemma2", read, write, "Gemma2Config", "Gemma2ForCausalLM",
                 refuses=("layer_types", "use_bidirectional_attention", "hidden_activation", "rope_parameters")))

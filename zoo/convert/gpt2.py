@@ -6,7 +6,7 @@ has no exact equivalent of.
 """
 from __future__ import annotations
 
-from .core import _INV_ACTS, Family, Source, lm_head, norm_entry, register
+from .core import INV_ACTS, Converter, Source, lm_head, norm_entry, register
 
 
 def read(src: Source, attention: str):
@@ -47,10 +47,10 @@ def write(spec) -> dict:
     d = spec.dropout
     return dict(vocab_size=spec.vocab_size, n_positions=spec.max_len, n_embd=spec.d_model,
                 n_layer=st.num_layers, n_head=st.num_heads, n_inner=st.d_ff,
-                activation_function=_INV_ACTS.get(st.ffn.config.activation, "?"),
+                activation_function=INV_ACTS.get(st.ffn.config.activation, "?"),
                 layer_norm_epsilon=st.norm.config.eps, resid_pdrop=d, embd_pdrop=d, attn_pdrop=d,
                 scale_attn_weights=spec.attn_scale is None, tie_word_embeddings=spec.tie_embeddings)
 
 
-register(Family("gpt2", read, write, "GPT2Config", "GPT2LMHeadModel",
+register(Converter("gpt2", read, write, "GPT2Config", "GPT2LMHeadModel",
                 refuses=("scale_attn_by_inverse_layer_idx", "add_cross_attention", "activation_function")))

@@ -9,7 +9,7 @@ Refused: activations without an exact equivalent, rope types other than default 
 """
 from __future__ import annotations
 
-from .core import _INV_ACTS, Family, Source, lm_head, linears, norm_entry, register
+from .core import INV_ACTS, Converter, Source, lm_head, linears, norm_entry, register
 from .llama import rope, rope_parameters
 
 
@@ -63,11 +63,11 @@ def write(spec) -> dict:
     rp["partial_rotary_factor"] = st.positions.config.fraction
     return dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=st.num_layers,
                 num_attention_heads=st.num_heads, intermediate_size=st.d_ff,
-                hidden_act=_INV_ACTS.get(st.ffn.config.activation, "?"), max_position_embeddings=spec.max_len,
+                hidden_act=INV_ACTS.get(st.ffn.config.activation, "?"), max_position_embeddings=spec.max_len,
                 layer_norm_eps=st.norm.config.eps, use_parallel_residual=st.parallel_residual,
                 attention_bias=st.qkv_bias, hidden_dropout=spec.dropout, rope_parameters=rp,
                 tie_word_embeddings=spec.tie_embeddings)
 
 
-register(Family("gpt_neox", read, write, "GPTNeoXConfig", "GPTNeoXForCausalLM",
+register(Converter("gpt_neox", read, write, "GPTNeoXConfig", "GPTNeoXForCausalLM",
                 refuses=("hidden_act", "rope_parameters", "rope_scaling")))

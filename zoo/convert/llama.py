@@ -6,7 +6,7 @@ Refused: rope types other than default / linear / llama3, activations without an
 """
 from __future__ import annotations
 
-from .core import _INV_ACTS, Family, Source, lm_head, norm_entry, qkv, register
+from .core import INV_ACTS, Converter, Source, lm_head, norm_entry, qkv, register
 
 
 def rope(src: Source, fraction: float = 1.0) -> dict:
@@ -107,7 +107,7 @@ def decoder_config(spec) -> dict:
     return dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, intermediate_size=st.d_ff,
                 num_hidden_layers=st.num_layers, num_attention_heads=st.num_heads,
                 num_key_value_heads=st.num_kv_heads, head_dim=st.head_dim,
-                hidden_act=_INV_ACTS.get(st.ffn.config.activation, "?"),
+                hidden_act=INV_ACTS.get(st.ffn.config.activation, "?"),
                 max_position_embeddings=spec.max_len, rms_norm_eps=st.norm.config.eps,
                 attention_dropout=spec.dropout, tie_word_embeddings=spec.tie_embeddings,
                 rope_parameters=rope_parameters(st.positions.config))
@@ -123,5 +123,5 @@ def write(spec) -> dict:
     return dict(decoder_config(spec), attention_bias=st.qkv_bias, mlp_bias=st.ffn.config.bias)
 
 
-register(Family("llama", read, write, "LlamaConfig", "LlamaForCausalLM",
+register(Converter("llama", read, write, "LlamaConfig", "LlamaForCausalLM",
                 refuses=("hidden_act", "rope_parameters", "rope_scaling")))

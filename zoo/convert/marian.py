@@ -14,7 +14,7 @@ import torch
 from ..components import BuildContext
 from ..registry import get_registry
 from .bart import read_seq2seq, seq2seq_config
-from .core import ConvertError, Family, Source, register
+from .core import ConvertError, Converter, Source, register
 
 
 def read(src: Source, attention: str):
@@ -51,6 +51,6 @@ def write(spec) -> dict:
                 pad_token_id=spec.vocab_size - 1, decoder_start_token_id=spec.vocab_size - 1)
 
 
-register(Family("marian", read, write, "MarianConfig", "MarianMTModel",
+register(Converter("marian", read, write, "MarianConfig", "MarianMTModel",
                 refuses=("share_encoder_decoder_embeddings", "decoder_vocab_size", "activation_function",
                          "normalize_before")))

@@ -6,7 +6,7 @@ Refused: what Llama refuses.
 """
 from __future__ import annotations
 
-from .core import Family, Source, register
+from .core import Converter, Source, register
 from .llama import decoder_config, read_decoder
 
 
@@ -32,5 +32,5 @@ def write(spec) -> dict:
     return dict(decoder_config(spec), sliding_window=spec_window(spec))
 
 
-register(Family("mistral", read, write, "MistralConfig", "MistralForCausalLM",
+register(Converter("mistral", read, write, "MistralConfig", "MistralForCausalLM",
                 refuses=("hidden_act", "rope_parameters")))

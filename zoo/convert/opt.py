@@ -8,7 +8,7 @@ equivalent.
 """
 from __future__ import annotations
 
-from .core import _INV_ACTS, Family, Source, lm_head, linears, norm_entry, qkv, register
+from .core import INV_ACTS, Converter, Source, lm_head, linears, norm_entry, qkv, register
 
 
 def read(src: Source, attention: str):
@@ -48,10 +48,10 @@ def write(spec) -> dict:
     return dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=st.num_layers,
                 ffn_dim=st.d_ff, num_attention_heads=st.num_heads, max_position_embeddings=spec.max_len,
                 do_layer_norm_before=st.placement.kind == "pre", word_embed_proj_dim=spec.d_model,
-                dropout=spec.dropout, activation_function=_INV_ACTS.get(st.ffn.config.activation, "?"),
+                dropout=spec.dropout, activation_function=INV_ACTS.get(st.ffn.config.activation, "?"),
                 enable_bias=st.qkv_bias, tie_word_embeddings=spec.tie_embeddings)
 
 
-register(Family("opt", read, write, "OPTConfig", "OPTForCausalLM",
+register(Converter("opt", read, write, "OPTConfig", "OPTForCausalLM",
                 refuses=("word_embed_proj_dim", "layer_norm_elementwise_affine", "_remove_final_layer_norm",
                          "activation_function")))

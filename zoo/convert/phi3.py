@@ -6,7 +6,7 @@ Refused: ``longrope`` / ``su`` rope scaling (Phi-3 128k), and what Llama refuses
 """
 from __future__ import annotations
 
-from .core import Family, Source, register
+from .core import Converter, Source, register
 from .llama import decoder_config, read_decoder, rope
 from .mistral import spec_window, window_mask
 
@@ -26,5 +26,5 @@ def write(spec) -> dict:
                 pad_token_id=None)
 
 
-register(Family("phi3", read, write, "Phi3Config", "Phi3ForCausalLM",
+register(Converter("phi3", read, write, "Phi3Config", "Phi3ForCausalLM",
                 refuses=("rope_parameters", "rope_scaling", "hidden_act")))

@@ -6,7 +6,7 @@ released models do not use them), and what Llama refuses.
 """
 from __future__ import annotations
 
-from .core import Family, Source, register
+from .core import Converter, Source, register
 from .llama import decoder_config, read_decoder
 
 
@@ -22,5 +22,5 @@ def write(spec) -> dict:
     return decoder_config(spec)
 
 
-register(Family("qwen2", read, write, "Qwen2Config", "Qwen2ForCausalLM",
+register(Converter("qwen2", read, write, "Qwen2Config", "Qwen2ForCausalLM",
                 refuses=("use_sliding_window", "layer_types", "hidden_act", "rope_parameters")))

@@ -6,7 +6,7 @@ Refused: ``use_sliding_window`` / ``layer_types`` other than full attention, and
 """
 from __future__ import annotations
 
-from .core import Family, Source, register
+from .core import Converter, Source, register
 from .llama import decoder_config, read_decoder
 
 
@@ -22,5 +22,5 @@ def write(spec) -> dict:
     return dict(decoder_config(spec), attention_bias=spec.stack("decoder").qkv_bias)
 
 
-register(Family("qwen3", read, write, "Qwen3Config", "Qwen3ForCausalLM",
+register(Converter("qwen3", read, write, "Qwen3Config", "Qwen3ForCausalLM",
                 refuses=("use_sliding_window", "layer_types", "hidden_act", "rope_parameters")))

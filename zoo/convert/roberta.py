@@ -7,7 +7,7 @@ Refused: what BERT refuses.
 from __future__ import annotations
 
 from .bert import encoder_config, encoder_spec, encoder_tensors, mlm_head
-from .core import Family, Source, register
+from .core import Converter, Source, register
 
 
 def read(src: Source, attention: str):
@@ -27,6 +27,6 @@ def write(spec) -> dict:
     return dict(encoder_config(spec), max_position_embeddings=spec.max_len + off, pad_token_id=off - 1)
 
 
-register(Family("roberta", read, write, "RobertaConfig",
+register(Converter("roberta", read, write, "RobertaConfig",
                 lambda spec: "RobertaForMaskedLM" if spec.head.kind == "mlm" else "RobertaModel",
                 refuses=("position_embedding_type", "is_decoder", "add_cross_attention", "hidden_act")))

@@ -6,7 +6,7 @@ Refused: ``feed_forward_proj`` values zoo has no exact equivalent of.
 """
 from __future__ import annotations
 
-from .core import _ACTS, _INV_ACTS, Family, Source, lm_head, norm_entry, qkv, register
+from .core import ACTS, INV_ACTS, Converter, Source, lm_head, norm_entry, qkv, register
 
 
 def _ffn(src: Source) -> dict:
@@ -16,14 +16,14 @@ def _ffn(src: Source) -> dict:
     act = parts[-1]
     if proj == "gated-gelu":
         act = "gelu_new"  # transformers' historical alias: T5 v1.1's gated-gelu is the tanh GELU
-    if act not in _ACTS or (len(parts) == 2 and not gated) or len(parts) > 2:
+    if act not in ACTS or (len(parts) == 2 and not gated) or len(parts) > 2:
         src.refuse("feed_forward_proj", proj, "zoo has no exact equivalent",
                    options=["relu", "gelu", "gated-gelu", "gated-relu", "gated-silu"],
                    fix="convert a model with one of the listed feed-forward types")
     if not gated:
-        return {"kind": "mlp", "activation": _ACTS[act], "bias": False}
-    kind = {"silu": "swiglu", "relu": "reglu"}.get(_ACTS[act], "geglu")
-    return {"kind": kind, "activation": _ACTS[act], "bias": False}
+        return {"kind": "mlp", "activation": ACTS[act], "bias": False}
+    kind = {"silu": "swiglu", "relu": "reglu"}.get(ACTS[act], "geglu")
+    return {"kind": kind, "activation": ACTS[act], "bias": False}
 
 
 def read(src: Source, attention: str):
@@ -79,7 +79,7 @@ def read(src: Source, attention: str):
 
 def write(spec) -> dict:
     st, enc = spec.stack("decoder"), spec.stack("encoder")
-    act = _INV_ACTS.get(getattr(st.ffn.config, "activation", None), "?")
+    act = INV_ACTS.get(getattr(st.ffn.config, "activation", None), "?")
     gated = {"mlp": "", "geglu": "gated-", "reglu": "gated-", "swiglu": "gated-"}.get(st.ffn.kind, "?-")
     ff = f"{gated}{'gelu' if act == 'gelu_new' and gated else act}"
     return dict(vocab_size=spec.vocab_size, d_model=spec.d_model, d_kv=st.head_dim, d_ff=st.d_ff,
@@ -90,4 +90,4 @@ def write(spec) -> dict:
                 tie_word_embeddings=spec.head_scale is not None)
 
 
-register(Family("t5", read, write, "T5Config", "T5ForConditionalGeneration", refuses=("feed_forward_proj",)))
+register(Converter("t5", read, write, "T5Config", "T5ForConditionalGeneration", refuses=("feed_forward_proj",)))
