@@ -402,7 +402,7 @@ def _run_local(todo, trials, out, jobs, threads, emit, poll_s) -> dict:
             while queue and len(running) < jobs:
                 t = queue.pop(0)
                 d = _write_trial(t, out)
-                log = open(d / "worker.log", "ab")
+                log = open(d / "worker.log", "wb")  # this attempt's output (a retry starts afresh)
                 p = subprocess.Popen([sys.executable, "-m", "zoo.experiment.worker", str(d / TRIAL),
                                       str(threads)], stdout=log, stderr=subprocess.STDOUT, env=env,
                                      preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
@@ -462,6 +462,7 @@ def _run_submitit(todo, trials, out, jobs, threads, emit, poll_s, kind, exp) -> 
     params = {"timeout_min": 24 * 60}
     if kind == "slurm":
         params.update({"slurm_array_parallelism": jobs, "cpus_per_task": threads})
+        params.update(dict(exp.executor))  # the file's `executor:` block (slurm_partition, ...)
     ex.update_parameters(**params)
     paths = [str(_write_trial(t, out) / TRIAL) for t in todo]
     old = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}

@@ -109,6 +109,7 @@ class Experiment:
     probe: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
     quick: bool = False
+    executor: tuple[tuple[str, Any], ...] = ()   # submitit parameters for --executor slurm
     source: str = ""                        # the YAML text it was read from (empty for dicts)
     raw: str = ""                           # the validated mapping as JSON (before --quick)
 
@@ -273,11 +274,16 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     for k in ("title", "claim", "description"):
         if not isinstance(data.get(k, ""), str):
             _bad(k, "must be text")
+    executor = data.get("executor") or {}
+    if not isinstance(executor, dict) or not all(isinstance(k, str) for k in executor):
+        _bad("executor", "must be a mapping of submitit parameters", fix="e.g. executor: {slurm_partition: cpu}")
     exp = Experiment(name=name, base=base, variants=tuple(variants), seeds=seeds, task=task,
                      task_params=task_params, train=train, budget=budget, metrics=tuple(metrics),
                      baseline=baseline, title=data.get("title", ""), claim=data.get("claim", ""),
                      description=data.get("description", ""), probe=tuple(probe),
-                     plugins=tuple(plugins), quick=quick, source=source, raw=raw)
+                     plugins=tuple(plugins), quick=quick,
+                     executor=tuple(sorted((k, _freeze(v)) for k, v in executor.items())),
+                     source=source, raw=raw)
     _check_against_registry(exp)
     return exp
 
