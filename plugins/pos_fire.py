@@ -1,4 +1,4 @@
-"""``fire``: functional interpolation for relative positions (Li, Zaheer, Guo, Lee, Hsu, Guo, Zhu & Yang, 2023, "Functional Interpolation for Relative Positions Improves Long Context Transformers", arXiv 2310.04418).
+"""``fire``: functional interpolation for relative positions (Li, You, Guruganesh, Ainslie, Ontañón, Zaheer, Sanghai, Yang, Kumar & Bhojanapalli, 2023, "Functional Interpolation for Relative Positions Improves Long Context Transformers", arXiv 2310.04418).
 
 A learned function of the *raw* distance sees only distances up to the training length.  FIRE feeds
 its MLP a *normalised* distance instead, the distance divided by the query's position, both
