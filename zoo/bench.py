@@ -393,73 +393,108 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
     if unknown:
         raise ZooError(f"unknown task(s) {sorted(unknown)}", where="tasks", options=list(TASKS))
     dev, dt = model_device(model), model_dtype(model)
-    T = min(seq_len, spec.max_len)
-    gen = torch.Generator().manual_seed(seed)
-    if peak is None:
-        peak = matmul_peak(dev, dt)
     decodes = spec.arch != "encoder" and ("generate" in tasks or "prefill" in tasks)
+    peak = matmul_peak(dev, dt) if peak is None else peak
     if bandwidth is None and decodes:
         bandwidth = memory_bandwidth(dev)
     report = Report(model=name or spec.name, device=str(dev), dtype=str(dt).replace("torch.", ""),
                     threads=torch.get_num_threads(), parameters=_num_weights(model),
                     peak_gflops=peak, compiled=compile, bandwidth_gbs=bandwidth,
                     precision=getattr(model, "quantized", ""))
-    run = torch.compile(model) if compile else model
+    b = _Bench(model, torch.compile(model) if compile else model, spec, dev,
+               torch.Generator().manual_seed(seed), warmup, repeats, peak, bandwidth)
+    T = min(seq_len, spec.max_len)
+    P = max(1, min(prompt_len, spec.max_len - new_tokens))  # the prompt, and what follows it
+    n_new = min(new_tokens, spec.max_len - P)
     was_training = model.training
     try:
         if "forward" in tasks:
-            model.eval()
-            ids = random_ids(spec, batch, T, dev, gen)
-            fwd = forward_fn(run, spec, ids)
-            with torch.inference_mode():
-                fwd()  # compile (if any) outside the FLOP counter
-                flops = count_flops(forward_fn(model, spec, ids))
-                t = time_fn(fwd, warmup=warmup, repeats=repeats, device=dev)
-            n_tok = batch * T * (2 if spec.arch == "encoder_decoder" else 1)
-            report.results.append(Result("forward", f"{batch}x{T}", t.median, t.min, t.spread, n_tok,
-                                         flops, peak, len(t.times)))
-        P = max(1, min(prompt_len, spec.max_len - new_tokens))
-        n_new = min(new_tokens, spec.max_len - P)
-        prompt = random_ids(spec, batch, P, dev, gen) if decodes else None
+            report.results.append(b.forward(batch, T))
+        prompt = random_ids(spec, batch, P, dev, b.gen) if decodes else None  # drawn after forward's
         if "prefill" in tasks and decodes:
-            model.eval()
-            def pre(m=model):  # what generation does first: LM head on the last position only
-                if spec.arch == "encoder_decoder":  # the source through the encoder, one step
-                    h = m.decode(prompt[:, :1], *m.encode(prompt), cache=m.new_cache(),
-                                 return_hidden=True)
-                else:
-                    h = m(prompt, cache=m.new_cache(), return_hidden=True)
-                return m.lm_head(m.head_input(h[:, -1]))
-            with torch.inference_mode():
-                pre()
-                flops = count_flops(pre)
-                t = time_fn(pre, warmup=warmup, repeats=repeats, device=dev)
-            report.results.append(Result("prefill", f"{batch}x{P}", t.median, t.min, t.spread,
-                                         batch * P, flops, peak, len(t.times)))
+            report.results.append(b.prefill(prompt))
         if "generate" in tasks and decodes:
-            model.eval()
-            src = prompt if spec.arch == "encoder_decoder" else None
-            g = (lambda: greedy(model, prompt[:, :1], n_new, src)) if src is not None else \
-                (lambda: greedy(model, prompt, n_new))
-            t = time_fn(g, warmup=max(1, warmup // 2), repeats=max(3, repeats // 2), device=dev)
-            report.results.append(Result("generate", f"{batch}x{P}+{n_new}", t.median, t.min,
-                                         t.spread, batch * n_new, None, peak, len(t.times),
-                                         bytes_read=generate_bytes(model, P, n_new, batch),
-                                         bandwidth_gbs=bandwidth, steps=n_new))
+            report.results.append(b.generate(prompt, n_new))
         if "train" in tasks:
-            model.train()
-            tb = train_batch or max(batch, 8)
-            ids = random_ids(spec, tb, T, dev, gen)
-            step = train_step_fn(run, spec, ids)
-            step()  # allocate optimizer state (and compile) outside the counter
-            flops = count_flops(train_step_fn(model, spec, ids))  # the step's matmuls, fwd + bwd
-            t = time_fn(step, warmup=warmup, repeats=max(3, repeats // 2), device=dev)
-            n_tok = tb * T * (2 if spec.arch == "encoder_decoder" else 1)
-            report.results.append(Result("train", f"{tb}x{T}", t.median, t.min, t.spread, n_tok,
-                                         flops, peak, len(t.times)))
+            report.results.append(b.train(train_batch or max(batch, 8), T))
     finally:
         model.train(was_training)
     return report
+
+
+@dataclass
+class _Bench:
+    """What every timed task of one :func:`bench` shares; one method per task, each returning its
+    :class:`Result`.  ``run`` is the model to time (compiled or not); FLOPs are counted on
+    ``model`` itself."""
+
+    model: torch.nn.Module
+    run: Callable
+    spec: Any
+    dev: torch.device
+    gen: torch.Generator
+    warmup: int
+    repeats: int
+    peak: float
+    bandwidth: float | None
+
+    def forward(self, batch: int, T: int) -> Result:
+        self.model.eval()
+        ids = random_ids(self.spec, batch, T, self.dev, self.gen)
+        fwd = forward_fn(self.run, self.spec, ids)
+        with torch.inference_mode():
+            fwd()  # compile (if any) outside the FLOP counter
+            flops = count_flops(forward_fn(self.model, self.spec, ids))
+            t = time_fn(fwd, warmup=self.warmup, repeats=self.repeats, device=self.dev)
+        n_tok = batch * T * (2 if self.spec.arch == "encoder_decoder" else 1)
+        return Result("forward", f"{batch}x{T}", t.median, t.min, t.spread, n_tok, flops, self.peak,
+                      len(t.times))
+
+    def prefill(self, prompt: torch.Tensor) -> Result:
+        """What generation does first: the prompt into a fresh cache, the LM head on the last
+        position only (an encoder-decoder: the source through the encoder, one decoder step)."""
+        m, spec = self.model, self.spec
+        m.eval()
+
+        def pre():
+            if spec.arch == "encoder_decoder":
+                h = m.decode(prompt[:, :1], *m.encode(prompt), cache=m.new_cache(), return_hidden=True)
+            else:
+                h = m(prompt, cache=m.new_cache(), return_hidden=True)
+            return m.lm_head(m.head_input(h[:, -1]))
+
+        with torch.inference_mode():
+            pre()
+            flops = count_flops(pre)
+            t = time_fn(pre, warmup=self.warmup, repeats=self.repeats, device=self.dev)
+        B, P = prompt.shape
+        return Result("prefill", f"{B}x{P}", t.median, t.min, t.spread, B * P, flops, self.peak,
+                      len(t.times))
+
+    def generate(self, prompt: torch.Tensor, n_new: int) -> Result:
+        m = self.model
+        m.eval()
+        B, P = prompt.shape
+        if self.spec.arch == "encoder_decoder":
+            g = lambda: greedy(m, prompt[:, :1], n_new, prompt)  # noqa: E731 - the source is the prompt
+        else:
+            g = lambda: greedy(m, prompt, n_new)  # noqa: E731
+        t = time_fn(g, warmup=max(1, self.warmup // 2), repeats=max(3, self.repeats // 2),
+                    device=self.dev)
+        return Result("generate", f"{B}x{P}+{n_new}", t.median, t.min, t.spread, B * n_new, None,
+                      self.peak, len(t.times), bytes_read=generate_bytes(m, P, n_new, B),
+                      bandwidth_gbs=self.bandwidth, steps=n_new)
+
+    def train(self, tb: int, T: int) -> Result:
+        self.model.train()
+        ids = random_ids(self.spec, tb, T, self.dev, self.gen)
+        step = train_step_fn(self.run, self.spec, ids)
+        step()  # allocate optimizer state (and compile) outside the counter
+        flops = count_flops(train_step_fn(self.model, self.spec, ids))  # the step's matmuls, fwd + bwd
+        t = time_fn(step, warmup=self.warmup, repeats=max(3, self.repeats // 2), device=self.dev)
+        n_tok = tb * T * (2 if self.spec.arch == "encoder_decoder" else 1)
+        return Result("train", f"{tb}x{T}", t.median, t.min, t.spread, n_tok, flops, self.peak,
+                      len(t.times))
 
 
 def _num_weights(model) -> int:

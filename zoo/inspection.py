@@ -193,7 +193,26 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
     ``patch``: name -> tensor replacing that activation (activation patching).  Other keyword
     arguments go to the model's forward.  Returns a :class:`Trace`.
     """
-    spec = model.spec
+    ids, tokens = _input_ids(model, ids, text, tokenizer)
+    all_edits = _all_edits(model.spec, edits, ablate, patch)
+    rec = _Recording(all_edits)
+    try:
+        rec.install(model)
+        if model.spec.arch == "encoder_decoder":
+            logits = model(ids, tgt_ids if tgt_ids is not None else ids, **forward_kwargs)
+        else:
+            logits = model(ids, **forward_kwargs)
+    finally:
+        rec.remove()
+    unknown = [n for n in all_edits if n not in rec.acts]
+    if unknown:
+        raise ZooError(f"no capture point named {unknown}", where="trace.edits",
+                       fix="names look like 'decoder.blocks.0.attn.heads'; see trace(...).names()")
+    return Trace(model, logits, rec.acts, tokens, rec.norm_stats)
+
+
+def _input_ids(model, ids, text, tokenizer) -> tuple[torch.Tensor, list[str] | None]:
+    """``(ids (B, T) on the model's device, token strings or None)`` from ``ids`` or ``text``."""
     tokens = None
     if text is not None:
         tok = get_tokenizer(model, tokenizer)
@@ -202,13 +221,14 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
         ids = torch.tensor([id_list])
     if ids is None:
         raise ZooError("nothing to trace", where="trace", fix="pass ids or text=...")
-    dev = next(model.parameters()).device
-    ids = torch.as_tensor(ids, dtype=torch.long, device=dev)
-    ids = ids[None] if ids.dim() == 1 else ids
+    ids = torch.as_tensor(ids, dtype=torch.long, device=next(model.parameters()).device)
+    return (ids[None] if ids.dim() == 1 else ids), tokens
 
+
+def _all_edits(spec, edits, ablate, patch) -> dict[str, Edit | torch.Tensor]:
+    """Edits, patches and head ablations as one ``name -> edit`` map, every name editable."""
     all_edits: dict[str, Edit | torch.Tensor] = dict(edits or {})
-    for name, t in (patch or {}).items():
-        all_edits[name] = t
+    all_edits.update(patch or {})
     if ablate:
         items = ablate.items() if isinstance(ablate, dict) else _pairs(ablate, spec.roles[-1])
         for prefix, heads in items:
@@ -218,87 +238,96 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
             raise ZooError(f"'{name}' cannot be edited", where="trace.edits",
                            options=[f"*.{e}" for e in EDITABLE],
                            fix="edit one of the listed capture points")
+    return all_edits
 
-    acts: "OrderedDict[str, torch.Tensor]" = OrderedDict()
-    norm_stats: dict[str, dict[str, float]] = {}
-    handles, swaps, wrapped = [], [], []
-    current = {"stack": spec.roles[0]}
 
-    def edited(name, x):
-        if name in all_edits:
-            x = _apply(all_edits[name], x, name)
-        acts[name] = x
+class _Recording:
+    """The hooks of one trace: installed on a model, recording into ``acts`` (name -> tensor, in
+    forward order) and ``norm_stats``, applying ``edits`` where an activation is produced; removed
+    afterwards, leaving the model as it was."""
+
+    def __init__(self, edits: dict[str, Edit | torch.Tensor]):
+        self.edits = edits
+        self.acts: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+        self.norm_stats: dict[str, dict[str, float]] = {}
+        self.handles: list = []
+        self.swaps: list[nn.Module] = []  # attention layers whose run_kernel is a recorder
+        self.wrapped: list[nn.Module] = []  # placements whose exit is wrapped
+        self.stack = None  # the stack whose embeddings ran last (names the token embeddings)
+
+    def edited(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        if name in self.edits:
+            x = _apply(self.edits[name], x, name)
+        self.acts[name] = x
         return x
 
-    emb_stack = {"embed": spec.roles[0], "enc_embed": "encoder", "dec_embed": "decoder"}
-    try:
+    def install(self, model) -> None:
+        spec = model.spec
+        self.stack = spec.roles[0]
+        emb_stack = {"embed": spec.roles[0], "enc_embed": "encoder", "dec_embed": "decoder"}
         for mname, mod in model.named_modules():
             if isinstance(mod, Embeddings):
-                stack = emb_stack.get(mname, mname)
-
-                def pre(m, args, stack=stack):
-                    current["stack"] = stack
-
-                def post(m, args, out, stack=stack):
-                    return edited(f"{stack}.embeddings", out)
-
-                handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
+                self._embeddings(mod, emb_stack.get(mname, mname))
             elif isinstance(mod, Norm):
-                def norm_hook(m, args, out, name=mname):
-                    x = args[0]
-                    rms_in = x.float().pow(2).mean(-1).sqrt()
-                    rms_out = out.float().pow(2).mean(-1).sqrt()
-                    acts[f"{name}.in_rms"], acts[f"{name}.out_rms"] = rms_in, rms_out
-                    norm_stats[name] = {"in_rms": float(rms_in.mean()), "out_rms": float(rms_out.mean()),
-                                        "out_mean": float(out.float().mean()),
-                                        "out_std": float(out.float().std())}
-
-                handles.append(mod.register_forward_hook(norm_hook))
+                self.handles.append(mod.register_forward_hook(
+                    lambda m, args, out, name=mname: self._norm(name, args[0], out)))
         if hasattr(model, "tok_emb"):
-            handles.append(model.tok_emb.register_forward_hook(
-                lambda m, a, out: acts.__setitem__(f"{current['stack']}.token_embeddings", out)))
+            self.handles.append(model.tok_emb.register_forward_hook(
+                lambda m, a, out: self.acts.__setitem__(f"{self.stack}.token_embeddings", out)))
         for stack in spec.roles:
             st = getattr(model, stack)
             for i, block in enumerate(st.blocks):
-                p = f"{stack}.blocks.{i}"
-                for sub, res, resname in (("attn", "attn_res", "resid_attn"),
-                                          ("cross", "cross_res", "resid_cross"),
-                                          ("ffn", "ffn_res", "resid_ffn")):
-                    module = getattr(block, sub)
-                    if module is None:
-                        continue
-                    if sub != "ffn":
-                        swaps.append(module)
-                        module.run_kernel = _AttentionRecorder(_eager_for(module), f"{p}.{sub}",
-                                                           acts, all_edits)
-                    handles.append(module.register_forward_hook(
-                        lambda m, a, out, n=f"{p}.{sub}.out": edited(n, out)))
-                    placement = getattr(block, res)
-                    orig = placement.exit
+                self._block(block, f"{stack}.blocks.{i}")
+            self.handles.append(st.final_norm.register_forward_hook(
+                lambda m, a, out, n=f"{stack}.output": self.acts.__setitem__(n, out)))
 
-                    def exit_(x, y, orig=orig, n=f"{p}.{resname}"):
-                        return edited(n, orig(x, y))
+    def _embeddings(self, mod: nn.Module, stack: str) -> None:
+        def pre(m, args):
+            self.stack = stack
 
-                    placement.exit = exit_
-                    wrapped.append(placement)
-            handles.append(st.final_norm.register_forward_hook(
-                lambda m, a, out, n=f"{stack}.output": acts.__setitem__(n, out)))
-        if spec.arch == "encoder_decoder":
-            logits = model(ids, tgt_ids if tgt_ids is not None else ids, **forward_kwargs)
-        else:
-            logits = model(ids, **forward_kwargs)
-    finally:
-        for h in handles:
+        def post(m, args, out):
+            return self.edited(f"{stack}.embeddings", out)
+
+        self.handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
+
+    def _norm(self, name: str, x: torch.Tensor, out: torch.Tensor) -> None:
+        rms_in = x.float().pow(2).mean(-1).sqrt()
+        rms_out = out.float().pow(2).mean(-1).sqrt()
+        self.acts[f"{name}.in_rms"], self.acts[f"{name}.out_rms"] = rms_in, rms_out
+        self.norm_stats[name] = {"in_rms": float(rms_in.mean()), "out_rms": float(rms_out.mean()),
+                                 "out_mean": float(out.float().mean()),
+                                 "out_std": float(out.float().std())}
+
+    def _block(self, block: nn.Module, p: str) -> None:
+        """Each sub-layer of one block: its output, its residual sum and (attention) its kernel."""
+        for sub, res, resname in (("attn", "attn_res", "resid_attn"),
+                                  ("cross", "cross_res", "resid_cross"),
+                                  ("ffn", "ffn_res", "resid_ffn")):
+            module = getattr(block, sub)
+            if module is None:
+                continue
+            if sub != "ffn":
+                self.swaps.append(module)
+                module.run_kernel = _AttentionRecorder(_eager_for(module), f"{p}.{sub}", self.acts,
+                                                       self.edits)
+            self.handles.append(module.register_forward_hook(
+                lambda m, a, out, n=f"{p}.{sub}.out": self.edited(n, out)))
+            placement = getattr(block, res)
+            orig = placement.exit
+
+            def exit_(x, y, orig=orig, n=f"{p}.{resname}"):
+                return self.edited(n, orig(x, y))
+
+            placement.exit = exit_
+            self.wrapped.append(placement)
+
+    def remove(self) -> None:
+        for h in self.handles:
             h.remove()
-        for module in swaps:
+        for module in self.swaps:
             del module.run_kernel
-        for placement in wrapped:
+        for placement in self.wrapped:
             del placement.exit
-    unknown = [n for n in all_edits if n not in acts]
-    if unknown:
-        raise ZooError(f"no capture point named {unknown}", where="trace.edits",
-                       fix="names look like 'decoder.blocks.0.attn.heads'; see trace(...).names()")
-    return Trace(model, logits, acts, tokens, norm_stats)
 
 
 def _pairs(pairs, stack):
