@@ -578,13 +578,17 @@ def _param_area(ui: dict, lang_state) -> None:
 
     @gr.render(inputs=[ui["code"], ui["entries"], lang_state], triggers=triggers)
     def _params(text, last, lang):
-        entries = component_entries(text) or last
-        if not any(e["params"] for e in entries or []):
+        entries = [e for e in component_entries(text) or last or [] if e["params"]]
+        if not entries:
             gr.Markdown(t("build.no_params", lang))
-            return
-        for entry in entries:
-            if entry["params"]:
-                _entry_row(entry, ui["code"])
+        # One slot per family, always present (hidden while empty): the browser reuses widgets by
+        # position, and a row inserted before the others (positions' fields appearing) once handed
+        # an old value to a widget of another type ("gelu" in a number box).
+        for fam in form_families():
+            mine = [e for e in entries if e["family"] == fam.name]
+            with gr.Column(key=f"params-{fam.name}", visible=bool(mine)):
+                for entry in mine:
+                    _entry_row(entry, ui["code"])
 
 
 def _entry_row(entry: dict, code) -> None:
