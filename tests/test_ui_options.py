@@ -11,7 +11,6 @@ import pytest
 
 gr = pytest.importorskip("gradio")
 
-import zoo  # noqa: E402
 from zoo import generate  # noqa: E402
 from zoo.ui import i18n, run_tab  # noqa: E402
 from zoo.ui.i18n import Translator  # noqa: E402
