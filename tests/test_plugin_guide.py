@@ -261,3 +261,11 @@ def test_own_parameters_survive_init_save_and_meta_loading(registry, tmp_path):
         assert torch.equal(mine.log_g, theirs.log_g) and torch.equal(mine.mix.weight, theirs.mix.weight)
         assert torch.equal(theirs.table, torch.arange(6, dtype=torch.float32).sqrt())  # reset_buffers ran
     assert "withlinear" in zoo.read_metadata(tmp_path / "m")["zoo.plugins"]
+
+
+def test_a_checkpoint_of_an_unpackaged_plugin_names_it_when_missing(registry, tmp_path):
+    zoo.save(_tiny(attention="temperature", num_layers=1), tmp_path / "m")
+    with using_registry(Registry(entry_points=False)):  # a new process: the module not registered
+        with pytest.raises(zoo.CheckpointError, match="plugin 'temperature'"):
+            zoo.load(tmp_path / "m")
+    assert zoo.load(tmp_path / "m").spec.attention.kind == "temperature"  # registered again: loads
