@@ -81,11 +81,28 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
     result = train(model if not resume else None, data, out=out, objective=objective, steps=steps,
                    resume=resume, overwrite=overwrite, fit_vocab=fit_vocab, device=device, **knobs)
     if int(os.environ.get("RANK", "0")) == 0:
-        msg = "interrupted at" if result.interrupted else "finished"
-        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in result.final.items()}
-        click.echo(f"{msg} step {result.step} in {result.wall_time:.0f}s: {shown}")
+        click.echo(outcome(result))
         click.echo(f"checkpoint: {result.out}/model.safetensors  (resume: zoo train --resume --out "
                    f"{result.out})")
+
+
+def outcome(result) -> str:
+    """One line on how the run ended: the step reached, the time, the last training loss and the
+    last held-out measures (or when the first evaluation would have come)."""
+    done = f"step {result.step:,}"
+    train_loss = next((r["loss"] for r in reversed(result.history) if "loss" in r), None)
+    parts = [f"training loss {train_loss:.4f}"] if train_loss is not None else []
+    parts += [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+              for k, v in result.final.items() if k not in ("wall_time_s", "steps")]
+    if not result.interrupted:
+        return f"finished {done} in {result.wall_time:.0f} s: {', '.join(parts) or 'no measures'}"
+    total = next((r["steps_left"] + r["step"] for r in result.history
+                  if r.get("event") == "estimate"), None)
+    of = f" of {total:,}" if total else ""
+    if not any(k.startswith("eval_") for k in result.final):
+        parts.append("no held-out evaluation yet (see --eval-every)")
+    return (f"interrupted at {done}{of} after {result.wall_time:.0f} s, the checkpoint of that "
+            f"step is saved: {', '.join(parts) or 'no step logged yet'}")
 
 
 def _arch_of(source):

@@ -42,6 +42,10 @@ from .state import (STATE_FILE, check_finite, load_optimizer_tensors, model_from
                     save_state, saved_run_step)
 
 
+#: Steps timed (after the first, which warms up) for the wall-time estimate printed at the start.
+ESTIMATE_STEPS = 2
+
+
 def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str | os.PathLike,
           objective: str | None = None, steps: int | None = None, resume: bool = False,
           overwrite: bool = False, tokenizer: Any = None, fit_vocab: bool = False,
@@ -72,16 +76,21 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
              **run.info}, notify=False)
     del state  # the saved tensors now live in the model and optimizer: free the copies
 
-    t0 = time.perf_counter()
+    t0 = t_est = time.perf_counter()
 
     def elapsed() -> float:  # wall time, including the earlier parts of a resumed run
         return run.elapsed0 + time.perf_counter() - t0
 
     interrupted = False
+    first = run.step  # a resumed run estimates the steps it has left
     with _Stop() as stop:
         while run.step < cfg.steps:
+            if dist.main and run.step == first + 1:  # time from the end of the first (warm-up) step
+                t_est = time.perf_counter()
             loss, gnorm, lr, n_tokens = optimizer_step(run)
             run.step += 1
+            if dist.main and run.step == first + 1 + ESTIMATE_STEPS and run.step < cfg.steps:
+                log.estimate(run.step, (time.perf_counter() - t_est) / ESTIMATE_STEPS, cfg)
             run.tokens_seen += n_tokens
             _check_health(run, loss, log)
             last = run.step == cfg.steps

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -72,6 +73,26 @@ class RunLog:
         self._t = time.perf_counter()
         return rec
 
+    def estimate(self, step: int, per_step: float, cfg) -> dict | None:
+        """Record and print (stderr, above the bar) how long the run will take, from ``per_step``
+        seconds measured on the steps just done, with the held-out evaluations counted as
+        ``eval_batches`` forward passes every ``eval_every`` steps (about a third of a step each)."""
+        if not self.enabled:
+            return None
+        left = cfg.steps - step
+        evals = left // max(cfg.eval_every, 1) + 1
+        seconds = per_step * (left + evals * cfg.eval_batches / (3 * max(cfg.grad_accum, 1)))
+        rec = {"event": "estimate", "step": step, "s_per_step": per_step, "steps_left": left,
+               "estimated_s": seconds}
+        self.add(rec)
+        text = (f"estimate: {per_step:.2f} s a step here, so the {left:,} steps left take about "
+                f"{_duration(seconds)} (Ctrl-C stops with a checkpoint; resume with --resume)")
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+        return rec
+
     def show(self, loss: float, rec: dict, last_eval: dict) -> None:
         """Loss, tokens/s and the last held-out loss on the bar."""
         if self.bar is None:
@@ -130,3 +151,11 @@ def plot_history(history: list[dict], path: str | os.PathLike, title: str = "") 
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``12 min``, ``1 h 05 min``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
