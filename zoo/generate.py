@@ -386,68 +386,81 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     prompt's real tokens, or an encoder-decoder's decoder tokens, and what was generated) less
     likely, see :func:`penalize_repeats`; with greedy decoding too.
     """
-    arch = model.spec.arch
-    if arch == "encoder":
+    if model.spec.arch == "encoder":
         raise ZooError("an encoder-only model does not generate text", where="model.arch",
                        fix="use zoo.tasks.fill_mask(model, text) or zoo.tasks.classify(...)")
     o = GenerationOptions.from_kwargs(max_new_tokens=max_new_tokens, **options)
     o.check_vocab(model.spec.vocab_size)
-    (do_sample, top_k, top_p, seed, use_cache, prefix_length, decoder_start_id, vocab_limit,
-     repetition_penalty) = (o.do_sample, o.top_k, o.top_p, o.seed, o.use_cache, o.prefix_length,
-                            o.decoder_start_id, o.vocab_limit, o.repetition_penalty)
-    temperature = float(o.temperature)  # an int like 2**64 would overflow inside torch
     pad = _pad_id(model, tokenizer) if o.pad_id is None else o.pad_id
-    ids, mask = _as_batch(model, ids, attention_mask, pad)
-    B, T0 = ids.shape
-    stops = torch.as_tensor(o.stop_list(), dtype=torch.long, device=ids.device)
-    gen = None
-    if do_sample and seed is not None:
-        gen = torch.Generator(device=ids.device)
-        gen.manual_seed(seed)
-
-    seen = None  # (B, V) bool: the tokens a repetition penalty applies to
-    if repetition_penalty != 1.0:
-        seen = torch.zeros(B, model.spec.vocab_size, dtype=torch.int32, device=ids.device)
-        if arch == "decoder":  # the prompt's real tokens (an encoder-decoder's: its start token)
-            real = mask.int() if mask is not None else torch.ones_like(ids, dtype=torch.int32)
-            seen.scatter_add_(1, ids, real)  # a count, so a pad never erases a real token's mark
-        seen = seen > 0
-
-    def choose(logits):
-        if vocab_limit is not None and vocab_limit < logits.size(-1):
-            logits = logits.clone()
-            logits[..., vocab_limit:] = float("-inf")
-        if seen is not None:
-            logits = penalize_repeats(logits, seen, float(repetition_penalty))
-        nxt = pick_next(logits, do_sample=do_sample, temperature=temperature, top_k=top_k,
-                        top_p=top_p, generator=gen)
-        if seen is not None:
-            seen.scatter_(1, nxt[:, None], True)  # what was just chosen counts from now on
-        return nxt
-
-    if use_cache:
+    ids, padding = _as_batch(model, ids, attention_mask, pad)  # (B, T), (B, T) True = real or None
+    if o.use_cache:
         require(model.spec, "supports_kv_cache", "generation with a KV cache")
-    if arch == "decoder":
-        if T0 + max(max_new_tokens - 1, 0) > model.spec.max_len:
-            raise ZooError(f"prompt ({T0}) + max_new_tokens ({max_new_tokens}) exceeds max_len "
-                           f"{model.spec.max_len}", where="generate.max_new_tokens",
-                           fix=f"ask for at most {max(model.spec.max_len - T0 + 1, 0)} new tokens")
-        steps = _decoder_logits(model, ids, mask, use_cache, prefix_length,
-                                _make_head(model, max_new_tokens), max_new_tokens)
-    else:
-        if max_new_tokens > model.spec.max_len:
-            raise ZooError(f"max_new_tokens {max_new_tokens} exceeds max_len {model.spec.max_len}",
-                           where="generate.max_new_tokens")
-        if decoder_start_id is None:
-            tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
-            bos = getattr(tok, "bos_id", None)
-            decoder_start_id = bos if bos is not None and bos < model.spec.vocab_size else pad
-        if seen is not None:
-            seen[:, decoder_start_id] = True
-        steps = _seq2seq_logits(model, ids, mask, use_cache, decoder_start_id,
-                                _make_head(model, max_new_tokens), max_new_tokens)
+    start = None if model.spec.arch == "decoder" else _start_id(model, tokenizer, o, pad)
+    steps = _logits(model, ids, padding, o, start)  # a coroutine: logits out, chosen ids in
+    choose = _Chooser(model, o, ids, padding, start)
+    stops = torch.as_tensor(o.stop_list(), dtype=torch.long, device=ids.device)
     # everything above ran now, so bad options raise here, not at the first next()
-    return _run(model, steps, choose, stops, B, max_new_tokens, pad, ids.device)
+    return _run(model, steps, choose, stops, ids.size(0), o.max_new_tokens, pad, ids.device)
+
+
+def _start_id(model, tokenizer, o: GenerationOptions, pad: int) -> int:
+    """An encoder-decoder's first decoder token: ``decoder_start_id``, else the tokenizer's bos,
+    else ``pad`` (as in T5)."""
+    if o.decoder_start_id is not None:
+        return o.decoder_start_id
+    tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    bos = getattr(tok, "bos_id", None)
+    return bos if bos is not None and bos < model.spec.vocab_size else pad
+
+
+def _logits(model, ids, padding, o: GenerationOptions, start: int | None):
+    """The logits coroutine of the model's architecture, once the length fits ``max_len``."""
+    n, max_len = o.max_new_tokens, model.spec.max_len
+    if model.spec.arch == "decoder":
+        T0 = ids.size(1)
+        if T0 + max(n - 1, 0) > max_len:
+            raise ZooError(f"prompt ({T0}) + max_new_tokens ({n}) exceeds max_len {max_len}",
+                           where="generate.max_new_tokens",
+                           fix=f"ask for at most {max(max_len - T0 + 1, 0)} new tokens")
+        return _decoder_logits(model, ids, padding, o.use_cache, o.prefix_length,
+                               _make_head(model, n), n)
+    if n > max_len:
+        raise ZooError(f"max_new_tokens {n} exceeds max_len {max_len}", where="generate.max_new_tokens")
+    return _seq2seq_logits(model, ids, padding, o.use_cache, start, _make_head(model, n), n)
+
+
+class _Chooser:
+    """Logits ``(B, V)`` -> the next ids ``(B,)``: the vocabulary limit, the repetition penalty
+    (with its record of the tokens seen so far), then greedy or sampling (:func:`pick_next`)."""
+
+    def __init__(self, model, o: GenerationOptions, ids: torch.Tensor, padding, start: int | None):
+        self.o, self.temperature = o, float(o.temperature)  # an int like 2**64 would overflow torch
+        self.gen = None
+        if o.do_sample and o.seed is not None:
+            self.gen = torch.Generator(device=ids.device)
+            self.gen.manual_seed(o.seed)
+        self.seen = None  # (B, V) bool: the tokens a repetition penalty applies to
+        if o.repetition_penalty != 1.0:
+            seen = torch.zeros(ids.size(0), model.spec.vocab_size, dtype=torch.int32, device=ids.device)
+            if start is None:  # a decoder: the prompt's real tokens
+                real = padding.int() if padding is not None else torch.ones_like(ids, dtype=torch.int32)
+                seen.scatter_add_(1, ids, real)  # a count, so a pad never erases a real token's mark
+            else:  # an encoder-decoder: its start token
+                seen[:, start] = 1
+            self.seen = seen > 0
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        o, limit = self.o, self.o.vocab_limit
+        if limit is not None and limit < logits.size(-1):
+            logits = logits.clone()
+            logits[..., limit:] = float("-inf")
+        if self.seen is not None:
+            logits = penalize_repeats(logits, self.seen, float(o.repetition_penalty))
+        nxt = pick_next(logits, do_sample=o.do_sample, temperature=self.temperature, top_k=o.top_k,
+                        top_p=o.top_p, generator=self.gen)
+        if self.seen is not None:
+            self.seen.scatter_(1, nxt[:, None], True)  # what was just chosen counts from now on
+        return nxt
 
 
 def _run(model, steps, choose, stops, B, max_new_tokens, pad, device) -> Iterator[torch.Tensor]:
@@ -519,13 +532,13 @@ def _linear_head(model, steps: int):
     return lambda hidden: model.lm_head(head_in(hidden[:, -1]))
 
 
-def _decoder_logits(model, ids, mask, use_cache, prefix_length, head, steps):
+def _decoder_logits(model, ids, padding, use_cache, prefix_length, head, steps):
     """A coroutine: yields next-token logits ``(B, V)``; is sent the chosen ids ``(B,)``."""
     B, T0 = ids.shape
     dev = ids.device
-    # explicit masks whenever ids alone could be mistaken for padding (a generated pad_id token)
-    explicit = mask is not None or model.spec.pad_id is not None
-    full = mask if mask is not None else (torch.ones(B, T0, dtype=torch.bool, device=dev)
+    # explicit padding whenever ids alone could be mistaken for padding (a generated pad_id token)
+    explicit = padding is not None or model.spec.pad_id is not None
+    full = padding if padding is not None else (torch.ones(B, T0, dtype=torch.bool, device=dev)
                                           if explicit else None)
     ones = torch.ones(B, 1, dtype=torch.bool, device=dev) if explicit else None
     plen = torch.full((B,), T0 if prefix_length is None else prefix_length, dtype=torch.long,
@@ -547,11 +560,11 @@ def _decoder_logits(model, ids, mask, use_cache, prefix_length, head, steps):
             full = torch.cat([full, ones], dim=1)
 
 
-def _seq2seq_logits(model, src, src_mask, use_cache, start_id, head, steps):
+def _seq2seq_logits(model, src, src_padding, use_cache, start_id, head, steps):
     """Encoder-decoder: encode once, then decode step by step (cross-attention k/v cached too)."""
     B = src.size(0)
     dev = src.device
-    memory, mem_pad = model.encode(src, src_mask)
+    memory, mem_pad = model.encode(src, src_padding)
     explicit = model.spec.pad_id is not None  # the start token is often the pad id (T5)
     tgt = torch.full((B, 1), start_id, dtype=torch.long, device=dev)
     ones = torch.ones(B, 1, dtype=torch.bool, device=dev) if explicit else None
@@ -608,11 +621,8 @@ def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = Fals
         prompt, _ = _as_batch(model, ids, options.get("attention_mask"), pad)
     else:
         B = _as_batch(model, ids, options.get("attention_mask"), pad)[0].size(0)
-        start = options.get("decoder_start_id")
-        if start is None:
-            tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
-            bos = getattr(tok, "bos_id", None)
-            start = bos if bos is not None and bos < model.spec.vocab_size else pad
+        start = _start_id(model, tokenizer, GenerationOptions(
+            decoder_start_id=options.get("decoder_start_id")), pad)
         prompt = torch.full((B, 1), start, dtype=torch.long, device=dev)
     if not new:
         return prompt
