@@ -596,3 +596,22 @@ def test_kernels_say_truthfully_whether_they_are_fused(name, monkeypatch):
     label = "[fused sdpa]" if comp.doc.startswith("[fused sdpa]") else "[eager]"
     assert comp.doc.startswith(label)
     assert bool(calls) == (label == "[fused sdpa]")
+
+
+def test_zoo_components_shows_papers_and_lessons():
+    """`zoo components FAMILY --lessons`, run as a user would: each catalogue placement with its paper
+    in the description line and its lesson in both languages."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "zoo.cli", "components", "placement", "--lessons"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())
+    for name in CATALOGUE["placement"]:
+        assert f" {name} " in text
+    assert "arXiv 2003.04887" in text and "ReZero" in text  # the paper, in the description
+    assert "[en] Problem: deep residual stacks" in text and "[zh] 问题：深的残差网络" in text
+    plain_run = subprocess.run([sys.executable, "-m", "zoo.cli", "components", "placement"],
+                               capture_output=True, text=True, timeout=120)
+    assert "[en]" not in plain_run.stdout  # lessons only when asked
