@@ -25,6 +25,19 @@ def _imports_in_functions(tree: ast.AST):
                     yield fn, ["." * node.level + (node.module or "")], node
 
 
+def _area(rel: str) -> str:
+    """Where a file stands: the engine core, the commands (lazy imports keep ``zoo --help`` fast),
+    the tools above the engine (training, experiments, the test kit), the UI or the plugins."""
+    parts = rel.split("/")
+    if parts[0] != "zoo":
+        return parts[0] + "/"
+    if parts[1] in ("commands", "cli.py"):
+        return "zoo/commands (lazy, for a fast CLI)"
+    if parts[1] in ("train", "experiment", "testing"):
+        return f"zoo/{parts[1]}/"
+    return "zoo engine core (zoo/*.py, zoo/convert/)"
+
+
 def main(folders=("zoo", "ui", "plugins"), long_lines: int = 80) -> None:
     total = own = 0
     seen = set()
@@ -49,8 +62,13 @@ def main(folders=("zoo", "ui", "plugins"), long_lines: int = 80) -> None:
                         if n > long_lines:
                             longs.append((n, f"{rel}:{fn.name}"))
     print(f"function-level imports in {', '.join(folders)}: {total} ({own} of zoo's own)")
+    areas: dict[str, int] = {}
+    for rel, n in per_file.items():
+        areas[_area(rel)] = areas.get(_area(rel), 0) + n
+    for area, n in sorted(areas.items()):
+        print(f"  {n:3d}  {area}")
     for rel, n in sorted(per_file.items(), key=lambda kv: -kv[1]):
-        print(f"  {n:3d}  {rel}")
+        print(f"      {n:3d}  {rel}")
     print(f"functions over {long_lines} lines in zoo/ and ui/: {len(longs)}")
     for n, name in sorted(longs, reverse=True):
         print(f"  {n:4d}  {name}")

@@ -22,6 +22,8 @@ from .components import Tokenizer
 from .errors import TokenizerError
 from .registry import get_registry
 from .spec import make_config
+from .tokenizer_rules import is_panic
+from .trust import clip, short
 
 #: metadata key under which a checkpoint stores its tokenizer
 META_KEY = "zoo.tokenizer"
@@ -71,10 +73,6 @@ def from_json(text: str | dict) -> Tokenizer:
     present, an object ``data``; whatever the plugin's ``from_json`` raises on the stored data (a
     ``KeyError`` for a missing field, a ``TypeError`` for a wrong type, a panic of a foreign
     library) becomes a :class:`TokenizerError` naming the plugin."""
-    from .registry import get_registry
-    from .tokenizer_rules import is_panic
-    from .trust import clip, short
-
     fix = "store tokenizers with zoo.save(model, path, tokenizer=tok)"
     if isinstance(text, (str, bytes, bytearray)):
         try:
