@@ -1,6 +1,7 @@
 """Experiment files: validation errors that name the field, variants and grids, the quick block,
 baselines, and budgets in steps / tokens / training FLOPs (equal FLOPs is one line)."""
 import dataclasses
+import json
 import math
 
 import pytest
@@ -85,6 +86,8 @@ def test_grid_quick_and_baseline_mapping():
     assert v.overrides == {"num_layers": 12, "train.lr": 0.01, "norm.placement": "post"}
     assert exp.reference(v).name == "num_layers=12,lr=0.01,placement=pre"
     assert exp.reference(exp.reference(v)) is None
+    again = ze.parse(json.loads(exp.raw))  # what a results folder stores and re-reads
+    assert [x.name for x in again.variants] == [x.name for x in exp.variants]
     q = ze.load("norm_depth", quick=True)
     assert q.quick and q.budget.steps < exp.budget.steps and len(q.seeds) <= len(exp.seeds)
     assert q.fingerprint() != exp.fingerprint()

@@ -227,7 +227,7 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
 
         _bad(str(unknown[0]), f"unknown field {short(unknown[0])}", options=TOP_KEYS,
              fix=did_you_mean(str(unknown[0]), TOP_KEYS) or "remove it")
-    raw = json.dumps(data, sort_keys=True, default=str)
+    raw = json.dumps(data, default=str)  # key order kept: grid variant names follow it
     if quick:
         q = data.get("quick")
         if q is not None and not isinstance(q, dict):
