@@ -30,11 +30,11 @@ class SinkAttention(AttentionKernel):
         "en": "Problem: softmax heads that have nothing to attend to park their weight on the first token, "
               "which then cannot be evicted from a streaming cache and grows outlier activations. A learned "
               "sink logit a_h per head joins the softmax without a value: w_ij = exp(s_ij) / (exp(a_h) + "
-              "Σ exp(s_ij')). gpt-oss uses it with sliding-window layers; it helps streaming and long-context "
-              "decoding.",
+              "Σ exp(s_ij')). gpt-oss uses it in every layer, its sliding-window ones included; it helps "
+              "streaming and long-context decoding.",
         "zh": "问题：无事可做的 softmax 头会把权重停放在第一个词上，于是这个词无法从流式缓存中移除，还会产生离群激活。"
               "为每个头学习一个“汇”分数 a_h，它参与 softmax 但不带值：w_ij = exp(s_ij) / (exp(a_h) + Σ exp(s_ij'))。"
-              "gpt-oss 在滑动窗口层中使用它；对流式解码和长上下文解码有帮助。",
+              "gpt-oss 在每一层（包括滑动窗口层）都使用它；对流式解码和长上下文解码有帮助。",
     }
 
     def __init__(self, config, ctx):
