@@ -191,13 +191,14 @@ class HeadSpec:
 _NO_DEFAULT = object()
 
 
-def per_stack(default: Any = _NO_DEFAULT) -> Any:
+def per_stack(default: Any = _NO_DEFAULT, *, quiet: bool = False) -> Any:
     """A :class:`ModelSpec` field that an ``encoder:`` / ``decoder:`` section may override.
 
     Declaring the field is all a new per-stack setting needs: its type (the annotation) is what the
     parser checks, :data:`STACK_FIELDS` lists it, and :class:`StackSpec` (what the layers are built
-    from) carries it resolved for each stack."""
-    meta = {"per_stack": True}
+    from) carries it resolved for each stack.  ``quiet``: a flag written out only when set, so the
+    specs written before it existed stay as they were."""
+    meta = {"per_stack": True, "quiet": quiet}
     if default is _NO_DEFAULT:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -227,10 +228,11 @@ class ModelSpec:
     type_vocab_size: int = 0
     pad_id: int | None = None
     head_scale: float | None = None  # multiplies the final hidden states before the LM head (T5 tied: d_model**-0.5)
-    head_bias: bool = False  # the LM head of a decoder / encoder-decoder has a bias (BART, Marian)
+    # the LM head of a decoder / encoder-decoder has a bias (BART, Marian)
+    head_bias: bool = dataclasses.field(default=False, metadata={"quiet": True})
     logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
-    qk_norm: bool = per_stack(False)  # the norm type, per head, on q and k before positions (Qwen3)
-    parallel_residual: bool = per_stack(False)  # x + attn(n1(x)) + ffn(n2(x)) (GPT-J, GPT-NeoX)
+    qk_norm: bool = per_stack(False, quiet=True)  # the norm type, per head, on q and k (Qwen3)
+    parallel_residual: bool = per_stack(False, quiet=True)  # x + attn(n1(x)) + ffn(n2(x)) (GPT-J)
     mask_pattern: tuple[tuple[ComponentSpec, ...], ...] | None = per_stack(None)  # layer i: [i % len]
     # one field per spec family of the family table (zoo.components.FAMILIES), all per stack
     attention: ComponentSpec | None = None
@@ -339,7 +341,8 @@ StackSpec.__module__ = __name__  # pickling and reprs name zoo.spec.StackSpec
 
 
 #: flags written out only when set, so the specs written before they existed stay as they were
-_QUIET = ("head_bias", "qk_norm", "parallel_residual")
+#: (``quiet`` in a field's metadata)
+_QUIET = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.metadata.get("quiet"))
 
 
 def _field_to_yaml(name: str, v: Any, placement: ComponentSpec | None) -> Any:

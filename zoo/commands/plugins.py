@@ -5,6 +5,7 @@ through the ``zoo`` entry-point group.  A plugin that failed (at import, in a ho
 registration) is listed with its error; zoo itself keeps working.  ``--strict`` turns any plugin error
 into exit status 1, for CI.
 """
+import dataclasses
 import json
 import os
 
@@ -48,8 +49,8 @@ def _details(name: str) -> None:
             click.echo(f"    parameters: {params}")
         if family == "attention":
             caps = comp.capabilities
-            flags = [f for f in ("returns_weights", "supports_bias", "supports_mask",
-                                 "supports_kv_cache", "exact", "causal_only") if getattr(caps, f)]
+            flags = [f.name for f in dataclasses.fields(caps)  # every flag Capabilities declares
+                     if getattr(caps, f.name) is True]
             click.echo(f"    capabilities: {', '.join(flags) or '-'}")
         click.echo(f"    dtypes: {', '.join(comp.capabilities.dtypes)}; "
                    f"devices: {', '.join(comp.capabilities.devices)}")
