@@ -23,3 +23,18 @@ def moved(module: str, names: dict[str, str]) -> Callable[[str], Any]:
                       stacklevel=2)
         return getattr(importlib.import_module(target), new_name)
     return __getattr__
+
+
+def moved_method(cls_name: str, name: str, target: str) -> Callable[..., Any]:
+    """A deprecated method of ``cls_name`` that became the function ``target``
+    (``"module:function"``) taking the object as its ``registry=`` keyword; resolved when called."""
+    module, _, func = target.partition(":")
+
+    def method(self, *args: Any, **kwargs: Any) -> Any:
+        warnings.warn(f"{cls_name}.{name} is deprecated: use {module}.{func}(..., registry=...)",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), func)(*args, registry=self, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"Deprecated: :func:`{module}.{func}` with ``registry=self``."
+    return method

@@ -33,7 +33,6 @@ import os
 import re
 import threading
 import traceback
-import warnings
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Iterable
@@ -43,7 +42,7 @@ import pluggy
 from . import hookspecs
 from .components import FAMILIES as FAMILY_TABLE
 from .components import FAMILY_BASES, Capabilities
-from .deprecation import moved
+from .deprecation import moved, moved_method
 from .errors import PluginError, UnknownComponentError, did_you_mean
 from .version import __version__
 
@@ -334,18 +333,14 @@ class Registry:
         return [c for f in fams for _, c in sorted(self.components[f].items())]
 
     # ------------------------------------------------------------------ moved
-    def __getattr__(self, name: str):
-        """The compatibility rules moved to :mod:`zoo.compat` (the registry loads and looks up);
-        ``registry.require(spec, ...)`` still works, as ``zoo.compat.require(spec, ..., registry)``."""
-        if name in _MOVED_RULES:
-            warnings.warn(f"Registry.{name} is deprecated: use zoo.compat.{name}(..., registry=...)",
-                          DeprecationWarning, stacklevel=2)
-            rule = getattr(importlib.import_module("zoo.compat"), name)
-            return lambda *args, **kw: rule(*args, registry=self, **kw)
-        raise AttributeError(f"'Registry' object has no attribute {name!r}")
+    # the compatibility rules moved to zoo.compat (the registry loads and looks up);
+    # registry.require(spec, ...) still works, as zoo.compat.require(spec, ..., registry=registry)
+    stack_components = moved_method("Registry", "stack_components", "zoo.compat:stack_components")
+    check_compatible = moved_method("Registry", "check_compatible", "zoo.compat:check_compatible")
+    check_runtime = moved_method("Registry", "check_runtime", "zoo.compat:check_runtime")
+    require = moved_method("Registry", "require", "zoo.compat:require")
 
 
-_MOVED_RULES = ("stack_components", "check_compatible", "check_runtime", "require")
 
 
 class _Register:
