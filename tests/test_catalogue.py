@@ -615,3 +615,28 @@ def test_zoo_components_shows_papers_and_lessons():
     plain_run = subprocess.run([sys.executable, "-m", "zoo.cli", "components", "placement"],
                                capture_output=True, text=True, timeout=120)
     assert "[en]" not in plain_run.stdout  # lessons only when asked
+
+
+@pytest.mark.parametrize("overrides, where, says", [
+    ({"attention": {"kind": "topk", "k": 0}}, "attention", "k must be >= 1"),
+    ({"attention": "differential", "d_model": 36}, "attention.kind", "head_dim 9 is odd"),
+    ({"positions": {"kind": "kerple_log"}, "attention": "eager", "arch": "encoder", "mask": "bidirectional",
+      "tie_embeddings": False}, None, None),  # a valid encoder: builds
+    ({"ffn": {"kind": "moe", "experts": 2, "top_k": 3}}, "ffn", "top_k <= experts"),
+    ({"norm": {"kind": "layernorm", "placement": {"kind": "stochastic_depth", "p": 1.0}}}, "norm",
+     "p must be in [0, 1)"),
+])
+def test_bad_catalogue_parameters_are_spec_errors(overrides, where, says):
+    """Wrong parameters fail at build time with a ZooError naming the field, never a traceback."""
+    if says is None:
+        zoo.build("gpt_tiny", num_layers=1, **overrides)
+        return
+    with pytest.raises(zoo.ZooError) as e:
+        zoo.build("gpt_tiny", num_layers=1, **overrides)
+    assert says in str(e.value) and (e.value.where or "").startswith(where)
+
+
+def test_xpos_refuses_encoders_with_the_options():
+    with pytest.raises(zoo.IncompatibleComponentsError) as e:
+        zoo.build("bert_tiny", positions="xpos")
+    assert "causal" in str(e.value) and "rope" in e.value.options
