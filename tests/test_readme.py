@@ -234,8 +234,11 @@ def test_readme_and_card_state_what_poet_bert_measures_on_famous_lines():
     assert f"{got['hidden']} 个字中猜对 {got['model_top1']} 个，二元模型 {got['bigram_top1']} 个" in zh
     card = (ROOT / "checkpoints" / "poet_bert" / "README.md").read_text(encoding="utf-8")
     assert claim_en in card.replace("\n", " ") and f"猜对 {got['model_top1']} 个" in card
-    for prompt in ("春眠不觉晓，处处闻<mask>鸟。", "床前明<mask>光，疑是地上霜。", "独在异<mask>为异客，每逢佳节倍思亲。"):
-        assert prompt in got["right"], prompt  # the README's examples are ones it answers right
+    en = (ROOT / "README.md").read_text(encoding="utf-8")
+    for prompt, answer in {"春眠不觉晓，处处闻<mask>鸟。": "啼", "床前明<mask>光，疑是地上霜。": "月",
+                           "独在异<mask>为异客，每逢佳节倍思亲。": "乡"}.items():
+        assert f"`{prompt}` ({answer})" in en.replace("\n", " ") and f"`{prompt}`（{answer}）" in zh
+        assert zoo.fill_mask(model, prompt)[0][0]["text"] == answer, prompt  # the README's examples
 
 
 # ---------------------------------------------------------------------- zoo train: estimate, Ctrl-C
