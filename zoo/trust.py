@@ -130,7 +130,7 @@ def user_path(path: Any, *, where: str, error: type[ZooError] = ZooError) -> Pat
     if "\x00" in text:
         raise error(f"the path {short(text)} contains a NUL byte", where=where,
                     fix="remove the NUL character from the path")
-    raw = text.encode("utf-8", "surrogateescape")
+    raw = text.encode("utf-8", "surrogatepass")
     if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
         raise error(f"the path {short(text)} is too long (a name over {NAME_MAX} bytes or a path "
                     f"over {PATH_MAX})", where=where, fix="use a shorter file or folder name")
