@@ -15,6 +15,7 @@ import warnings
 import torch
 from torch import nn
 
+from . import hooks
 from .errors import ZooError
 from .generate import generate
 from .layers import KVCache, Stack, make_parts, make_stack, real_padding
@@ -131,10 +132,32 @@ class ZooModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def generate(self, ids, max_new_tokens: int = 32, **options):
+    def generate(self, ids, max_new_tokens: int = 32, *, fwd_hooks=None, return_cache: bool = False,
+                 names_filter=None, **options):
         """Generate with a KV cache (greedy, sampling, stop tokens, streaming, text in/out); see
-        :func:`zoo.generate.generate` for the options."""
+        :func:`zoo.generate.generate` for the options.  ``fwd_hooks`` apply at every decoding step
+        and ``return_cache=True`` returns ``(ids, cache)`` (see :func:`zoo.hooks.generate`)."""
+        if fwd_hooks or return_cache:
+            return hooks.generate(self, ids, max_new_tokens, fwd_hooks=fwd_hooks or (),
+                                  return_cache=return_cache, names_filter=names_filter, **options)
         return generate(self, ids, max_new_tokens, **options)
+
+    def run_with_hooks(self, *args, fwd_hooks=(), **kwargs):
+        """One forward with TransformerLens-style hooks in place (:func:`zoo.hooks.run_with_hooks`)."""
+        return hooks.run_with_hooks(self, *args, fwd_hooks=fwd_hooks, **kwargs)
+
+    def run_with_cache(self, *args, names_filter=None, fwd_hooks=(), **kwargs):
+        """``(output, cache)`` of one forward, every named activation cached
+        (:func:`zoo.hooks.run_with_cache`)."""
+        return hooks.run_with_cache(self, *args, names_filter=names_filter, fwd_hooks=fwd_hooks, **kwargs)
+
+    def hooks(self, fwd_hooks=(), names_filter=None):
+        """A context in which every call runs with ``fwd_hooks`` (:func:`zoo.hooks.hooks`)."""
+        return hooks.hooks(self, fwd_hooks, names_filter)
+
+    def hook_names(self) -> list[str]:
+        """Every hook point's name, in forward order (:func:`zoo.hooks.hook_names`)."""
+        return hooks.hook_names(self)
 
     def reset_buffers(self) -> None:
         """Recompute derived, non-persistent buffers (after building on the meta device)."""
