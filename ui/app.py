@@ -35,7 +35,13 @@ footer { display: none !important; }
                          background: rgba(220, 38, 38, 0.08); }
 /* wide tables wrap their cells instead of pushing columns off-screen */
 #cmp-table table, #verify-table table { table-layout: auto; }
-#cmp-table td, #verify-table td { white-space: normal; word-break: break-word; }
+#cmp-table td { white-space: normal; word-break: break-word; }
+/* Verify: words wrap between words only (no "refer-ence" splits); the table scrolls if it must */
+#verify-table td { white-space: normal; word-break: normal; overflow-wrap: normal; hyphens: none; }
+#verify-table { overflow-x: auto; }
+/* the model card's code blocks wrap inside the card instead of being cut at its right edge */
+#run-card pre, #run-card pre code { white-space: pre-wrap !important; overflow-wrap: anywhere; }
+#run-card pre { overflow-x: auto; max-width: 100%; }
 #cmp-table th, #verify-table th { white-space: nowrap; word-break: normal; }
 .zoo-stale { padding: 8px; border: 1px dashed #888; border-radius: 6px; opacity: 0.8; }
 """
@@ -153,5 +159,7 @@ def launch(demo=None, *, host: str = "127.0.0.1", port: int = 7860, block: bool 
     demo = demo if demo is not None else build_app(lang)
     return demo.launch(server_name=host, server_port=port, share=False, inbrowser=False,
                        prevent_thread_lock=not block, show_error=True, ssr_mode=False,
-                       mcp_server=False, theme=theme(), css=CSS, quiet=not block,
+                       # quiet: Gradio's banner ends with its "set share=True" hint, while zoo
+                       # never shares; `zoo ui` prints the address itself
+                       mcp_server=False, theme=theme(), css=CSS, quiet=True,
                        footer_links=["api"], **kwargs)

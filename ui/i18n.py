@@ -179,6 +179,8 @@ STRINGS: dict[str, tuple[str, str]] = {
                          "该检查点没有分词器，无法读取文本"),
     "run.no_tokenizer_fix": ("train it with a tokenizer (see `zoo train`) or choose a shipped checkpoint",
                              "请带分词器训练它（见 `zoo train`），或选择自带的检查点"),
+    "run.contract": ("input: {text}", "输入约定：{text}"),
+    "run.note": ("note", "提示"),
     "run.fill_header": ("position", "位置"),
     "run.candidates": ("candidates (probability)", "候选（概率）"),
     "run.speed": ("**{rate:.1f} tokens/s** · {mb:.1f} MB read per token · {pct:.1f}% of the memory "
@@ -261,8 +263,9 @@ STRINGS: dict[str, tuple[str, str]] = {
     "compare.a": ("Model A", "模型 A"),
     "compare.b": ("Model B", "模型 B"),
     "compare.pick": ("Preset or checkpoint", "预设或检查点"),
-    "compare.override": ("Override (YAML mapping, e.g. `attention: eager`)",
-                         "覆盖字段（YAML 映射，例如 `attention: eager`）"),
+    # a Textbox label is plain text (no Markdown): quotes, not backticks
+    "compare.override": ("Override (YAML mapping, e.g. \u201cattention: eager\u201d)",
+                         "覆盖字段（YAML 映射，例如 \u201cattention: eager\u201d）"),
     "compare.seq_len": ("Sequence length", "序列长度"),
     "compare.go": ("Compare", "对比"),
     "compare.table": ("Side by side", "并排对比"),

@@ -14,6 +14,8 @@ ones ``zoo inspect`` writes as image files.
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import Any
 
@@ -259,8 +261,8 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
     names = [_weights_name(stack, i) for i in range(st.num_layers)]
     every = torch.stack([trace[n][0] for n in names])  # (L, h, Tq, Tk)
     attention = attention_view(every, q_tokens, k_tokens, stack, layer, head, lang)
-    grid = plots.attention_grid(every, q_tokens if kind == "attn" else None,
-                                title=f"{stack}: {st.num_layers} layers × {st.num_heads} heads")
+    grid = legible_grid(plots.attention_grid(every, q_tokens if kind == "attn" else None,
+                                             title=f"{stack}: {st.num_layers} layers × {st.num_heads} heads"))
     mask = plots.mask_pattern(model.spec, seq_len=min(len(q_tokens), 32), role=role) if kind == "attn" else None
     pos = positions_figure(model.spec, min(len(q_tokens), 32), role, model)
     # the next-token prediction only means something for a language model
@@ -425,27 +427,67 @@ def _attention_layout(tr) -> dict:
         # handler runs, and inspect() already falls back to the model's last stack
         ui["stack"] = tr.add(gr.Dropdown(["encoder", "decoder", "cross"], value="decoder", label=tr("inspect.stack"),
                                          elem_id="inspect-stack", allow_custom_value=True), label="inspect.stack")
-        ui["layer"] = tr.add(gr.Slider(0, LIMITS["num_layers"] - 1, value=0, step=1, label=tr("inspect.layer"),
-                                       elem_id="inspect-layer"), label="inspect.layer")
-        ui["head"] = tr.add(gr.Slider(0, LIMITS["num_heads"] - 1, value=0, step=1, label=tr("inspect.head"),
-                                      elem_id="inspect-head"), label="inspect.head")
+        ui["layer"] = tr.add(index_slider()(0, LIMITS["num_layers"] - 1, value=0, step=1,
+                                            label=tr("inspect.layer"), elem_id="inspect-layer"),
+                             label="inspect.layer")
+        ui["head"] = tr.add(index_slider()(0, LIMITS["num_heads"] - 1, value=0, step=1,
+                                           label=tr("inspect.head"), elem_id="inspect-head"),
+                            label="inspect.head")
         ui["go_inspect"] = tr.add(gr.Button(tr("inspect.go"), variant="primary", elem_id="inspect-go"),
                                   value="inspect.go")
     ui["error"] = error_box("inspect-error")
     ui["next"] = gr.Markdown(elem_id="inspect-next")
-    with gr.Row():
-        with gr.Column(scale=3):
-            tr.add(gr.Markdown(f"**{tr('inspect.heatmap')}**"), value="**{inspect.heatmap}**")
-            ui["heat"] = gr.HTML(None, html_template="<div class='zoo-attn'></div>", js_on_load=ATTN_JS,
-                                 css_template=ATTN_CSS, elem_id="inspect-attn")
-        ui["grid"] = tr.add(gr.Plot(label=tr("inspect.grid"), elem_id="inspect-grid", scale=2,
-                                    elem_classes=["zoo-plot"]), label="inspect.grid")
+    tr.add(gr.Markdown(f"**{tr('inspect.heatmap')}**"), value="**{inspect.heatmap}**")
+    ui["heat"] = gr.HTML(None, html_template="<div class='zoo-attn'></div>", js_on_load=ATTN_JS,
+                         css_template=ATTN_CSS, elem_id="inspect-attn")
+    # the layers x heads grid takes the page's full width (beside the heatmap, at 1280 its labels
+    # were drawn 5 px high), and its labels are sized for that width: legible_grid
+    ui["grid"] = tr.add(gr.Plot(label=tr("inspect.grid"), elem_id="inspect-grid",
+                                elem_classes=["zoo-plot"]), label="inspect.grid")
     with gr.Row():
         ui["maskfig"] = tr.add(gr.Plot(label=tr("inspect.mask"), elem_id="inspect-mask",
                                        elem_classes=["zoo-plot"]), label="inspect.mask")
         ui["posfig"] = tr.add(gr.Plot(label=tr("inspect.positions"), elem_id="inspect-positions",
                                       elem_classes=["zoo-plot"]), label="inspect.positions")
     return ui
+
+
+#: The grid's width on the page at a 1280-pixel window (full width, less the page's margins), and the
+#: smallest text height wanted there.
+GRID_SHOWN_PX, GRID_TEXT_PX = 1180, 11
+
+
+def legible_grid(fig, shown_px: float = GRID_SHOWN_PX, text_px: float = GRID_TEXT_PX):
+    """Raise every text of ``fig`` to at least ``text_px`` pixels high once the figure is scaled to
+    ``shown_px`` wide: a point is ``shown_px / (72 * width in inches)`` pixels there."""
+    least = text_px * 72 * fig.get_figwidth() / shown_px  # in points
+    for text in fig.findobj(lambda o: hasattr(o, "get_fontsize") and hasattr(o, "set_fontsize")):
+        if text.get_text() if hasattr(text, "get_text") else True:
+            text.set_fontsize(max(text.get_fontsize(), least))
+    return fig
+
+
+@functools.cache
+def index_slider():
+    """A ``gr.Slider`` class for a layer or head number that leaves the range check to
+    :func:`inspect` (whose ZooError lands in the tab's error box, with the valid numbers): Gradio's
+    own check of a number typed past the slider's end raised a pop-up over the language switch."""
+    import gradio as gr
+
+    class IndexSlider(gr.Slider):
+        def get_block_name(self) -> str:
+            return "slider"  # drawn by the frontend as a plain slider
+
+        def preprocess(self, payload):
+            return payload if payload is None else _round_index(payload)
+
+    return IndexSlider
+
+
+def _round_index(payload) -> float:  # Gradio's rounding, without its bounds check
+    import gradio as gr
+
+    return gr.Number.round_to_precision(payload, 0)
 
 
 @inline_errors(3)  # a bad name typed into the box: the tab's error box

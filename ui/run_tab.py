@@ -29,6 +29,8 @@ from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoi
                      safe_markdown)
 from .i18n import STRINGS, t
 
+from zoo.contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
+
 #: one example per shipped checkpoint: clicking it picks the checkpoint and runs the prompt
 EXAMPLES = {"poet_gpt": "床前明月光，", "poet_bert": "床前明<mask>光，疑是地上霜。", "numerals_t5": "10086"}
 
@@ -65,9 +67,15 @@ def model_card(name: str, lang: str = "en") -> str:
     cert = certificate_text(meta)  # a converted model: how closely it matches its source (or that nobody checked)
     if cert:
         lines.append(f"- {cert}")
+    contract = meta.get(CONTRACT_KEY)
+    if contract:  # what the model accepts (zoo.contract): the same words as the card's Input section
+        try:
+            lines.append("- " + t("run.contract", lang, text=InputContract.from_json(contract).summary()))
+        except zoo.ZooError as exc:
+            lines.append("- " + t("run.contract", lang, text=f"unreadable ({exc.what})"))
     for key, value in sorted(meta.items()):
-        if key in ("zoo.extra.parity", "zoo.extra.converted_from"):
-            continue  # shown as the certificate line above
+        if key in ("zoo.extra.parity", "zoo.extra.converted_from", CONTRACT_KEY, "zoo.extra.train"):
+            continue  # the certificate and contract lines above; the trainer's raw log is not a result
         if key.startswith("zoo.extra.") and len(value) < 300:  # a server's paths stay on the server
             shown = _ABS_PATH.sub(r"\1", value)
             lines.append(f"- {key[len('zoo.extra.'):]}: {shown}")
@@ -228,23 +236,39 @@ def _layout(tr) -> dict:
                                              elem_id="run-output"), label="run.output")
             ui["speed"] = gr.Markdown("", elem_id="run-speed")  # tokens/s against the roofline
             ui["fills"] = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
-                                       elem_id="run-fill", wrap=True)
+                                       elem_id="run-fill", wrap=True, visible=_is_encoder(first))
         with gr.Column(scale=2):  # the model card beside the controls, scrolling on its own
             ui["card"] = gr.Markdown(model_card(first) if first else "", elem_id="run-card", max_height=900)
     return ui
 
 
+def _is_encoder(name) -> bool:
+    try:
+        return bool(name) and zoo.load_spec(checkpoint_path(name)).arch == "encoder"
+    except zoo.ZooError:
+        return False
+
+
 def _examples(tr, ui: dict, names: list[str]):
-    """One example per shipped checkpoint that is present (None when none is)."""
+    """One example per shipped checkpoint that is present (None when none is): a ``gr.Dataset`` of
+    plain values whose headers and label follow the language switch.  (``gr.Examples`` loaded its
+    values by re-sending the input components as built, English labels included, so a click after
+    switching to 中文 turned the labels back to English.)"""
     import gradio as gr
 
     shown = [[n, p] for n, p in EXAMPLES.items() if n in names]
     if not shown:
         return None
-    examples = gr.Examples(shown, inputs=[ui["checkpoint"], ui["prompt"]], label=tr("run.examples"),
-                           examples_per_page=len(shown))
-    tr.add(examples.dataset, label="run.examples")
-    return examples
+    dataset = gr.Dataset(components=["textbox", "textbox"], samples=shown, label=tr("run.examples"),
+                         headers=[tr("run.checkpoint"), tr("run.prompt")], samples_per_page=len(shown),
+                         elem_id="run-examples")
+    return tr.add(dataset, label="run.examples", headers=("run.checkpoint", "run.prompt"))
+
+
+def pick_example(sample) -> tuple[str, str]:
+    """An example clicked: its checkpoint and prompt, as plain values."""
+    name, prompt = (list(sample) + ["", ""])[:2]
+    return str(name), str(prompt)
 
 
 #: What the Run tab starts its controls at where it differs from :class:`~zoo.generate.GenerationOptions`'
@@ -281,6 +305,7 @@ def _control(tr, name: str, opt, first: str | None):
     texts = {"label": f"run.{name}", **({"info": info} if info else {})}
     common = dict(step=opt.step, elem_id=f"run-{name.replace('_', '-')}",
                   **{attr: tr(key) for attr, key in texts.items()})
+    common["visible"] = not _is_encoder(first)  # an encoder fills masks: no generation controls
     if opt.ui_low is not None and high is not None:
         widget = gr.Slider(opt.ui_low, high, value=value, **common)
     else:
@@ -321,9 +346,16 @@ def run_ui(name, text, lang, *values):
             return pd.DataFrame(rows, columns=columns)
         return gr.skip()
 
-    for out, rows in raw(run)(name, text, lang=lang, stats=stats, **options):
-        yield out, table(rows), ""
-    yield out, table(rows), speed_line(stats, lang)
+    notes: list[str] = []  # the prompt normalised, or characters the tokenizer does not know
+    with route_notes(notes.append):
+        for out, rows in raw(run)(name, text, lang=lang, stats=stats, **options):
+            yield out, table(rows), note_lines(notes, lang)
+    yield out, table(rows), note_lines(notes, lang) + speed_line(stats, lang)
+
+
+def note_lines(notes: list[str], lang: str = "en") -> str:
+    """The notes of a run (zoo.contract's InputWarnings), one line each, above the speed line."""
+    return "".join(f"⚠ {t('run.note', lang)}: {safe_markdown(n)}  \n" for n in notes)
 
 
 @inline_errors(2)
@@ -332,6 +364,22 @@ def on_checkpoint(name, lang):
     import gradio as gr
 
     return raw(model_card)(name, lang), gr.update(**max_new_tokens_for(name, lang))
+
+
+def fits_checkpoint(name) -> list:
+    """What a checkpoint shows: an encoder (fill-mask) shows the candidates table and no generation
+    controls; a decoder or encoder-decoder shows the controls and no (empty) fill-mask table.
+    Updates for ``[fills, *generation controls]``."""
+    import gradio as gr
+
+    encoder = _is_encoder(name)
+    return [gr.update(visible=encoder)] + [gr.update(visible=not encoder) for _ in ui_options()]
+
+
+#: Brings the output into view after an example's click (it sits below the controls, under the fold
+#: of a 1280x800 window); the error box, just above it, shows too.
+SHOW_OUTPUT_JS = """() => { const el = document.querySelector('#run-error') || document.querySelector('#run-output');
+  if (el) el.scrollIntoView({block: 'start', behavior: 'instant'}); }"""
 
 
 @handler
@@ -350,14 +398,22 @@ def _wire(ui: dict, lang_state) -> None:
     outputs = [ui["output"], ui["fills"], ui["speed"], error]
     generate = dict(concurrency_limit=4, concurrency_id="generate", api_visibility="private")
     runs = []  # the example's run
+    shown = [ui["fills"]] + [ui[name] for name, _ in ui_options()]
     if examples is not None:  # one click: pick the checkpoint (card, limits), then run with the defaults
-        runs.append(examples.load_input_event.then(
+        picked = examples.click(pick_example, inputs=[examples], outputs=[ckpt, ui["prompt"]],
+                                api_visibility="private")
+        example_run = picked.then(
             on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], error],
-            api_visibility="private").then(run_ui, inputs=inputs, outputs=outputs, **generate))
+            api_visibility="private").then(
+            fits_checkpoint, inputs=[ckpt], outputs=shown, api_visibility="private").then(
+            None, js=SHOW_OUTPUT_JS).then(run_ui, inputs=inputs, outputs=outputs, **generate)
+        example_run.then(None, js=SHOW_OUTPUT_JS)  # once more: the card and table may have moved it
+        runs.append(example_run)  # (a js-only event is not queued, so it cannot be cancelled)
     ui["refresh"].click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
     for event in (ckpt.change, lang_state.change):  # the card's own lines follow the language too
         event(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], error],
               api_visibility="private")
+    ckpt.change(fits_checkpoint, inputs=[ckpt], outputs=shown, api_visibility="private")
     go_run, submit_run = (event(run_ui, inputs=inputs, outputs=outputs, **generate)
                           for event in (ui["go"].click, ui["prompt"].submit))
     # each trigger cancels the runs of the other triggers, and an example its predecessor (the
@@ -365,7 +421,7 @@ def _wire(ui: dict, lang_state) -> None:
     ui["go"].click(None, cancels=[submit_run] + runs, api_visibility="private")
     ui["prompt"].submit(None, cancels=[go_run] + runs, api_visibility="private")
     if examples is not None:
-        examples.dataset.click(None, cancels=[go_run, submit_run] + runs, api_visibility="private")
+        examples.click(None, cancels=[go_run, submit_run] + runs, api_visibility="private")
 
 
 def _api() -> None:
