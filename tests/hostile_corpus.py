@@ -239,6 +239,12 @@ def _converter() -> list[Case]:
         return convert(d)
     out.append(Case("converter", "pickle only", pickle_only))
     out.append(Case("converter", "not a folder", lambda c: convert(c.root / "does-not-exist")))
+    for label, v in (("NaN", math.nan), ("inf", math.inf)):  # issue 22: converted silently before
+        def nonfinite(c, v=v):
+            w = torch.randn(16, 8) * 0.1
+            w[1, 1] = v
+            return convert(hf_gpt2(c, tensors={"wte.weight": w}))
+        out.append(Case("converter", f"weight holding {label}", nonfinite))
     return out
 
 

@@ -12,7 +12,9 @@ import click
 @click.option("--certify/--no-certify", default=None,
               help="Also load HF_DIR with transformers, run a probe batch through both models and store "
                    "the parity certificate in the checkpoint (default: when transformers is installed).")
-def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify):
+@click.option("--allow-nonfinite", is_flag=True,
+              help="Convert tensors holding NaN or infinity instead of refusing them.")
+def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify, allow_nonfinite):
     """Convert HF_DIR (config.json + *.safetensors written by save_pretrained; the supported
     families are listed in docs/CONVERT.md) into a zoo checkpoint in OUT_DIR (model.safetensors + spec.yaml).  Offline; transformers is needed only to certify.  A
     tokenizer.json beside the weights travels inside the checkpoint (model.tokenizer after zoo.load)."""
@@ -24,7 +26,7 @@ def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify):
     if certify is None:
         certify = importlib.util.find_spec("transformers") is not None
     model = from_pretrained(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer,
-                            certify=certify)
+                            certify=certify, allow_nonfinite=allow_nonfinite)
     info = model.convert_info
     path = zoo.save(model, out_dir)
     n = sum(p.numel() for p in model.parameters())

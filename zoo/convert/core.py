@@ -392,21 +392,36 @@ def read_hf_dir(path: str | os.PathLike, *, meta: bool = False) -> tuple[dict, d
 
 
 def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: Any = None,
-                    tokenizer: bool = True, certify: bool = False) -> torch.nn.Module:
+                    tokenizer: bool = True, certify: bool = False,
+                    allow_nonfinite: bool = False) -> torch.nn.Module:
     """Convert a local ``save_pretrained`` folder (config.json + safetensors) without transformers.
 
     The config is mapped and every tensor's shape (from the file headers) checked against the spec
     before any weight is read.  A ``tokenizer.json`` in the folder becomes ``model.tokenizer`` (the
     ``hf`` tokenizer), so ``zoo.save`` stores it inside the checkpoint.  ``certify`` (needs
-    transformers) also loads the folder with transformers and records the parity certificate."""
+    transformers) also loads the folder with transformers and records the parity certificate.
+    Tensors holding NaN or infinity are refused (they would convert silently and fail much later,
+    e.g. inside sampling); ``allow_nonfinite=True`` converts them anyway and records their names in
+    ``convert_info["nonfinite"]``."""
+    if not isinstance(allow_nonfinite, bool):
+        raise ConvertError(f"allow_nonfinite must be true or false, got {short(allow_nonfinite)}",
+                           where="convert.allow_nonfinite", fix="pass a bool")
     config, header = read_hf_dir(path, meta=True)
     spec, st, _ = convert_state(config, header, attention=attention)
     check_shapes(spec, st)  # before reading a single weight
     config, state = read_hf_dir(path)
+    nonfinite = sorted(n for n, t in state.items()
+                       if t.is_floating_point() and not bool(torch.isfinite(t).all()))
+    if nonfinite and not allow_nonfinite:
+        raise ConvertError(f"{len(nonfinite)} tensor(s) hold NaN or infinity: {short(nonfinite)}",
+                           where=short(nonfinite[0]),
+                           fix="get an intact copy of the weights, or pass allow_nonfinite=True "
+                               "(zoo convert --allow-nonfinite) to convert them as they are")
     spec, st, dropped = convert_state(config, state, attention=attention)
     model = assemble(spec, st, resolve_dtype(dtype))
     model.convert_info = {"source": Path(path).name, "model_type": config.get("model_type"),
-                          "architectures": config.get("architectures"), "dropped": dropped}
+                          "architectures": config.get("architectures"), "dropped": dropped,
+                          **({"nonfinite": nonfinite} if nonfinite else {})}
     if certify:
         model.convert_info["parity"] = certify_folder(path, config, model)
     tj = Path(path) / "tokenizer.json"
