@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from . import beam
 from .errors import TokenizerError, ZooError
 from .contract import admit
 from .compat import require
@@ -54,6 +55,14 @@ def pick_next(logits: torch.Tensor, *, do_sample: bool = False, temperature: flo
     """``logits (B, V)`` -> next ids ``(B,)``: argmax, or a sample after temperature/top-k/top-p."""
     if not do_sample:
         return logits.argmax(dim=-1)
+    probs = torch.softmax(warp(logits, temperature, top_k, top_p), dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def warp(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+         top_p: float | None = None) -> torch.Tensor:
+    """Sampling's reshaping of ``logits (B, V)``: divide by the temperature, then set to -inf every
+    token outside the ``top_k`` most likely and outside the nucleus of mass ``top_p``."""
     logits = logits.float() / temperature
     if top_k is not None and top_k < logits.size(-1):
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (B, 1) the k-th largest logit
@@ -65,8 +74,7 @@ def pick_next(logits: torch.Tensor, *, do_sample: bool = False, temperature: flo
         drop_sorted = before >= top_p  # the most likely token always survives (before = 0)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)  # (B, V)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return logits
 
 
 def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -83,6 +91,8 @@ def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -
 MIN_TEMPERATURE = 1e-4
 #: Smallest top_p: it is compared in float32, where 1e-300 rounds to 0 and drops every token.
 MIN_TOP_P = 1e-6
+#: Most beams: the cache and the candidates grow with them (translation models use 4 to 6).
+MAX_BEAMS = 64
 #: Largest repetition penalty: beyond it a repeat is all but forbidden, and a float32 logit
 #: multiplied by it could overflow.
 MAX_REPETITION_PENALTY = 10.0
@@ -173,6 +183,22 @@ class GenerationOptions:
                               kind="token", optional=True)
     vocab_limit: int | None = _opt(None, help="Only ids below it may be chosen.", kind="int", low=1,
                                    high=2**63, optional=True)
+    num_beams: int = _opt(1, help="Beam search: keep this many candidate sequences (1: one, as "
+                          "greedy decoding or sampling does).", kind="int", low=1, high=MAX_BEAMS + 1,
+                          cli="--beams", ui_low=1, ui_high=8, step=1)
+    length_penalty: float = _opt(1.0, help="Beam search: a finished sequence scores sum(log p) / "
+                                 "length ** this; > 0 favours longer, < 0 shorter outputs.",
+                                 kind="float", low=-10.0, high=10.0, cli="--length-penalty",
+                                 ui_low=-2.0, ui_high=3.0, step=0.1)
+    early_stopping: bool = _opt(False, help="Beam search: stop a prompt as soon as num_beams "
+                                "sequences have finished (off: while a running beam could still "
+                                "beat them).", kind="bool", cli="--early-stopping/--no-early-stopping")
+    no_repeat_ngram_size: int = _opt(0, help="Never repeat an n-gram of this size (0: off).",
+                                     kind="int", low=0, high=2**63, cli="--no-repeat-ngram-size",
+                                     ui_low=0, ui_high=6, step=1)
+    num_return_sequences: int = _opt(1, help="Beam search: return this many of the best sequences "
+                                     "per prompt (at most num_beams).", kind="int", low=1,
+                                     high=MAX_BEAMS + 1)
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -181,6 +207,9 @@ class GenerationOptions:
             _bad("temperature", f"{self.temperature:g} is below {MIN_TEMPERATURE:g} (logits / "
                  "temperature would overflow)", "use do_sample=False: greedy decoding is what a "
                  "tiny temperature means")
+        if self.num_return_sequences > self.num_beams:
+            _bad("num_return_sequences", f"{self.num_return_sequences} is more than num_beams "
+                 f"({self.num_beams})", f"ask for at most {self.num_beams}, or raise num_beams")
 
     @classmethod
     def from_kwargs(cls, **options: Any) -> "GenerationOptions":
@@ -396,6 +425,9 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     if o.use_cache:
         require(model.spec, "supports_kv_cache", "generation with a KV cache")
     start = None if model.spec.arch == "decoder" else _start_id(model, tokenizer, o, pad)
+    if o.num_beams > 1:  # the tokens are known only once the search is over: then yielded
+        found = _beam_search(model, ids, padding, o, start, pad)
+        return iter(found.sequences[:, found.sequences.size(1) - int(found.lengths.max()):].t())
     steps = _logits(model, ids, padding, o, start)  # a coroutine: logits out, chosen ids in
     choose = _Chooser(model, o, ids, padding, start)
     stops = torch.as_tensor(o.stop_list(), dtype=torch.long, device=ids.device)
@@ -427,6 +459,54 @@ def _logits(model, ids, padding, o: GenerationOptions, start: int | None):
     if n > max_len:
         raise ZooError(f"max_new_tokens {n} exceeds max_len {max_len}", where="generate.max_new_tokens")
     return _seq2seq_logits(model, ids, padding, o.use_cache, start, _make_head(model, n), n)
+
+
+def _beam_search(model, ids, padding, o: GenerationOptions, start: int | None, pad: int):
+    """Beam search (:mod:`zoo.beam`) over ``K = num_beams`` copies of every row: the logits
+    coroutine runs on ``B*K`` rows and reorders its cache in place between steps."""
+    K = o.num_beams
+    ids_k = ids.repeat_interleave(K, dim=0)  # (B*K, T): row b*K + k is beam k of prompt b
+    padding_k = padding.repeat_interleave(K, dim=0) if padding is not None else None
+    if model.spec.arch == "decoder":
+        seq, real = ids_k, padding_k
+    else:
+        seq, real = torch.full((ids_k.size(0), 1), start, dtype=torch.long, device=ids.device), None
+    limit, penalty = o.vocab_limit, float(o.repetition_penalty)
+
+    def process(lp, seq, real):  # (B*K, V) log-probabilities, as Hugging Face's processors do
+        if limit is not None and limit < lp.size(-1):
+            lp = lp.clone()
+            lp[..., limit:] = float("-inf")
+        if penalty != 1.0:
+            counts = torch.zeros(lp.shape, dtype=torch.int32, device=lp.device)
+            counts.scatter_add_(1, seq, real.int() if real is not None else torch.ones_like(seq, dtype=torch.int32))
+            lp = penalize_repeats(lp, counts > 0, penalty)
+        if o.do_sample:
+            lp = warp(lp, float(o.temperature), o.top_k, o.top_p)
+        return lp
+
+    sample = None
+    if o.do_sample:
+        gen = torch.Generator(device=ids.device)
+        if o.seed is not None:
+            gen.manual_seed(o.seed)
+        sample = lambda scores, m: torch.multinomial(torch.softmax(scores, -1), m, generator=gen)  # noqa: E731
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            found = beam.search(_logits(model, ids_k, padding_k, o, start), seq, real, num_beams=K,
+                                max_new_tokens=o.max_new_tokens,
+                                stops=torch.as_tensor(o.stop_list(), dtype=torch.long, device=ids.device),
+                                pad=pad, length_penalty=float(o.length_penalty),
+                                early_stopping=o.early_stopping,
+                                no_repeat_ngram_size=o.no_repeat_ngram_size,
+                                num_return_sequences=o.num_return_sequences, process=process,
+                                sample=sample)
+    finally:
+        if was_training:
+            model.train()
+    return beam.BeamResult(found.sequences.clone(), found.scores.clone(), found.lengths.clone())
 
 
 class _Chooser:
@@ -548,16 +628,27 @@ def _decoder_logits(model, ids, padding, use_cache, prefix_length, head, steps):
         logits = head(model(ids, attention_mask=full, cache=cache, prefix_lengths=plen,
                             return_hidden=True))
         while True:
-            nxt = yield logits
+            nxt, order = _sent((yield logits))
+            if order is not None:
+                cache.reorder(order)  # beam search: row j continues old row order[j]
             logits = head(model(nxt[:, None], attention_mask=ones, cache=cache,
                                 prefix_lengths=plen, return_hidden=True))  # (B, V)
     seq = ids
     while True:
-        nxt = yield head(model(seq, attention_mask=full, prefix_lengths=plen,
-                               return_hidden=True))
+        nxt, order = _sent((yield head(model(seq, attention_mask=full, prefix_lengths=plen,
+                                             return_hidden=True))))
+        if order is not None:
+            seq = seq.index_select(0, order)
+            full = full.index_select(0, order) if full is not None else None
         seq = torch.cat([seq, nxt[:, None]], dim=1)  # (B, T + 1): recompute everything
         if full is not None:
             full = torch.cat([full, ones], dim=1)
+
+
+def _sent(value) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """What a logits coroutine is sent: the chosen ids ``(B,)``, or ``(ids, order)`` from beam
+    search, where ``order (B,)`` says which old row each new row continues."""
+    return value if isinstance(value, tuple) else (value, None)
 
 
 def _seq2seq_logits(model, src, src_padding, use_cache, start_id, head, steps):
@@ -573,13 +664,17 @@ def _seq2seq_logits(model, src, src_padding, use_cache, start_id, head, steps):
         logits = head(model.decode(tgt, memory, mem_pad, tgt_padding=ones, cache=cache,
                                    return_hidden=True))
         while True:
-            nxt = yield logits
+            nxt, order = _sent((yield logits))
+            if order is not None:
+                cache.reorder(order)
             logits = head(model.decode(nxt[:, None], memory, mem_pad, tgt_padding=ones,
                                        cache=cache, return_hidden=True))
     full = ones
     while True:
-        nxt = yield head(model.decode(tgt, memory, mem_pad, tgt_padding=full,
-                                      return_hidden=True))
+        nxt, order = _sent((yield head(model.decode(tgt, memory, mem_pad, tgt_padding=full,
+                                                    return_hidden=True))))
+        if order is not None:
+            tgt = tgt.index_select(0, order)
         tgt = torch.cat([tgt, nxt[:, None]], dim=1)
         if full is not None:
             full = torch.cat([full, ones], dim=1)
@@ -613,6 +708,8 @@ def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = Fals
         return stream(model, ids, max_new_tokens, tokenizer=tokenizer, **options)
     pad = options.get("pad_id")
     pad = _pad_id(model, tokenizer) if pad is None else pad
+    if options.get("num_beams", 1) != 1:  # the sequences as found: B * num_return_sequences rows
+        return _beam_generate(model, ids, max_new_tokens, tokenizer, pad, **options)
     with torch.inference_mode():  # once for the whole loop (see _run); the results are
         new = list(stream(model, ids, max_new_tokens, tokenizer=tokenizer, **options))
     # ... inference tensors, but torch.cat below runs outside inference mode: an ordinary tensor
@@ -627,6 +724,21 @@ def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = Fals
     if not new:
         return prompt
     return torch.cat([prompt, torch.stack(new, dim=1)], dim=1)  # (B, T + N)
+
+
+def _beam_generate(model, ids, max_new_tokens, tokenizer, pad, attention_mask=None, **options):
+    """:func:`generate` with ``num_beams > 1``: ``(B * num_return_sequences, T + N)``, each
+    prompt's best sequences first, as Hugging Face's ``generate`` returns them."""
+    if model.spec.arch == "encoder":
+        raise ZooError("an encoder-only model does not generate text", where="model.arch",
+                       fix="use zoo.tasks.fill_mask(model, text) or zoo.tasks.classify(...)")
+    o = GenerationOptions.from_kwargs(max_new_tokens=max_new_tokens, **options)
+    o.check_vocab(model.spec.vocab_size)
+    ids, padding = _as_batch(model, ids, attention_mask, pad)
+    if o.use_cache:
+        require(model.spec, "supports_kv_cache", "generation with a KV cache")
+    start = None if model.spec.arch == "decoder" else _start_id(model, tokenizer, o, pad)
+    return _beam_search(model, ids, padding, o, start, pad).sequences
 
 
 # ---------------------------------------------------------------------- text helpers
@@ -659,9 +771,10 @@ def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32,
     options = _stops(tok, options)
     options.setdefault("vocab_limit", tok.vocab_size)
     new = list(stream(model, rows, max_new_tokens, tokenizer=tok, **options))
-    stops = set(GenerationOptions.from_kwargs(**options).stop_list())
+    o = GenerationOptions.from_kwargs(**options)
+    stops, R = set(o.stop_list()), o.num_return_sequences
     texts = []
-    for b in range(len(rows)):
+    for b in range(len(rows) * R):  # beam search: each prompt's R best in turn
         out = []
         for step in new:
             t = int(step[b])
@@ -669,6 +782,8 @@ def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32,
                 break
             out.append(t)
         texts.append(_decode(tok, out, skip_special))
+    if R > 1:  # a list of R texts per prompt
+        texts = [texts[i * R:(i + 1) * R] for i in range(len(rows))]
     return texts[0] if single else texts
 
 

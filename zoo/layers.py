@@ -90,6 +90,12 @@ class LayerCache:
         self.v, v_all = _append(self.v, n, v, 2, self.capacity)
         return k_all, v_all
 
+    def reorder(self, order: torch.Tensor) -> None:
+        """Row ``j`` becomes old row ``order[j]`` (beam search), in the same buffers."""
+        for buf in (self.k, self.v, *(self.cross or ())):
+            if buf is not None:
+                buf.copy_(buf.index_select(0, order))
+
 
 class KVCache:
     """Incremental-decoding state of one stack: a :class:`LayerCache` per block, the number of tokens
@@ -133,6 +139,15 @@ class KVCache:
             self._pos = torch.arange(size, device=device)[None]  # (1, size): slot j at position j
         self._issued = self._pos.narrow(1, self.length, T)
         return self._issued
+
+    def reorder(self, order: torch.Tensor) -> None:
+        """Beam search: row ``j`` of every cached tensor becomes old row ``order[j] (B,)``, in
+        place (the preallocated buffers are kept; :mod:`zoo.beam` calls this between steps)."""
+        for layer in self.layers:
+            layer.reorder(order)
+        for buf in (self._pos, self._pad):
+            if buf is not None and buf.size(0) == order.numel() and buf.size(0) > 1:
+                buf.copy_(buf.index_select(0, order))
 
     def append(self, pos: torch.Tensor, key_padding: torch.Tensor | None
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
