@@ -172,6 +172,13 @@ STRINGS: dict[str, tuple[str, str]] = {
     "run.repetition_penalty_info": ("Makes characters already in the text less likely (greedy decoding "
                             "too): small models otherwise loop, 风吹吹吹吹",
                             "让文中已出现的字更不容易再出现（贪心解码同样适用）：小模型否则会打转，如 风吹吹吹吹"),
+    "run.num_beams": ("Beams (1 = off)", "束搜索宽度（1 为关闭）"),
+    "run.num_beams_info": ("Beam search keeps this many candidate texts and returns the most likely "
+                           "one (temperature 0 for classic beam search); the text appears at the end",
+                           "束搜索同时保留这么多条候选文本，返回概率最高的一条（温度设为 0 即经典束搜索）；"
+                           "文本在搜索结束时一次显示"),
+    "run.length_penalty": ("Length penalty (beams)", "长度惩罚（束搜索）"),
+    "run.no_repeat_ngram_size": ("No repeated n-grams (0 = off)", "禁止重复的 n 元组（0 为关闭）"),
     "run.go": ("Run", "运行"),
     "run.mask_hint": ("Encoders: write {mask} where a token is missing.",
                       "编码器：在缺失的位置写 {mask}。"),
