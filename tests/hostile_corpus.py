@@ -405,6 +405,18 @@ def _checkpoints() -> list[Case]:
     out.append(Case("checkpoints", "nonexistent", lambda c: zoo.load(c.root / "nope.safetensors")))
     out.append(Case("checkpoints", "a folder named model.safetensors",
                     lambda c: zoo.load(_mkdir(c.fresh("ckpt") / "x" / "model.safetensors").parent)))
+    # the earlier list of issue 22
+    out.append(Case("checkpoints", "zoo.load(None)", lambda c: zoo.load(None)))
+    out.append(Case("checkpoints", "zoo.load dtype=torch.int8", lambda c: zoo.load(c.checkpoint,
+                                                                                   dtype=torch.int8)))
+    out.append(Case("checkpoints", "zoo.save metadata not JSON",
+                    lambda c: zoo.save(c.model, c.fresh("s") / "m.safetensors", metadata={"x": object()})))
+    out.append(Case("checkpoints", "zoo.save metadata 200 MB",
+                    lambda c: zoo.save(c.model, c.fresh("s") / "m.safetensors",
+                                       metadata={"x": "a" * 200_000_000})))
+    out.append(Case("checkpoints", "zoo.save metadata a list",
+                    lambda c: zoo.save(c.model, c.fresh("s") / "m.safetensors", metadata=[1])))
+    out.append(Case("checkpoints", "zoo.build 'a' * 100000", lambda c: zoo.build("a" * 100_000)))
     out.append(Case("checkpoints", "zoo check bit flip",
                     lambda c: __import__("zoo.loading").loading.check(mutated(c, flip))))
     return out

@@ -49,6 +49,10 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
     tied = info["tied"]
     dev = resolve_device(device) or torch.device("cpu")
     dt = resolve_dtype(dtype)
+    if dt is not None and not dt.is_floating_point:  # int8 would fail deep inside load_state_dict
+        raise CheckpointError(f"dtype {str(dt).replace('torch.', '')} is not a floating-point type",
+                              where="load.dtype", options=["float32", "float16", "bfloat16", "float64"],
+                              fix="load in a float dtype (int8 inference: zoo.precision)")
     check_dtypes(entries, dt, where)
     _check_budget(spec, budget, dev, where)
     check_embedding(spec, entries, where)  # the one tensor that grows with vocab_size, before building
