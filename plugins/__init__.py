@@ -56,6 +56,7 @@ BUILTINS = (
     "placement_gru_gating",
     "placement_deepnorm",
     "mask_sparse",
+    "pos_yarn",
     "tok_char",
     "tok_byte",
     "tok_hf",

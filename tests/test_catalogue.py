@@ -25,7 +25,7 @@ xa = pytest.importorskip("x_transformers.attend")
 CATALOGUE = {
     "attention": ["talking_heads", "cosine", "sigmoid", "topk", "null_kv", "sinks", "l2", "memory_kv",
                   "relu", "differential", "cope"],
-    "position": ["xpos", "dynamic_bias", "kerple_log", "kerple_power", "fire", "scaled_sinusoidal"],
+    "position": ["xpos", "dynamic_bias", "kerple_log", "kerple_power", "fire", "scaled_sinusoidal", "yarn"],
     "norm": ["dyt"],
     "ffn": ["relu_squared", "solu", "normformer", "bilinear", "moe"],
     "placement": ["rezero", "layerscale", "stochastic_depth", "gru_gating", "deepnorm"],
@@ -353,6 +353,34 @@ def test_scaled_sinusoidal_matches_x_transformers():
     got = pos.embed(x, torch.arange(5, 15)[None])
     want = ref(x, pos=torch.arange(5, 15).double())
     assert diff(got[0], want) < 1e-6  # zoo's table is float32, as the other position schemes'
+
+
+def test_yarn_matches_hugging_face():
+    """transformers' ``ROPE_INIT_FUNCTIONS["yarn"]`` (frequencies, attention factor) and Llama's
+    rotary embedding + ``apply_rotary_pos_emb`` on the same queries and keys."""
+    tr = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    for factor, original in ((4.0, 64), (8.0, 512), (2.5, 100)):
+        cfg = tr.LlamaConfig(hidden_size=H * 16, num_attention_heads=H,
+                             max_position_embeddings=int(factor * original),
+                             rope_parameters={"rope_type": "yarn", "factor": factor, "rope_theta": 10000.0,
+                                              "original_max_position_embeddings": original})
+        ctx = BuildContext.for_heads(H, 16, max_len=4096, causal=True)
+        pos = make("position", "yarn", ctx=ctx, factor=factor, original_max_len=original)
+        inv, att = ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+        from zoo.plugins.pos_yarn import yarn_frequencies
+        mine, my_att = yarn_frequencies(16, pos.config, original)
+        assert diff(mine, inv) < 1e-8 and my_att == pytest.approx(att, abs=1e-12)
+        g = torch.Generator().manual_seed(7)
+        q = torch.randn(B, H, 50, 16, generator=g)
+        k = torch.randn(B, H, 50, 16, generator=g)
+        t = torch.arange(1000, 1050)[None]  # far beyond the original context
+        qz, kz = pos.rotate(q.double(), k.double(), pos.qk_state(t))
+        cos, sin = LlamaRotaryEmbedding(cfg)(q, t)
+        qh, kh = apply_rotary_pos_emb(q, k, cos, sin)
+        assert diff(qz, qh) < 1e-4 and diff(kz, kh) < 1e-4  # HF's tables are float32 at positions ~1000
 
 
 # ---------------------------------------------------------------------------------- norms, ffns
