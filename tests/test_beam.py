@@ -2,6 +2,8 @@
 search on converted GPT-2, Llama, T5, BART and Marian models (random weights, built from config
 objects, offline), with and without a stop token, length penalties, early stopping, no-repeat
 n-grams and several returned sequences; cache = no-cache; the n-gram ban against a plain loop."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -142,3 +144,27 @@ def test_no_repeat_ngram_ban_against_a_loop():
                     want[r, toks[i + n - 1]] = True
         assert torch.equal(got, want), n
         assert got.any()
+
+
+def test_zoo_run_beams_and_the_run_tab():
+    """``zoo run --beams`` and the Run tab's beam controls reach the beam search: their text equals
+    the API's beam-search text (and differs from greedy on this checkpoint)."""
+    from click.testing import CliRunner
+
+    from zoo.commands.run import command as run_command
+    from zoo.ui import run_tab
+
+    path = str(Path(__file__).resolve().parent.parent / "checkpoints" / "poet_gpt")
+    model = zoo.load(path)
+    prompt = "床前明月光，"
+    want = model.generate(prompt, 12, num_beams=4, no_repeat_ngram_size=2)
+    assert want != model.generate(prompt, 12, no_repeat_ngram_size=2)
+    result = CliRunner().invoke(run_command, [path, "-p", prompt, "-n", "12",
+                                              "--beams", "4", "--no-repeat-ngram-size", "2"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == prompt + want
+    names = [name for name, _ in run_tab.ui_options()]
+    assert {"num_beams", "length_penalty", "no_repeat_ngram_size"} <= set(names)
+    shown = list(run_tab.run("poet_gpt", prompt, temperature=0, max_new_tokens=12, num_beams=4,
+                             no_repeat_ngram_size=2))
+    assert shown[-1][0] == want
