@@ -37,6 +37,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("tokenizers", ("zoo.tokenizers", "zoo.contract")),
     ("input contracts", ("zoo.contract",)),
     ("layers", ("zoo.layers",)),
+    ("beam search", ("zoo.beam",)),
     ("generation", ("zoo.generate",)),
     ("hook points", ("zoo.hooks",)),
     ("models", ("zoo.models",)),
