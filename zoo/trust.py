@@ -153,7 +153,9 @@ def regular_file(path: Any, *, where: str | None = None, root: Any = None, kind:
     p = user_path(path, where=where, error=error)
     if root is not None:
         base = user_path(root, where=where, error=error)
-        rel = os.path.relpath(p, base) if p.is_absolute() else str(p)  # outside: "../..."
+        # relative to the folder, whether the user wrote both paths relative or not ("runs/gpt"
+        # and "runs/gpt/model.safetensors" is the file model.safetensors, not runs/gpt/runs/gpt/...)
+        rel = os.path.relpath(os.path.abspath(p), os.path.abspath(base))  # outside: "../..."
         p = confine(base, rel, where=where, error=error)  # resolves '..' and symlinks
     try:
         st = os.stat(p)
