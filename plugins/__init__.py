@@ -57,6 +57,7 @@ BUILTINS = (
     "placement_deepnorm",
     "mask_sparse",
     "pos_yarn",
+    "attention_head_scale",
     "tok_char",
     "tok_byte",
     "tok_hf",

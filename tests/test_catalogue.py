@@ -24,7 +24,7 @@ xa = pytest.importorskip("x_transformers.attend")
 #: family -> the catalogue's components (docs/CATALOGUE.md documents exactly these)
 CATALOGUE = {
     "attention": ["talking_heads", "cosine", "sigmoid", "topk", "null_kv", "sinks", "l2", "memory_kv",
-                  "relu", "differential", "cope"],
+                  "relu", "differential", "cope", "head_scale"],
     "position": ["xpos", "dynamic_bias", "kerple_log", "kerple_power", "fire", "scaled_sinusoidal", "yarn"],
     "norm": ["dyt"],
     "ffn": ["relu_squared", "solu", "normformer", "bilinear", "moe"],
@@ -253,6 +253,28 @@ def test_cope_matches_x_transformers():
     # suffix queries under a KV cache: the last 3 queries against all keys
     out3, _ = attend(ker, q[:, :, -3:], k, v, mask=causal(3, T))
     assert diff(out3, out[:, :, -3:]) < 1e-12
+
+
+@pytest.mark.parametrize("causal_", [False, True])
+def test_head_scale_matches_x_transformers_attention(causal_):
+    """The whole x-transformers Attention(head_scale=True): zoo's kernel between its projections."""
+    D = H * HD
+    ref = xt.Attention(dim=D, heads=H, dim_head=HD, head_scale=True, causal=causal_).double()
+    ker = make("attention", "head_scale")
+    with torch.no_grad():
+        ref.head_scale_params.copy_(torch.tensor([0.2, 1.0, -0.7, 3.0]).view(1, H, 1, 1))
+        ker.gamma.copy_(ref.head_scale_params.flatten())
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    pad = torch.ones(B, T, dtype=torch.bool)
+    pad[0, -3:] = False
+
+    def heads(t):
+        return t.view(B, T, H, HD).transpose(1, 2)  # (B, h, T, hd)
+
+    q, k, v = heads(ref.to_q(x)), heads(ref.to_k(x)), heads(ref.to_v(x))
+    out, _ = attend(ker, q, k, v, mask=pad[:, None, None, :], is_causal=causal_)
+    got = ref.to_out(out.transpose(1, 2).reshape(B, T, D))
+    assert diff(got[pad], ref(x, mask=pad)[pad]) < TOL
 
 
 # ---------------------------------------------------------------------------------- positions

@@ -41,6 +41,7 @@ TABLE = {
     "attention:relu": ("float64 loop of relu(q·k/√d + b)^p / n (p = 1, 2)", "5.6e-16", "1/n scaling dropped"),
     "attention:differential": ("float64 loop of the paper's eq. 1-3 with the head-wise RMSNorm", "4.4e-16", "the two maps added instead of subtracted"),
     "attention:cope": ("x-transformers `Attend(causal=True, cope=CoPE(dim=8, heads=4, max_pos=5))`, table copied", "2.1e-7", "positions counted from the first key, not back from the query"),
+    "attention:head_scale": ("x-transformers `Attention(dim=32, heads=4, dim_head=8, head_scale=True)` (whole module), γ copied", "5.1e-8", "γ applied to the heads in reverse order"),
     "position:xpos": ("x-transformers `RotaryEmbedding(8, use_xpos=True, scale_base=16)` + `apply_rotary_pos_emb` (logits q'·k'ᵀ)", "1.9e-6", "keys scaled up instead of down"),
     "position:dynamic_bias": ("x-transformers `DynamicPositionBias(dim=16, heads=4, depth=2, log_distance=…)`, MLP copied", "1.9e-7", "sign of the log distance lost"),
     "position:kerple_log": ("float64 loop of -r1·log(1 + r2·|i-j|)", "0", "r2 ignored"),
