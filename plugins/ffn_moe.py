@@ -8,9 +8,20 @@ separate SwiGLU blocks and a router that sends each token to its ``top_k`` best 
     FFN(x) = Σ_e G_e · SwiGLU_e(x)               # only top_k experts contribute per token
 
 Parameters grow with ``experts`` while the useful compute per token grows with ``top_k`` only —
-Mixtral 8x7B has 47B parameters and uses 13B per token.  This teaching version runs every expert on
-every token and multiplies the unused ones by 0 (simple and exact, not fast); each expert has
-``d_ff`` hidden units.  No load-balancing loss is added (the trainer has no auxiliary-loss hook).
+Mixtral 8x7B has 47B parameters and uses 13B per token.  Each expert has ``d_ff`` hidden units.
+
+Dispatch without a loop over tokens: the ``N·k`` (token, expert) pairs are sorted by expert, each
+expert multiplies its contiguous slice of tokens in one matmul, and ``index_add`` sums the gated
+outputs back per token — compute scales with ``top_k``, not ``experts``.  The families differ in
+small ways, each an option: ``normalize`` renormalises the top-k probabilities of the softmax over
+all experts (Mixtral, Qwen3-MoE; Qwen2-MoE and OLMoE keep them as they are), ``shared_d_ff`` adds a
+*shared* SwiGLU expert every token passes through, scaled by ``sigmoid(w·x)`` (Qwen2-MoE).
+
+Experts left idle stop learning, so training adds the load-balancing loss of Switch Transformer
+(Fedus et al., 2021) as transformers computes it: ``E · Σ_e f_e · P_e`` with ``f_e`` the tokens
+sent to expert ``e`` per token and ``P_e`` its mean router probability; it is ``top_k`` for a
+uniform router and grows as routing collapses.  Each forward leaves it in ``aux_loss`` (times ``aux_loss_coef``) and the tokens per
+expert in ``expert_counts``, for the trainer and for ``zoo.trace``.
 """
 from __future__ import annotations
 
@@ -28,10 +39,15 @@ from zoo.components import FeedForward
 class MoEConfig:
     experts: int = 4
     top_k: int = 2
+    normalize: bool = True      # renormalise the top-k probabilities to sum to 1
+    shared_d_ff: int = 0        # hidden width of a shared, sigmoid-gated SwiGLU expert (0: none)
+    aux_loss_coef: float = 0.0  # weight of the load-balancing loss the trainer adds
 
     def __post_init__(self):
         if self.experts < 1 or not 1 <= self.top_k <= self.experts:
             raise ValueError(f"need experts >= 1 and 1 <= top_k <= experts, got {self.experts}, {self.top_k}")
+        if self.shared_d_ff < 0 or self.aux_loss_coef < 0:
+            raise ValueError("shared_d_ff and aux_loss_coef must be >= 0")
 
 
 class MoE(FeedForward):
@@ -55,14 +71,42 @@ class MoE(FeedForward):
         self.w_gate = nn.Parameter(torch.randn(E, D, F_) * 0.02)  # (E, D, d_ff)
         self.w_up = nn.Parameter(torch.randn(E, D, F_) * 0.02)
         self.w_down = nn.Parameter(torch.randn(E, F_, D) * 0.02)  # (E, d_ff, D)
+        S = config.shared_d_ff
+        if S:
+            self.shared_gate = nn.Linear(D, 1, bias=False)
+            self.shared = nn.ModuleDict({n: nn.Linear(*io, bias=False)
+                                         for n, io in (("gate", (D, S)), ("up", (D, S)), ("down", (S, D)))})
+        self.aux_loss: torch.Tensor | None = None  # of the last forward
+        self.expert_counts: torch.Tensor | None = None  # (E,) tokens routed to each expert, last forward
 
     def forward(self, x):
-        logits = self.router(x)  # (B, T, E)
-        top, idx = logits.topk(self.config.top_k, dim=-1)  # (B, T, k)
-        gates = torch.zeros_like(logits).scatter(-1, idx, torch.softmax(top.float(), -1).to(x.dtype))
-        h = F.silu(torch.einsum("btd,edf->btef", x, self.w_gate)) * torch.einsum("btd,edf->btef", x, self.w_up)
-        y = torch.einsum("btef,efd->bted", h, self.w_down)  # (B, T, E, D): every expert's output
-        return torch.einsum("bte,bted->btd", gates, y)  # (B, T, D): gated sum, unused experts x 0
+        B, T, D = x.shape
+        E, k = self.config.experts, self.config.top_k
+        xf = x.reshape(B * T, D)  # (N, D)
+        probs = torch.softmax(self.router(xf).float(), dim=-1)  # (N, E)
+        weight, expert = probs.topk(k, dim=-1)  # (N, k)
+        if self.config.normalize:
+            weight = weight / weight.sum(-1, keepdim=True)
+        flat = expert.reshape(-1)  # (N*k,) the expert of each (token, slot) pair
+        order = flat.argsort(stable=True)  # pairs grouped by expert
+        token = order // k  # (N*k,) the token of each sorted pair
+        counts = torch.bincount(flat, minlength=E)  # (E,)
+        xs = xf.index_select(0, token)  # (N*k, D) tokens in expert order
+        ys = []
+        for e, (start, n) in enumerate(zip((counts.cumsum(0) - counts).tolist(), counts.tolist())):
+            if n:  # one matmul per busy expert over all its tokens
+                h = xs[start:start + n]
+                ys.append((F.silu(h @ self.w_gate[e]) * (h @ self.w_up[e])) @ self.w_down[e])  # (n, D)
+        y = torch.cat(ys) * weight.reshape(-1)[order, None].to(x.dtype)  # (N*k, D) gated
+        out = torch.zeros_like(xf).index_add_(0, token, y)  # (N, D): each token's experts summed
+        if self.config.shared_d_ff:
+            s = self.shared
+            shared = s["down"](F.silu(s["gate"](xf)) * s["up"](xf))
+            out = out + torch.sigmoid(self.shared_gate(xf)) * shared
+        self.expert_counts = counts.detach()
+        # Switch Transformer's balance: E * sum_e (tokens to e per token) * (mean probability of e)
+        self.aux_loss = self.config.aux_loss_coef * E * (counts.to(probs.dtype) / (B * T) * probs.mean(0)).sum()
+        return out.view(B, T, D)
 
 
 @zoo.hookimpl

@@ -201,6 +201,12 @@ class Source:
         """A tensor whose rows are re-ordered by ``fwd`` (``inv`` undoes it, for the reverse)."""
         return fwd(self.take(name))
 
+    def pieces(self, name: str, fwd: Callable, inv: Callable) -> list[torch.Tensor]:
+        """Several zoo tensors made from one: ``fwd(t) -> [t1, t2, ...]``, ``inv([t1, t2, ...]) -> t``
+        for the reverse (a mixture of experts' fused ``(E, 2F, D)`` gate_up -> zoo's ``(E, D, F)``
+        gate and up)."""
+        return list(fwd(self.take(name)))
+
     def drop(self, prefix: str) -> None:
         """Tensors under ``prefix`` that do not affect the outputs (BERT's pooler): listed, unused."""
         for n in self.state:
@@ -553,6 +559,11 @@ class _Recorder(Source):
         super().take(name)
         return _Ref([name], inv=inv)
 
+    def pieces(self, name, fwd, inv):
+        super().take(name)
+        n = len(fwd(self.state[name]))
+        return [_Ref([name], part=(i, n), inv=inv) for i in range(n)]
+
     def tied(self, head, embedding):
         if head not in self.state:
             return True
@@ -622,11 +633,13 @@ def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any
                            where="spec", fix=f"convert a spec shaped like {family}")
     zs = model.state_dict()
     shapes = {n: t.shape for n, t in rec.state.items()}
-    out, parts = {}, {}
+    out, parts, joins = {}, {}, {}
     for zname, ref in refs.items():
         t = zs[zname].detach().cpu()
         if ref.part is not None:
             parts.setdefault(ref.names[0], {})[ref.part[0]] = t
+            if ref.inv is not None:  # Source.pieces: joined by its own inverse
+                joins[ref.names[0]] = ref.inv
         elif ref.inv is not None:
             out[ref.names[0]] = ref.inv(t).contiguous()
         elif len(ref.names) == 1:
@@ -635,7 +648,8 @@ def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any
             for n, piece in zip(ref.names, t.split([shapes[n][0] for n in ref.names], dim=0)):
                 out[n] = piece.clone()
     for name, pieces in parts.items():
-        out[name] = torch.cat([pieces[i] for i in sorted(pieces)], dim=0)
+        ordered = [pieces[i] for i in sorted(pieces)]
+        out[name] = joins[name](ordered).contiguous() if name in joins else torch.cat(ordered, dim=0)
     head = getattr(hf, "lm_head", None)
     if head is not None and "lm_head.weight" in out and not spec.tie_embeddings:
         emb = hf.get_input_embeddings().weight

@@ -37,8 +37,10 @@ def rope(src: Source, fraction: float = 1.0) -> dict:
 
 
 def read_decoder(src: Source, attention: str, name: str, *, qkv_bias=None, out_bias=None,
-                 mask="causal", norm="rmsnorm", ffn="swiglu", act_key="hidden_act", **extra):
-    """Spec and tensors of a Llama-shaped decoder; the keyword arguments are what a family changes."""
+                 mask="causal", norm="rmsnorm", ffn="swiglu", act_key="hidden_act", mlp=None, **extra):
+    """Spec and tensors of a Llama-shaped decoder; the keyword arguments are what a family changes.
+    ``mlp(src, st, hf_prefix, zoo_prefix, spec)``: maps one layer's feed-forward instead of the dense
+    gate/up/down (a mixture of experts: zoo/convert/mixtral.py)."""
     act = src.act(act_key, default="silu")
     p = src.prefix("model.")
     L, D, H = src.int("num_hidden_layers"), src.int("hidden_size"), src.int("num_attention_heads")
@@ -75,6 +77,9 @@ def read_decoder(src: Source, attention: str, name: str, *, qkv_bias=None, out_b
         st[f"{z}attn_res.norm.weight"] = src.take(f"{h}input_layernorm.weight")
         st[f"{z}ffn_res.norm.weight"] = src.take(f"{h}post_attention_layernorm.weight")
         m = f"{h}mlp."
+        if mlp is not None:
+            mlp(src, st, m, z, spec)
+            continue
         if src.has(f"{m}gate_up_proj.weight"):  # Phi-3: fused [gate; up]
             d_ff = spec["d_ff"]
             st[f"{z}ffn.gate.weight"], st[f"{z}ffn.up.weight"] = src.split(f"{m}gate_up_proj.weight", [d_ff, d_ff])
