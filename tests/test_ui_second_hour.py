@@ -81,6 +81,16 @@ def test_a_layer_out_of_range_is_the_handlers_error_not_gradios():
     assert "layer 9 does not exist" in box and "0, 1, 2, 3" in box
 
 
+def test_inspect_refuses_a_row_of_unk_and_notes_some():
+    """poet_gpt given 'hello' drew five <unk> rows without a word."""
+    from zoo.ui.inspect_tab import inspect, on_inspect
+
+    box = on_inspect("poet_gpt", "hello", "decoder", 0, 0, "en")[-1]
+    assert "5 of the 5 characters" in box and "unknown" in box
+    r = inspect("poet_gpt", "床前明月光 ab", "decoder", 0, 0)
+    assert "2 of 8 characters unknown" in r["next"] and "'ab'" in r["next"]
+
+
 def test_the_grid_labels_are_legible_at_1280():
     import matplotlib.text as mtext
     import torch

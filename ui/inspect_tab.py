@@ -28,6 +28,8 @@ from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, e
                      inline_errors, load_checkpoint, raw, safe_markdown)
 from .i18n import t
 
+from zoo.contract import admit, route_notes
+
 #: the lecture's example (seed 000): three tokens, d_k = 2
 SEED_Q = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
 SEED_K = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
@@ -220,7 +222,9 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
     if tok is None:
         raise zoo.TokenizerError(t("run.no_tokenizer", lang), where="checkpoint",
                                  fix=t("run.no_tokenizer_fix", lang))
-    ids = tok.encode(text)
+    notes: list[str] = []
+    with route_notes(notes.append):  # mostly unknown characters: an error; some: a note
+        ids = tok.encode(admit(model, tok, text, where="text", contract=False))
     if len(ids) > LIMITS["inspect_tokens"]:
         raise ZooError(t("err.limit", lang, field="tokens", value=len(ids), limit=LIMITS["inspect_tokens"]),
                        where="text", fix=t("err.limit_fix", lang))
@@ -272,6 +276,7 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
         nxt = trace.summary(top_k=5).get("next_token") or [] if model.spec.arch == "decoder" else []
         pred = ", ".join(f"{r.get('text', r['id'])!r} ({r['p']:.3f})" for r in nxt)  # shown escaped
         pred_label = "inspect.next"
+    pred = "".join(f"⚠ {n}  \n" for n in notes) + pred if notes else pred
     return {"attention": attention, "grid": grid, "mask": mask, "positions": pos, "tokens": q_tokens,
             "key_tokens": k_tokens,
             "weights": [[round(float(x), 4) for x in row] for row in w[head]], "stack": stack,

@@ -233,14 +233,16 @@ def _quote(text: str) -> str:
     return short(text, 40)
 
 
-def admit(model: Any, tok: Any, text: str, *, where: str = "prompt") -> str:
+def admit(model: Any, tok: Any, text: str, *, where: str = "prompt", contract: bool = True) -> str:
     """The prompt ``text`` as the model should see it, or an :class:`InputError`.
 
     Applies the model's contract (:func:`contract_of`): normalises, then refuses text outside it
     with an error that names the contract and gives its example.  Then counts the characters the
     tokenizer does not know: more than :data:`MAX_UNKNOWN` of them is refused; some is admitted
-    with an :class:`InputWarning`.  A normalisation that changed the text warns as well."""
-    contract = contract_of(model)
+    with an :class:`InputWarning`.  A normalisation that changed the text warns as well.
+    ``contract=False`` checks the unknown characters only (the UI's Inspect tab looks inside a model
+    on any text, but a row of ``<unk>`` shows nothing)."""
+    contract = contract_of(model) if contract else None
     name = getattr(getattr(model, "spec", None), "name", "the model")
     if contract is not None:
         cleaned = contract.clean(text)
