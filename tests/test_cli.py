@@ -92,7 +92,8 @@ def test_check_reports_each_step_and_refuses_a_damaged_file(tmp_path):
     r = zoo_cli("check", str(tmp_path / "g"))
     assert r.returncode == 0, r.stderr
     steps = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("ok ")]
-    assert steps == ["header", "metadata", "spec", "dtypes", "tensors", "digest"]
+    assert steps == ["header", "metadata", "spec", "dtypes", "tensors", "digest", "integrity",
+                     "fingerprint"]
     assert "matches the tensor bytes" in r.stdout
     file = tmp_path / "g" / "model.safetensors"
     raw = bytearray(file.read_bytes())
