@@ -131,7 +131,7 @@ CONTRACTS = {
     "poet_gpt": {"description": "Chinese text (characters and Chinese punctuation): the first line "
                                 "of a poem, or 《title》author and a line break",
                  "pattern": POEM_CHARS, "example": "床前明月光，"},
-    "poet_bert": {"description": "Chinese text (characters and Chinese punctuation) with <mask> "
+    "poet_bert": {"description": "Chinese text (characters and Chinese punctuation) with `<mask>` "
                                  "where a character is hidden",
                   "pattern": POEM_CHARS, "example": "春眠不觉晓，处处闻<mask>鸟。"},
     "numerals_t5": {"description": "an integer from 0 to 99,999,999 in Arabic digits, without sign, "
