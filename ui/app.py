@@ -67,6 +67,7 @@ TABS: tuple[tuple[str, str, str], ...] = (
     ("tab.build", "build_tab", "tab-build"),
     ("tab.run", "run_tab", "tab-run"),
     ("tab.inspect", "inspect_tab", "tab-inspect"),
+    ("tab.interp", "interp_tab", "tab-interp"),
     ("tab.compare", "compare_tab", "tab-compare"),
     ("tab.verify", "verify_tab", "tab-verify"),
     ("tab.plugins", "plugins_tab", "tab-plugins"),

@@ -35,6 +35,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "tab.compare": ("Compare", "对比"),
     "tab.verify": ("Verify", "校验"),
     "tab.plugins": ("Plugins", "插件"),
+    "tab.interp": ("Interpret", "解释"),
     # ------------------------------------------------------------------ errors
     "err.title": ("Error", "错误"),
     "err.where": ("Where", "位置"),
@@ -342,6 +343,43 @@ STRINGS: dict[str, tuple[str, str]] = {
     "col.name": ("name", "名称"),
     "col.description": ("description", "说明"),
     "plugins.ok": ("ok", "正常"),
+    # ------------------------------------------------------------------ interpret (issue 26)
+    "interp.intro": ("Look inside like TransformerLens: the logit lens (the prediction after each layer), head "
+                     "scores (which heads attend like induction, previous-token or duplicate-token heads) and "
+                     "activation patching (which layer and position carry the answer from a clean prompt into "
+                     "a corrupted one). Hover a cell to read its value. A checkpoint without a tokenizer "
+                     "takes token ids separated by spaces.",
+                     "像 TransformerLens 一样观察模型内部：logit lens（每一层之后的预测）、注意力头分数（哪些头像归纳头、"
+                     "前一词元头或重复词元头那样分配注意力）和激活修补（哪一层、哪个位置把答案从干净提示带到被破坏的提示）。"
+                     "把鼠标移到格子上可读出数值。没有分词器的检查点请输入以空格分隔的词元编号。"),
+    "interp.text": ("Prompt (the clean one for patching)", "提示（修补时为干净提示）"),
+    "interp.corrupted": ("Corrupted prompt (same number of tokens)", "被破坏的提示（词元数相同）"),
+    "interp.lens": ("Logit lens", "Logit lens"),
+    "interp.scores": ("Head scores", "注意力头分数"),
+    "interp.kind": ("Head kind", "头的类型"),
+    "interp.patch": ("Patch", "激活修补"),
+    "interp.embed": ("embeddings", "嵌入"),
+    "interp.layer": ("layer {i}", "第 {i} 层"),
+    "interp.head": ("head {i}", "头 {i}"),
+    "interp.lens_title": ("Top token after each layer (colour: its probability)",
+                          "每一层之后概率最高的词元（颜色：其概率）"),
+    "interp.scores_title": ("{kind} score of every head on this prompt", "每个头在此提示上的 {kind} 分数"),
+    "interp.scores_random": ("{kind} score of every head (random tokens repeated twice: the prompt has no repeats)",
+                             "每个头的 {kind} 分数（提示中没有重复，改用重复两次的随机词元）"),
+    "interp.patch_title": ("Clean residual stream patched in, per layer and position: 0 = corrupted "
+                           "({lo:.2f}), 1 = clean ({hi:.2f}) log-probability of the clean next token",
+                           "逐层、逐位置放回干净的残差流：0 = 被破坏（{lo:.2f}），1 = 干净（{hi:.2f}），"
+                           "指标为干净提示下一个词元的对数概率"),
+    "interp.ids_only": ("this checkpoint has no tokenizer: give token ids separated by spaces",
+                        "此检查点没有分词器：请输入以空格分隔的词元编号"),
+    "interp.ids_fix": ("for example: 5 17 42 8 5 17 42", "例如：5 17 42 8 5 17 42"),
+    "interp.ids_range": ("token ids must be between 0 and {v} - 1", "词元编号必须在 0 到 {v} - 1 之间"),
+    "interp.length": ("{n} tokens: give between 2 and {max}", "{n} 个词元：请给出 2 到 {max} 个"),
+    "interp.one_stack": ("lenses and patching read one residual stream; an encoder-decoder has two",
+                         "lens 与修补只读取一条残差流，而编码器-解码器有两条"),
+    "interp.same_length": ("the clean prompt has {a} tokens, the corrupted one {b}",
+                           "干净提示有 {a} 个词元，被破坏的提示有 {b} 个"),
+    "interp.same_length_fix": ("change tokens without adding or removing any", "只替换词元，不要增删"),
 }
 
 
