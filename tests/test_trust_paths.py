@@ -261,3 +261,16 @@ def test_the_bypass_check_sees_a_new_bypass(tmp_path):
                  "def h(x):\n    from .trust import read_text\n    return read_text(x)\n")
     found = [(f, n) for f, n, _, _ in _calls(p)]
     assert sorted(found) == [("f", "open"), ("f", "read_text")]
+
+
+def test_a_relative_file_under_a_relative_folder(tmp_path, monkeypatch):
+    """``zoo.load("runs/gpt")``: the folder and the file are both relative (a bug fixed in
+    d9eb674 looked for runs/gpt/runs/gpt/model.safetensors)."""
+    monkeypatch.chdir(tmp_path)
+    model = zoo.build("gpt_tiny", num_layers=1, d_model=16, num_heads=2, vocab_size=50, seed=0)
+    zoo.save(model, "runs/gpt")
+    assert regular_file("runs/gpt/model.safetensors", root="runs/gpt", where="w").name == \
+        "model.safetensors"
+    assert zoo.load("runs/gpt") is not None
+    with pytest.raises(ZooError, match="outside"):
+        regular_file("runs/other.json", root="runs/gpt", where="w")
