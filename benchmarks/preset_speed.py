@@ -155,9 +155,10 @@ def main(argv=None) -> None:
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
-        for side in trees.values():
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(side)],
-                           capture_output=True)
+        for side in (tmp / "base", tmp / "new"):  # also a checkout whose patches failed to apply
+            if side.exists():
+                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(side)],
+                               capture_output=True)
         subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
 
