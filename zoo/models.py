@@ -132,6 +132,14 @@ class ZooModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def auxiliary_loss(self) -> torch.Tensor | None:
+        """The auxiliary losses the components left in their last forward, summed (a mixture of
+        experts' load-balancing loss, ``aux_loss``), or None when no component has one.  The
+        trainer adds it to the objective's loss."""
+        found = [m.aux_loss for m in self.modules()
+                 if m is not self and isinstance(getattr(m, "aux_loss", None), torch.Tensor)]
+        return torch.stack(found).sum() if found else None
+
     def generate(self, ids, max_new_tokens: int = 32, *, fwd_hooks=None, return_cache: bool = False,
                  names_filter=None, **options):
         """Generate with a KV cache (greedy, sampling, stop tokens, streaming, text in/out); see

@@ -328,7 +328,11 @@ def optimizer_step(run: Run) -> tuple[float, float, float, int]:
         with contextlib.nullcontext() if sync else run.ddp.no_sync():
             with run.autocast():
                 s, _ = run.objective.loss(run.ddp, mb)
-            (s * (dist.world / max(1, n_global))).backward()  # DDP averages: times world = sum
+            total = s * (dist.world / max(1, n_global))  # DDP averages: times world = sum
+            aux = net.auxiliary_loss()  # e.g. a mixture of experts' load balance, once per step
+            if aux is not None:
+                total = total + aux / cfg.grad_accum
+            total.backward()
         loss_sum += float(s.detach())
     if cfg.grad_clip:
         gnorm = float(torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.grad_clip))
