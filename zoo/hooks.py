@@ -411,8 +411,8 @@ class Hooks:
                 x = args[0]
                 xc = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
                 scale = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # (B, T, 1)
-                if self.emit(scale_name, scale, stack) is not scale and scale_name in self.fns:
-                    pass  # a returned scale is recorded but not fed back: hook_normalized edits the output
+                # read-only: the norm computes its own output (edit hook_normalized to change it)
+                self.emit(scale_name, scale, stack)
             self._handle(norm.register_forward_pre_hook(pre))
         if out_name:
             self._handle(norm.register_forward_hook(lambda m, a, out: self.emit(out_name, out, stack)))
@@ -636,9 +636,7 @@ def generate(model, ids, max_new_tokens: int = 32, *, fwd_hooks: Iterable = (),
     with Hooks(model, fwd_hooks, lambda n: keep(n) and not n.startswith("unembed.")) as h:
         seq = _generate(model, ids, max_new_tokens, **options)
         call = h.last_call
-        n_new = seq.size(1) - (1 if model.spec.arch == "encoder_decoder" else torch.as_tensor(ids).reshape(
-            seq.size(0), -1).size(1))
-        if call.get("cache") is not None and n_new > 0:  # the last token, one more cached step
+        if call.get("cache") is not None and max_new_tokens > 0:  # the last token, one more cached step
             last = seq[:, -1:]
             ones = torch.ones_like(last)
             with torch.inference_mode():
