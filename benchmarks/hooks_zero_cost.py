@@ -5,7 +5,7 @@ zoo's hook points are installed only for the duration of a hooked call (``run_wi
 afterwards, so a model is never slower for having them.  This measures it: for every preset (the
 large ones shrunk to two small layers, as tests/helpers.shrunk does), two copies with the same
 weights, *fresh* and *used* (the latter went through ``run_with_cache`` and ``run_with_hooks``
-first), time the fastest of a few forwards each, the two in random order, one thread; a preset's ratio is the
+first) and a third untouched *control* copy whose ratio to *fresh* is the machine's noise floor, time the fastest of a few forwards each, the two in random order, one thread; a preset's ratio is the
 median over rounds of ``used / fresh`` in the same round.  The whole-commit comparison (the model
 code before and after issue 26) is benchmarks/preset_speed.py's job::
 
@@ -69,30 +69,37 @@ def main(argv=None) -> int:
     rng = random.Random(0)
     rows = []
     for preset in a.presets.split(","):
-        fresh, _ = model_of(preset)
-        used = copy.deepcopy(fresh)
+        built, _ = model_of(preset)
+        # both sides are copies made the same way (a copy's weights sit together in memory, which
+        # alone can change the speed of a small model), and only one goes through hooked calls
+        fresh, used, control = copy.deepcopy(built), copy.deepcopy(built), copy.deepcopy(built)
+        del built
         args = inputs(fresh, a.batch, a.seq)
         with torch.no_grad():
             used.run_with_cache(*args)
             used.run_with_hooks(*args, fwd_hooks=[("*hook_resid_post", lambda x, h: x)])
             for _ in range(3):  # warm-up
-                once(fresh, args), once(used, args)
-            ratios, base = [], []
+                once(fresh, args), once(used, args), once(control, args)
+            ratios, noise, base = [], [], []
             for _ in range(a.rounds):
-                pair = [("fresh", fresh), ("used", used)]
-                rng.shuffle(pair)
+                sides = [("fresh", fresh), ("used", used), ("control", control)]
+                rng.shuffle(sides)
                 # the fastest of a few forwards: other processes on a shared machine only add time
-                t = {k: min(once(m, args) for _ in range(a.iters)) for k, m in pair}
+                t = {k: min(once(m, args) for _ in range(a.iters)) for k, m in sides}
                 ratios.append(t["used"] / t["fresh"])
+                noise.append(t["control"] / t["fresh"])  # A/A: two untouched copies, the noise floor
                 base.append(t["fresh"])
         row = {"preset": preset, "ms": round(1e3 * statistics.median(base), 3),
-               "ratio": round(statistics.median(ratios), 4),
+               "ratio": round(statistics.median(ratios), 4), "control": round(statistics.median(noise), 4),
                "params": fresh.num_parameters()}
         rows.append(row)
-        print(f"{preset:16s} {row['params']:>11,d} params  {row['ms']:8.2f} ms  used/fresh {row['ratio']:.4f}",
-              flush=True)
-    worst = max(abs(r["ratio"] - 1) for r in rows)
-    print(f"largest deviation from 1: {worst:.2%} over {len(rows)} presets")
+        print(f"{preset:16s} {row['params']:>11,d} params  {row['ms']:8.2f} ms  used/fresh {row['ratio']:.4f}"
+              f"  control/fresh {row['control']:.4f}", flush=True)
+    dev = sorted(abs(r["ratio"] - 1) for r in rows)
+    ctl = sorted(abs(r["control"] - 1) for r in rows)
+    print(f"|used/fresh - 1|: median {statistics.median(dev):.2%}, largest {dev[-1]:.2%}; "
+          f"untouched control |control/fresh - 1|: median {statistics.median(ctl):.2%}, largest {ctl[-1]:.2%} "
+          f"({len(rows)} presets)")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
