@@ -92,13 +92,9 @@ class MoE(FeedForward):
         token = order // k  # (N*k,) the token of each sorted pair
         counts = torch.bincount(flat, minlength=E)  # (E,)
         xs = xf.index_select(0, token)  # (N*k, D) tokens in expert order
-        ys = []
-        for e, (start, n) in enumerate(zip((counts.cumsum(0) - counts).tolist(), counts.tolist())):
-            if n:  # one matmul per busy expert over all its tokens
-                h = xs[start:start + n]
-                ys.append((F.silu(h @ self.w_gate[e]) * (h @ self.w_up[e])) @ self.w_down[e])  # (n, D)
-        y = torch.cat(ys) * weight.reshape(-1)[order, None].to(x.dtype)  # (N*k, D) gated
-        out = torch.zeros_like(xf).index_add_(0, token, y)  # (N, D): each token's experts summed
+        y = self._experts(xs, counts) * weight.reshape(-1)[order, None].to(x.dtype)  # (N*k, D) gated
+        back = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=x.device))
+        out = y.index_select(0, back).view(B * T, k, D).sum(1)  # (N, D): each token's k experts summed
         if self.config.shared_d_ff:
             s = self.shared
             shared = s["down"](F.silu(s["gate"](xf)) * s["up"](xf))
@@ -107,6 +103,26 @@ class MoE(FeedForward):
         # Switch Transformer's balance: E * sum_e (tokens to e per token) * (mean probability of e)
         self.aux_loss = self.config.aux_loss_coef * E * (counts.to(probs.dtype) / (B * T) * probs.mean(0)).sum()
         return out.view(B, T, D)
+
+
+    def _experts(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """``xs (N*k, D)`` grouped by expert (``counts (E,)`` rows each) -> each row through its
+        expert, ``(N*k, D)``: one grouped matmul per weight where torch has one for the dtype,
+        else one matmul per busy expert."""
+        if xs.dtype in _GROUPED and xs.size(0) and not torch.compiler.is_compiling():
+            offs = counts.cumsum(0).to(torch.int32)  # (E,) where each expert's rows end
+            h = F.silu(torch._grouped_mm(xs, self.w_gate, offs=offs)) * torch._grouped_mm(xs, self.w_up, offs=offs)
+            return torch._grouped_mm(h, self.w_down, offs=offs)
+        ys = []
+        for e, (start, n) in enumerate(zip((counts.cumsum(0) - counts).tolist(), counts.tolist())):
+            if n:
+                h = xs[start:start + n]
+                ys.append((F.silu(h @ self.w_gate[e]) * (h @ self.w_up[e])) @ self.w_down[e])  # (n, D)
+        return torch.cat(ys)
+
+
+#: dtypes torch's grouped matmul takes (none on builds without it)
+_GROUPED = (torch.float32, torch.bfloat16, torch.float16) if hasattr(torch, "_grouped_mm") else ()
 
 
 @zoo.hookimpl
