@@ -134,6 +134,8 @@ def test_a_contract_saved_with_a_model_comes_back(tmp_path, tiny_char):
     with pytest.raises(InputError, match="letters a to h.*characters outside it: 'A'"):
         again.generate("abA", 2)
     assert isinstance(again.generate("abc", 2), str)
+    zoo.save(again, tmp_path / "m2")  # load -> save hands the contract on (zoo.io.CARRIED_EXTRAS)
+    assert contract_of(zoo.load(tmp_path / "m2")).to_json() == contract
 
 
 @pytest.mark.parametrize("bad, words", [

@@ -587,18 +587,24 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     return file
 
 
+#: ``zoo.extra.*`` entries a loaded checkpoint hands on when it is saved again: where it was
+#: converted from, its parity certificate, and the input contract it declares (zoo.contract).
+CARRIED_EXTRAS = ("converted_from", "parity", "input_contract")
+
+
 def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
-    """What :func:`save` writes about a converted model: ``converted_from`` and ``parity`` (JSON),
-    from ``model.convert_info`` (:mod:`zoo.convert`) or, for a model loaded from a converted
-    checkpoint, its metadata."""
+    """What :func:`save` carries over about a model: ``converted_from`` and ``parity`` (JSON) from
+    ``model.convert_info`` (:mod:`zoo.convert`), and for a model loaded from a checkpoint the
+    :data:`CARRIED_EXTRAS` its metadata holds (so load -> save keeps the input contract)."""
+    meta = getattr(model, "checkpoint_metadata", None) or {}
+    out = {k: meta[f"zoo.extra.{k}"] for k in CARRIED_EXTRAS if f"zoo.extra.{k}" in meta}
     info = getattr(model, "convert_info", None)
     if info is not None:
-        out = {"converted_from": json.dumps({k: v for k, v in info.items() if k != "parity"})}
+        out.pop("parity", None)
+        out["converted_from"] = json.dumps({k: v for k, v in info.items() if k != "parity"})
         if isinstance(info.get("parity"), dict):
             out["parity"] = json.dumps(info["parity"])
-        return out
-    meta = getattr(model, "checkpoint_metadata", None) or {}
-    return {k: meta[f"zoo.extra.{k}"] for k in ("converted_from", "parity") if f"zoo.extra.{k}" in meta}
+    return out
 
 
 def resolve_checkpoint(source: str | os.PathLike) -> Path:
