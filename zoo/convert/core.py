@@ -377,8 +377,9 @@ def read_hf_dir(path: str | os.PathLike, *, meta: bool = False) -> tuple[dict, d
     With ``meta`` the tensors are shape-only (read from the headers; nothing is loaded)."""
     d = user_path(path, where="convert.path", error=ConvertError)
     if not d.is_dir():
-        raise ConvertError(f"{short(str(d))} is not a folder", where="convert.path",
-                           fix="pass the folder written by save_pretrained")
+        what = "is a file, not a folder" if d.exists() else "does not exist"
+        raise ConvertError(f"{short(str(d))} {what}", where="convert.path",
+                           fix="pass the folder written by save_pretrained (config.json + *.safetensors)")
     config = read_config(d)
     state: dict[str, torch.Tensor] = {}
     for f in weight_files(d):
