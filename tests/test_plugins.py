@@ -456,7 +456,7 @@ def test_the_guide_example_plugin_passes_the_kit(tmp_path, monkeypatch):
 
     guide = (ROOT / "docs" / "PLUGINS.md").read_text(encoding="utf-8")
     code = re.findall(r"```python\n(.*?)```", guide, re.S)[0]
-    assert len(code.strip().splitlines()) <= 40
+    assert len(code.strip().splitlines()) <= 80  # a whole plugin file, docstring included
     (tmp_path / "zoo_guide_example.py").write_text(code, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     from zoo.testing import kit_registry
