@@ -33,7 +33,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("trust", ("zoo.trust", "zoo.tokenizer_rules")),
     ("registry", ("zoo.registry",)),
     ("compatibility", ("zoo.compat",)),
-    ("spec", ("zoo.spec",)),
+    ("spec", ("zoo.spec", "zoo.arguments")),
     ("tokenizers", ("zoo.tokenizers", "zoo.contract")),
     ("input contracts", ("zoo.contract",)),
     ("layers", ("zoo.layers",)),

@@ -216,15 +216,9 @@ def _arguments(fn, name: str, env: Env):
 
 
 #: Public functions the fuzzer still breaks, each with what it found (strict: a fix makes the test
-#: XPASS and fail, so the entry is removed with the fix).  Outside this issue's files: the engine's
-#: entry points do not yet check that ``model`` is a zoo model.
-KNOWN = {
-    "zoo.classify": "classify(-1, '') -> AttributeError: 'int' object has no attribute 'spec'",
-    "zoo.fill_mask": "fill_mask(-1, '') -> AttributeError: 'int' object has no attribute 'spec'",
-    "zoo.generate.generate": "generate(-1, []) -> AttributeError: 'int' object has no attribute 'spec'",
-    "zoo.generate.stream": "stream(<not a model>, ...) -> AttributeError",
-    "zoo.trace": "trace(model, <hostile ids>) -> TypeError / AttributeError",
-}
+#: XPASS and fail, so the entry is removed with the fix).  Empty since zoo.arguments (issue 22):
+#: classify, fill_mask, generate, stream and trace check their model and ids.
+KNOWN: dict[str, str] = {}
 
 
 def _public_param(name):

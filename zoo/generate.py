@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from . import beam
+from .arguments import zoo_model
 from .errors import TokenizerError, ZooError
 from .contract import admit
 from .compat import require
@@ -415,6 +416,7 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     prompt's real tokens, or an encoder-decoder's decoder tokens, and what was generated) less
     likely, see :func:`penalize_repeats`; with greedy decoding too.
     """
+    zoo_model(model, "generate.model")
     if model.spec.arch == "encoder":
         raise ZooError("an encoder-only model does not generate text", where="model.arch",
                        fix="use zoo.tasks.fill_mask(model, text) or zoo.tasks.classify(...)")
@@ -693,6 +695,7 @@ def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = Fals
     ``tokenizer`` (default ``model.tokenizer``) and the *new* text is returned (a string, or a list).
     ``stream_tokens=True`` returns an iterator instead: of ``(B,)`` id tensors, or of text pieces.
     """
+    zoo_model(model, "generate.model")
     if isinstance(ids, str) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], str)):
         texts = [ids] if isinstance(ids, str) else list(ids)
         if stream_tokens:
@@ -729,6 +732,7 @@ def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = Fals
 def _beam_generate(model, ids, max_new_tokens, tokenizer, pad, attention_mask=None, **options):
     """:func:`generate` with ``num_beams > 1``: ``(B * num_return_sequences, T + N)``, each
     prompt's best sequences first, as Hugging Face's ``generate`` returns them."""
+    zoo_model(model, "generate.model")
     if model.spec.arch == "encoder":
         raise ZooError("an encoder-only model does not generate text", where="model.arch",
                        fix="use zoo.tasks.fill_mask(model, text) or zoo.tasks.classify(...)")

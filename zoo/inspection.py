@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
+from .arguments import token_ids, zoo_model
 from .components import AttentionKernel, BuildContext, Norm
 from .errors import ZooError, did_you_mean
 from .layers import AttnArgs, call_kernel, kernel_steps
@@ -193,7 +194,10 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
     ``patch``: name -> tensor replacing that activation (activation patching).  Other keyword
     arguments go to the model's forward.  Returns a :class:`Trace`.
     """
+    zoo_model(model, "trace.model")
     ids, tokens = _input_ids(model, ids, text, tokenizer)
+    if tgt_ids is not None:
+        tgt_ids = token_ids(model, tgt_ids, "trace.tgt_ids")
     all_edits = _all_edits(model.spec, edits, ablate, patch)
     rec = _Recording(all_edits)
     try:
@@ -221,8 +225,7 @@ def _input_ids(model, ids, text, tokenizer) -> tuple[torch.Tensor, list[str] | N
         ids = torch.tensor([id_list])
     if ids is None:
         raise ZooError("nothing to trace", where="trace", fix="pass ids or text=...")
-    ids = torch.as_tensor(ids, dtype=torch.long, device=next(model.parameters()).device)
-    return (ids[None] if ids.dim() == 1 else ids), tokens
+    return token_ids(model, ids, "trace.ids"), tokens
 
 
 def _all_edits(spec, edits, ablate, patch) -> dict[str, Edit | torch.Tensor]:

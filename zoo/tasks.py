@@ -14,12 +14,14 @@ from typing import Any
 
 import torch
 
+from .arguments import token_ids, zoo_model
 from .errors import ZooError
 from .contract import admit
 from .tokenizers import check_fits, get_tokenizer
 
 
 def _encoder(model, head: str, where: str):
+    zoo_model(model, f"{where}.model")
     if model.spec.arch != "encoder" or model.spec.head.kind != head:
         have = model.spec.arch if model.spec.arch != "encoder" else f"encoder with head '{model.spec.head.kind}'"
         fix = {"mlm": "use an encoder spec with `head: mlm`",
@@ -36,9 +38,7 @@ def _ids(model, inputs, tokenizer):
         tok = get_tokenizer(model, tokenizer)
         check_fits(tok, model.spec.vocab_size)
         inputs = tok.encode(admit(model, tok, inputs, where="inputs"))  # its contract
-    dev = next(model.parameters()).device
-    ids = torch.as_tensor(inputs, dtype=torch.long, device=dev)
-    return (ids[None] if ids.dim() == 1 else ids), tok
+    return token_ids(model, inputs, "inputs"), tok
 
 
 @torch.no_grad()

@@ -249,8 +249,18 @@ def write_target(path: Any, *, where: str, folder: bool = False,
     (:func:`user_path`: NUL, a name over 255 bytes); an existing file where a folder is expected
     (or a folder where a file is); a device, FIFO or socket (``/dev/null`` included); anything
     under ``/proc``, ``/sys`` or ``/dev``; a symlink loop; a parent that is a file; the nearest
-    existing folder not writable."""
+    existing folder not writable; a path whose last component is ``.``, ``..`` or empty (``"."``,
+    ``"./"``, ``"runs/.."``, ``"/"``): it names no checkpoint of its own, and a save would scatter
+    ``model.safetensors`` and ``spec.yaml`` into whatever folder that is (the current one, by
+    accident).  Write into the current folder by naming the file: ``"./model.safetensors"``."""
     p = user_path(path, where=where, error=error)
+    last = os.fspath(path).rstrip("/").rsplit("/", 1)[-1]
+    if last in ("", ".", ".."):  # "", ".", "./", "..", "a/..", "/": no name of its own
+        raise error(f"{short(os.fspath(path))} names no file or folder of its own (it ends in "
+                    f"{'/' if not last else repr(last)}): zoo would write its files (model.safetensors, "
+                    f"spec.yaml, ...) straight into {'/' if not last else 'that folder'}",
+                    where=where, fix="name the checkpoint, e.g. runs/my_model (a folder) or "
+                                     "my_model.safetensors (one file)")
     fix = "choose a writable folder you own"
     try:
         resolved = p.resolve()
