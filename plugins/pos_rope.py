@@ -22,6 +22,11 @@ Context extension rescales the frequencies: ``scaling: linear`` divides them all
 (position interpolation, Chen et al., 2023); ``scaling: llama3`` (Llama 3.1+) divides only the slow
 ones — wavelengths longer than ``original_max_len / low_freq_factor`` — by ``factor``, keeps the fast
 ones (shorter than ``original_max_len / high_freq_factor``) and blends smoothly in between.
+``scaling: yarn`` (YaRN, Peng et al., 2023, arXiv 2309.00071; Qwen2.5, DeepSeek) interpolates the
+pairs that turn fewer than ``beta_slow`` times over ``original_max_len`` (divides them by
+``factor``), keeps those turning more than ``beta_fast`` times, ramps linearly in between, and
+scales cos/sin by ``attention_factor`` (``0.1 ln(factor) + 1`` by default) to keep the attention
+entropy of the longer context.
 
 Under a KV cache the keys are rotated *before* they are cached, with their absolute positions, so the
 new queries (rotated at their own offsets) meet them exactly as in a full forward pass.
@@ -43,11 +48,15 @@ class RopeConfig:
     base: float = 10000.0      # theta: the slowest pair turns once every 2π·base positions
     interleaved: bool = False  # pair (2i, 2i+1) instead of (i, i + hd/2)
     fraction: float = 1.0      # share of each head's features that is rotated
-    scaling: Literal["none", "linear", "llama3"] = "none"  # context extension (see above)
+    scaling: Literal["none", "linear", "llama3", "yarn"] = "none"  # context extension (see above)
     factor: float = 1.0        # how much longer the context became
     low_freq_factor: float = 1.0   # llama3 only
     high_freq_factor: float = 4.0  # llama3 only
-    original_max_len: int = 8192   # llama3 only: the pre-training context length
+    original_max_len: int = 8192   # llama3, yarn: the pre-training context length
+    beta_fast: float = 32.0        # yarn: pairs turning more often than this keep their frequency
+    beta_slow: float = 1.0         # yarn: pairs turning less often than this are interpolated
+    attention_factor: float | None = None  # yarn: cos/sin scale (None: 0.1 ln(factor) + 1)
+    truncate: bool = True          # yarn: round the ramp's ends to whole pairs
 
     def __post_init__(self):
         if self.base <= 1:
@@ -74,7 +83,26 @@ def rope_frequencies(dim: int, config: RopeConfig, device=None) -> torch.Tensor:
             config.high_freq_factor - config.low_freq_factor)
         blended = (1 - smooth) * scaled / config.factor + smooth * scaled
         return torch.where(~slow & ~fast, blended, scaled)
+    if config.scaling == "yarn":
+        def pair(turns):  # the pair index that turns `turns` times over original_max_len
+            return dim * math.log(config.original_max_len / (turns * 2 * math.pi)) / (2 * math.log(config.base))
+        low, high = pair(config.beta_fast), pair(config.beta_slow)
+        if config.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        high = high + 0.001 if low == high else high
+        ramp = ((torch.arange(dim // 2, device=device, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        return inv_freq / config.factor * ramp + inv_freq * (1 - ramp)  # (dim/2,) fast pairs kept
     return inv_freq
+
+
+def rope_scale(config: RopeConfig) -> float:
+    """The factor YaRN applies to cos and sin (1 for the other scalings)."""
+    if config.scaling != "yarn":
+        return 1.0
+    if config.attention_factor is not None:
+        return config.attention_factor
+    return 0.1 * math.log(config.factor) + 1.0 if config.factor > 1 else 1.0
 
 
 def rope_angles(pos: torch.Tensor, dim: int, base: float = 10000.0, *,
@@ -109,7 +137,8 @@ class Rope(PositionScheme):
     def qk_state(self, pos):
         """cos/sin tables ``(B|1, 1, T, rot_dim/2)`` (float32), shared by every layer."""
         ang = rope_angles(pos, self.rot_dim, config=self.config)[:, None]  # (B|1, 1, T, rot/2)
-        return ang.cos(), ang.sin()
+        scale = rope_scale(self.config)
+        return (ang.cos(), ang.sin()) if scale == 1.0 else (ang.cos() * scale, ang.sin() * scale)
 
     def rotate(self, q, k, state):
         cos, sin = state

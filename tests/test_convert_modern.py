@@ -1,4 +1,5 @@
-"""The families of issue 24 (mixtures of experts: Mixtral, Qwen2-MoE, Qwen3-MoE), as the sixteen
+"""The families of issue 24 (mixtures of experts: Mixtral, Qwen2-MoE, Qwen3-MoE; YaRN rope scaling
+in the Llama-shaped families), as the sixteen
 before them: a random-init 2-layer transformers model (from a config object, offline) converts to a
 zoo model whose logits agree to 1e-5 in float32 on a padded batch, greedy tokens equal transformers'
 ``generate``, HF -> zoo -> HF gives identical tensors, the parity certificate is written and kept
@@ -13,7 +14,7 @@ import zoo
 from zoo.convert import ConvertError, convert_state, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
-from convert_cases import TOL, _decoder, greedy, maxdiff, run  # noqa: E402
+from convert_cases import TOL, _decoder, greedy, llama, maxdiff, qwen2, run  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -35,8 +36,13 @@ def qwen3_moe(**kw):
         "norm_topk_prob": True, **kw})
 
 
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}
 CASES = {"mixtral": mixtral, "qwen2_moe": qwen2_moe, "qwen3_moe": qwen3_moe,
-         "qwen3_moe_unnormalised": lambda: qwen3_moe(norm_topk_prob=False)}
+         "qwen3_moe_unnormalised": lambda: qwen3_moe(norm_topk_prob=False),
+         # YaRN rope scaling (Qwen2.5's long context): default ramp, and every option set
+         "llama_yarn": lambda: llama(rope_parameters=YARN),
+         "qwen2_yarn": lambda: qwen2(rope_parameters={**YARN, "beta_fast": 8.0, "beta_slow": 2.0,
+                                                      "attention_factor": 1.3, "truncate": False})}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -69,10 +75,12 @@ def test_family(case, tmp_path):
 
 REFUSED = [
     (mixtral, "router_jitter_noise", 0.1), (mixtral, "hidden_act", "gelu"),
-    (mixtral, "rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}),
+    (mixtral, "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
     (qwen2_moe, "mlp_only_layers", [0]), (qwen2_moe, "decoder_sparse_step", 2),
     (qwen2_moe, "use_sliding_window", True), (qwen3_moe, "mlp_only_layers", [1]),
     (qwen3_moe, "layer_types", ["sliding_attention", "full_attention"]),
+    (llama, "rope_parameters", {"rope_type": "longrope", "rope_theta": 1e4, "factor": 2.0}),
+    (qwen2, "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
 ]
 
 

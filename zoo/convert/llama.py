@@ -6,6 +6,8 @@ Refused: rope types other than default / linear / llama3, activations without an
 """
 from __future__ import annotations
 
+import math
+
 from .core import INV_ACTS, Converter, Source, lm_head, norm_entry, qkv, register
 
 
@@ -29,11 +31,27 @@ def rope(src: Source, fraction: float = 1.0) -> dict:
                    high_freq_factor=sub.float("high_freq_factor", positive=True),
                    original_max_len=sub.int("original_max_position_embeddings",
                                             src.int("max_position_embeddings")))
+    elif kind == "yarn":
+        factor = sub.float("factor", None, positive=True)
+        orig = sub.int("original_max_position_embeddings", src.int("max_position_embeddings"))
+        factor = src.int("max_position_embeddings") / orig if factor is None else factor
+        att = sub.float("attention_factor", None, positive=True)
+        ms, ms_all = sub.float("mscale", None), sub.float("mscale_all_dim", None)
+        if att is None and ms and ms_all:  # DeepSeek's ratio of two mscales
+            att = _mscale(factor, ms) / _mscale(factor, ms_all)
+        out.update(scaling="yarn", factor=factor, original_max_len=orig,
+                   beta_fast=sub.float("beta_fast", 32.0, positive=True),
+                   beta_slow=sub.float("beta_slow", 1.0, positive=True), attention_factor=att,
+                   truncate=sub.flag("truncate", True))
     elif kind != "default":
-        src.refuse(where, kind, "zoo's rope implements default, linear and llama3 frequencies only "
-                   "(not yarn, dynamic, longrope)", options=["default", "linear", "llama3"],
+        src.refuse(where, kind, "zoo's rope implements default, linear, llama3 and yarn frequencies "
+                   "only (not dynamic, longrope)", options=["default", "linear", "llama3", "yarn"],
                    fix="convert a model with one of the listed rope types")
     return out
+
+
+def _mscale(factor: float, m: float = 1.0) -> float:
+    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
 
 
 def read_decoder(src: Source, attention: str, name: str, *, qkv_bias=None, out_bias=None,
@@ -103,6 +121,9 @@ def rope_parameters(rc) -> dict:
     if rc.scaling == "llama3":
         out.update(low_freq_factor=rc.low_freq_factor, high_freq_factor=rc.high_freq_factor,
                    original_max_position_embeddings=rc.original_max_len)
+    if rc.scaling == "yarn":
+        out.update(original_max_position_embeddings=rc.original_max_len, beta_fast=rc.beta_fast,
+                   beta_slow=rc.beta_slow, attention_factor=rc.attention_factor, truncate=rc.truncate)
     return out
 
 
