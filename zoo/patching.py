@@ -229,13 +229,13 @@ def patching_figure(values: torch.Tensor, *, x_labels=None, y_labels=None, title
         raise ZooError(f"a figure shows a 2-d result, got {tuple(v.shape)}", where="patching_figure",
                        fix="pick a slice, e.g. values[:, :, head]")
     lim = float(v.abs().max()) or 1.0
-    fig, ax = plt.subplots(figsize=(1.2 + 0.45 * v.size(1), 1.2 + 0.45 * v.size(0)))
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.6 + 0.4 * v.size(1)), max(2.6, 1.4 + 0.4 * v.size(0))))
     im = ax.imshow(v.numpy(), cmap="RdBu", vmin=-lim, vmax=lim, aspect="auto")
     ax.set_xticks(range(v.size(1)), x_labels if x_labels is not None else range(v.size(1)), rotation=90)
     ax.set_yticks(range(v.size(0)), y_labels if y_labels is not None else range(v.size(0)))
     ax.set_xlabel(x_title)
     ax.set_ylabel(y_title)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     fig.colorbar(im, ax=ax)
     fig.tight_layout()
     return fig
