@@ -189,9 +189,10 @@ def test_the_kernel_must_use_scale(registry):
             model = _tiny(attention=kind, attn_scale=1.0).eval()
             model.load_state_dict(eager.state_dict(), strict=False)  # the same weights, log_g = 0
             assert torch.allclose(model(ids), want, atol=1e-5) is same, kind
-    # the kit's reference check runs at the default scale, so it passes the bug: test it yourself
-    res = zoo.testing.verify(["attention:fixed"], checks=["reference"], registry=registry)
-    assert [r.status for r in res] == ["pass"]
+    # the kit's reference check runs at a non-default scale, against the naive loop and SDPA
+    res = zoo.testing.verify(["attention:fixed", "attention:temperature"], checks=["reference"],
+                             registry=registry)
+    assert [r.status for r in res] == ["fail", "pass"], [(r.status, r.note) for r in res]
 
 
 def test_the_kernel_applies_dropout_in_training_only(registry):

@@ -551,8 +551,8 @@ def check_save_load(kit: Kit, comp: Component, arch: str):
 
 
 # ---------------------------------------------------------------------- attention checks
-def _kernel(comp: Component, kit: Kit, h=4, h_kv=2, hd=8):
-    ctx = BuildContext.for_heads(h, hd, num_kv_heads=h_kv, causal=True)
+def _kernel(comp: Component, kit: Kit, h=4, h_kv=2, hd=8, scale: float | None = None):
+    ctx = BuildContext.for_heads(h, hd, num_kv_heads=h_kv, causal=True, scale=scale)
     return comp.make(ctx, **kit.params_for(comp)).to(kit.device)
 
 
@@ -598,26 +598,54 @@ def _attention_cases(caps):
     return cases
 
 
+#: The scale the reference check builds kernels with: not 1/sqrt(hd), so a kernel that ignores
+#: ``self.scale`` (and hard-codes the usual value) fails it.
+REFERENCE_SCALE = 0.6 * 8 ** -0.5
+
+
+def _sdpa_reference(q, k, v, *, scale: float, mask=None, bias=None, is_causal=False):
+    """``F.scaled_dot_product_attention`` under zoo's conventions, as an outside reference: GQA by
+    repeating k/v, a boolean mask where True means "may attend" (SDPA's own boolean convention), a
+    causal flag as the aligned-to-the-end mask, an additive bias, and fully masked rows as zeros
+    (SDPA gives NaN there)."""
+    kk, vv = repeat_kv(k, v, q.shape[1])  # (B, h, Tk, hd)
+    m = mask
+    if is_causal:
+        c = causal_mask(q.shape[2], k.shape[2], q.device)[None, None]
+        m = c if m is None else m & c
+    attn = m
+    if bias is not None:
+        attn = bias.to(q.dtype) if m is None else bias.to(q.dtype).masked_fill(~m, float("-inf"))
+    out = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, attn_mask=attn, scale=scale)
+    if m is not None:
+        out = out.masked_fill(~m.any(-1, keepdim=True), 0.0)
+    return out
+
+
 def check_reference(kit: Kit, comp: Component):
+    """Against two references nobody here wrote the maths of twice: the naive per-query loop and
+    PyTorch's ``F.scaled_dot_product_attention``, at a non-default scale (:data:`REFERENCE_SCALE`)."""
     caps = comp.capabilities
     if not caps.exact:
         raise Skip("exact=False declared: not softmax attention, so not compared with the naive loop")
-    kernel = _kernel(comp, kit)
-    naive = _kernel(kit.registry.get("attention", "naive"), kit)
+    kernel = _kernel(comp, kit, scale=REFERENCE_SCALE)
+    naive = _kernel(kit.registry.get("attention", "naive"), kit, scale=REFERENCE_SCALE)
     errs = []
     for name, kw, Tq, Tk in _attention_cases(caps):
         q, k, v, kw = _mv(kit.device, *_qkv(Tq=Tq, Tk=Tk), kw)
         with torch.no_grad():
             out, w = attend(kernel, q, k, v, need_weights=caps.returns_weights, **kw)
             ref, rw = attend(naive, q, k, v, need_weights=True, **kw)
-        err = _maxdiff(out, ref)
+            sdpa = _sdpa_reference(q, k, v, scale=REFERENCE_SCALE, **kw)
+        err = max(_maxdiff(out, ref), _maxdiff(out, sdpa))
         if caps.returns_weights:
             if w is None:
                 raise Fail(f"{name}: returns_weights declared but need_weights=True gave None")
             err = max(err, _maxdiff(w, rw))
         errs.append((name, err))
     worst = max(e for _, e in errs)
-    return worst, ", ".join(f"{n} {e:.1e}" for n, e in errs), "naive per-query loop (GQA 4/2 heads)"
+    return (worst, ", ".join(f"{n} {e:.1e}" for n, e in errs),
+            "naive per-query loop and F.scaled_dot_product_attention (GQA 4/2 heads, scale 0.6/sqrt(hd))")
 
 
 def check_masked_rows(kit: Kit, comp: Component):
