@@ -1,5 +1,5 @@
 """The families of issue 24 (mixtures of experts: Mixtral, Qwen2-MoE, Qwen3-MoE; YaRN rope scaling
-in the Llama-shaped families), as the sixteen
+in the Llama-shaped families; Qwen2 / Qwen3 sliding-window layers), as the sixteen
 before them: a random-init 2-layer transformers model (from a config object, offline) converts to a
 zoo model whose logits agree to 1e-5 in float32 on a padded batch, greedy tokens equal transformers'
 ``generate``, HF -> zoo -> HF gives identical tensors, the parity certificate is written and kept
@@ -14,7 +14,7 @@ import zoo
 from zoo.convert import ConvertError, convert_state, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
-from convert_cases import TOL, _decoder, greedy, llama, maxdiff, qwen2, run  # noqa: E402
+from convert_cases import TOL, _decoder, greedy, llama, maxdiff, qwen2, qwen3, run  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -42,7 +42,12 @@ CASES = {"mixtral": mixtral, "qwen2_moe": qwen2_moe, "qwen3_moe": qwen3_moe,
          # YaRN rope scaling (Qwen2.5's long context): default ramp, and every option set
          "llama_yarn": lambda: llama(rope_parameters=YARN),
          "qwen2_yarn": lambda: qwen2(rope_parameters={**YARN, "beta_fast": 8.0, "beta_slow": 2.0,
-                                                      "attention_factor": 1.3, "truncate": False})}
+                                                      "attention_factor": 1.3, "truncate": False}),
+         # Qwen2 / Qwen3 sliding-window layers (from max_window_layers on): the spec's mask_pattern
+         "qwen2_sliding": lambda: qwen2(num_hidden_layers=3, use_sliding_window=True, sliding_window=3,
+                                        max_window_layers=1),
+         "qwen3_sliding": lambda: qwen3(num_hidden_layers=3, use_sliding_window=True, sliding_window=3,
+                                        max_window_layers=1)}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -81,6 +86,7 @@ REFUSED = [
     (qwen3_moe, "layer_types", ["sliding_attention", "full_attention"]),
     (llama, "rope_parameters", {"rope_type": "longrope", "rope_theta": 1e4, "factor": 2.0}),
     (qwen2, "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+    (qwen3, "layer_types", ["full_attention", "sliding_attention"]),  # sliding without use_sliding_window
 ]
 
 
