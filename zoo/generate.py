@@ -42,6 +42,7 @@ import torch
 
 from . import beam
 from .arguments import zoo_model
+from .health import finite_steps
 from .errors import TokenizerError, ZooError
 from .contract import admit
 from .compat import require
@@ -456,11 +457,12 @@ def _logits(model, ids, padding, o: GenerationOptions, start: int | None):
             raise ZooError(f"prompt ({T0}) + max_new_tokens ({n}) exceeds max_len {max_len}",
                            where="generate.max_new_tokens",
                            fix=f"ask for at most {max(max_len - T0 + 1, 0)} new tokens")
-        return _decoder_logits(model, ids, padding, o.use_cache, o.prefix_length,
-                               _make_head(model, n), n)
+        return finite_steps(_decoder_logits(model, ids, padding, o.use_cache, o.prefix_length,
+                                            _make_head(model, n), n), model)
     if n > max_len:
         raise ZooError(f"max_new_tokens {n} exceeds max_len {max_len}", where="generate.max_new_tokens")
-    return _seq2seq_logits(model, ids, padding, o.use_cache, start, _make_head(model, n), n)
+    return finite_steps(_seq2seq_logits(model, ids, padding, o.use_cache, start,
+                                        _make_head(model, n), n), model)
 
 
 def _beam_search(model, ids, padding, o: GenerationOptions, start: int | None, pad: int):
