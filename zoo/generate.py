@@ -22,6 +22,12 @@ Choosing the next token from the logits:
   ``top_k`` keeps the k most likely tokens, ``top_p`` (nucleus sampling, Holtzman et al., 2020) the
   smallest set whose probability reaches p.  ``seed`` makes a sampled run reproducible.
 
+Beam search (``num_beams > 1``, :mod:`zoo.beam`) keeps the ``num_beams`` most likely sequences per
+prompt instead of one, scored by their summed log-probabilities over ``length ** length_penalty``;
+the static cache is reordered in place between steps.  ``generate`` then returns each prompt's
+``num_return_sequences`` best sequences (``B * num_return_sequences`` rows) and ``stream`` yields the
+best sequence's tokens once the search is over.
+
 Batches of different lengths are **left-padded** (pads before the prompt, ``attention_mask`` 0 there)
 so that every row's next token lands in the same column; positions are counted from each row's first
 real token, so a padded row generates exactly what it would alone.  A row stops at one of its
