@@ -168,3 +168,16 @@ def test_zoo_run_beams_and_the_run_tab():
     shown = list(run_tab.run("poet_gpt", prompt, temperature=0, max_new_tokens=12, num_beams=4,
                              no_repeat_ngram_size=2))
     assert shown[-1][0] == want
+
+
+def test_beam_sampling_is_seeded():
+    """Beam sampling (do_sample with num_beams > 1): reproducible with a seed, and a different seed
+    can pick different beams, while greedy beam search ignores the seed."""
+    model = zoo.build("gpt_tiny", num_layers=1)
+    ids = [[5, 6, 7], [8, 9]]
+    kw = dict(max_new_tokens=6, num_beams=3, do_sample=True, temperature=2.0)
+    a, b = model.generate(ids, seed=1, **kw), model.generate(ids, seed=1, **kw)
+    assert torch.equal(a, b)
+    assert any(not torch.equal(a, model.generate(ids, seed=s, **kw)) for s in range(2, 6))
+    assert torch.equal(model.generate(ids, max_new_tokens=6, num_beams=3, seed=1),
+                       model.generate(ids, max_new_tokens=6, num_beams=3, seed=2))
