@@ -84,3 +84,21 @@ def test_healthy_generation_is_unchanged():
         for _ in range(6):
             ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], 1)
     assert torch.equal(out, ids)
+
+
+def test_huge_but_finite_logits_pass_and_each_kind_of_bad_value_is_caught():
+    """The check reads one sum: a sum that overflows on finite logits is re-checked exactly."""
+    from zoo.health import finite_steps
+
+    model = _model()
+
+    def steps(rows):
+        for r in rows:
+            yield torch.tensor([r])
+
+    huge = [3e38, 3e38, -1.0]  # the float32 sum is inf; every logit is finite
+    assert len(list(finite_steps(steps([huge, huge]), model))) == 2
+    for bad in ([1.0, float("nan")], [float("inf"), 0.0], [float("-inf"), 0.0],
+                [float("inf"), float("-inf")]):
+        with pytest.raises(ZooError, match="logits of step 1 hold"):
+            list(finite_steps(steps([[0.0, 1.0], bad]), model))

@@ -6,12 +6,14 @@ logits.  Without a check, sampling fails inside ``torch.multinomial`` ("probabil
 either inf, nan or element < 0") and greedy decoding silently returns token 0 forever.
 
 :func:`finite_steps` wraps a logits coroutine (see :mod:`zoo.generate`: it yields next-token logits
-``(B, V)`` and is sent the chosen ids) and checks each step's logits with one
-``torch.isfinite(logits).all()``: a few microseconds, measured in ``docs/TRUST.md``.  Only when the
+``(B, V)`` and is sent the chosen ids) and checks each step's logits with one sum read back as a
+Python float (NaN and infinity propagate through it; 7-13 us on a 512- or 50,257-entry row on one
+CPU thread, where ``torch.isfinite(x).all()`` takes 36-360 us), measured in ``docs/TRUST.md``.  Only when the
 check fails are the weights scanned, to name the cause.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Generator
 
 import torch
@@ -56,7 +58,9 @@ def finite_steps(steps: Generator, model: torch.nn.Module, where: str = "generat
             return
         step = 0
         while True:
-            if not bool(torch.isfinite(logits).all()):
+            # one reduction to a Python float: NaN and infinity propagate through a sum; a sum
+            # that overflows although every logit is finite (|logit| ~ 1e34) is re-checked exactly
+            if not math.isfinite(logits.sum().item()) and not bool(torch.isfinite(logits).all()):
                 raise nonfinite_logits(model, logits, step, where)
             sent = yield logits
             try:
