@@ -34,7 +34,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("trust", ("zoo.trust", "zoo.tokenizer_rules")),
     ("registry", ("zoo.registry",)),
     ("compatibility", ("zoo.compat",)),
-    ("spec", ("zoo.spec", "zoo.arguments")),
+    ("spec", ("zoo.spec", "zoo.arguments", "zoo.workload")),
     ("tokenizers", ("zoo.tokenizers", "zoo.contract")),
     ("input contracts", ("zoo.contract",)),
     ("layers", ("zoo.layers",)),

@@ -35,38 +35,12 @@ from .assembly import SkipRandomInit, construct
 from .components import SPEC_FAMILIES
 from .errors import SpecError
 from .spec import parse_spec
+from .workload import available_bytes, human_bytes  # noqa: F401  (one reading of memory, shared with the work checks)
 
 _FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.rand, torch.randn,
               torch.randint, torch.empty_strided, torch.eye, torch.arange, torch.linspace,
               torch.logspace, torch.Tensor.new_empty, torch.Tensor.new_zeros, torch.Tensor.new_ones,
               torch.Tensor.new_full}
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000
-    return f"{n:.1f} PB"
-
-
-def available_bytes(device: Any = None) -> tuple[float, str]:
-    """``(bytes, description)``: memory available now on ``device`` (CPU: ``MemAvailable``)."""
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    if dev.type == "cuda" and torch.cuda.is_available():
-        free, _ = torch.cuda.mem_get_info(dev)
-        return float(free), f"free memory on {dev}"
-    try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024, "available memory on cpu"
-    except OSError:
-        pass
-    try:
-        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), "free memory on cpu"
-    except (ValueError, OSError, AttributeError):
-        return math.inf, "no limit (memory size unknown)"
 
 
 def resolve_budget(budget: Any, device: Any = None) -> tuple[float, str]:

@@ -49,6 +49,7 @@ import torch
 from . import beam
 from .arguments import zoo_model
 from .health import finite_steps
+from .workload import check_generate
 from .errors import TokenizerError, ZooError
 from .contract import admit
 from .compat import require
@@ -457,6 +458,7 @@ def _start_id(model, tokenizer, o: GenerationOptions, pad: int) -> int:
 def _logits(model, ids, padding, o: GenerationOptions, start: int | None):
     """The logits coroutine of the model's architecture, once the length fits ``max_len``."""
     n, max_len = o.max_new_tokens, model.spec.max_len
+    check_generate(model, ids.size(0), ids.size(1), n)  # the cache and the prompt's forward fit?
     if model.spec.arch == "decoder":
         T0 = ids.size(1)
         if T0 + max(n - 1, 0) > max_len:

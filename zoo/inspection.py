@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from .arguments import token_ids, zoo_model
+from .workload import check_trace
 from .components import AttentionKernel, BuildContext, Norm
 from .errors import ZooError, did_you_mean
 from .layers import AttnArgs, call_kernel, kernel_steps
@@ -198,6 +199,7 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
     ids, tokens = _input_ids(model, ids, text, tokenizer)
     if tgt_ids is not None:
         tgt_ids = token_ids(model, tgt_ids, "trace.tgt_ids")
+    check_trace(model, ids, tgt_ids)  # what it keeps fits?
     all_edits = _all_edits(model.spec, edits, ablate, patch)
     rec = _Recording(all_edits)
     try:

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from . import hooks
+from .workload import check_forward
 from .errors import ZooError
 from .generate import generate
 from .layers import KVCache, Stack, make_parts, make_stack, real_padding
@@ -90,6 +91,7 @@ class ZooModel(nn.Module):
     spec: ModelSpec
 
     def __call__(self, *args, **kwargs):
+        check_forward(self, args, kwargs)  # shapes only: a forward that cannot fit is refused (issue 22)
         try:
             return super().__call__(*args, **kwargs)
         except Exception as exc:  # free unless raised: a note names the plugin whose code failed

@@ -30,6 +30,7 @@ from ..errors import DataError, TrainError, ZooError
 from ..io import save
 from ..spec import ModelSpec, parse_spec
 from ..trust import short, user_path, write_target
+from ..workload import check_train_step
 from ..tokenizers import from_json as tok_from_json
 from .config import ARCH_FOR, TrainConfig, TrainResult
 from .dist import Dist, setup_dist
@@ -271,6 +272,7 @@ def _set_up(source, data, cfg: TrainConfig, state, dist: Dist, out: Path, tokeni
         net = build(spec, seed=cfg.seed)
     net.tokenizer = tok
     net = net.to(dist.device)
+    check_train_step(net, per_rank // cfg.grad_accum, cfg.block_size or min(spec.max_len, 128))
     net.train()
     ddp = net
     if dist.world > 1:
