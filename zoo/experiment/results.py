@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .stats import mean_ci, paired, verdict
+from .trial import EXPERIMENT, RESULT, Trial
 
 REPORT_FILES = ("results.md", "results.csv", "report.html")
 
@@ -57,7 +58,6 @@ class Results:
     """An experiment's results folder (see the module docstring)."""
 
     def __init__(self, out: Path, plan: dict):
-        from .run import Trial
 
         self.out = Path(out)
         self.plan = plan
@@ -70,7 +70,6 @@ class Results:
     @classmethod
     def from_dir(cls, out: str | os.PathLike) -> "Results":
         from ..errors import ZooError
-        from .run import EXPERIMENT
 
         f = Path(out) / EXPERIMENT
         if not f.is_file():
@@ -81,7 +80,6 @@ class Results:
     def refresh(self) -> "Results":
         """Re-read every trial's files (cheap: call it to poll a running experiment)."""
         from ..train.metrics import read_metrics
-        from .run import RESULT
 
         self.trials = []
         for t in self.trial_plans:
@@ -291,10 +289,9 @@ class Results:
         probe input, drawn by :func:`zoo.plots.attention_heatmap`."""
         import torch
 
-        import zoo
-
         from .. import plots
         from ..inspection import trace
+        from ..loading import load
 
         figs = {}
         exp = self.experiment
@@ -303,7 +300,7 @@ class Results:
             if t is None:
                 continue
             try:
-                model = zoo.load(t.folder)
+                model = load(t.folder)
                 tok = model.tokenizer
                 texts = exp.get("probe") or []
                 if isinstance(texts, str):

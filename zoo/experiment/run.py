@@ -37,53 +37,9 @@ from typing import Any, Callable
 
 from ..errors import ZooError
 from .spec import Experiment, ExperimentError, _merge, load, load_plugins
-
-RESULT = "result.json"      # a trial's completion record (atomic)
-TRIAL = "trial.json"        # what the worker runs
-EXPERIMENT = "experiment.json"  # the resolved experiment of a results folder
+from .trial import EXPERIMENT, RESULT, TRIAL, Trial  # noqa: F401 - re-exported
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One (variant, seed): everything a worker needs, JSON-serialisable."""
-
-    variant: str
-    seed: int
-    spec: dict
-    train: dict
-    task: str
-    task_params: dict
-    steps: int
-    seq_len: int
-    params: int
-    flops_per_step: float
-    metrics: tuple
-    probe: tuple
-    plugins: tuple
-
-    @property
-    def id(self) -> str:
-        return f"{self.variant}/seed{self.seed}"
-
-    def folder(self, out: Path) -> Path:
-        return Path(out) / "trials" / self.variant / f"seed{self.seed}"
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Trial":
-        d = dict(d)
-        d["metrics"], d["probe"], d["plugins"] = tuple(d["metrics"]), tuple(d["probe"]), tuple(d["plugins"])
-        return cls(**d)
-
-    def key(self) -> str:
-        """What makes two trials the same run (16 hex digits)."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
-
-    @property
-    def train_flops(self) -> float:
-        return self.flops_per_step * self.steps
 
 
 # ---------------------------------------------------------------------- planning
@@ -441,10 +397,10 @@ def _run_local(todo, trials, out, jobs, threads, emit, poll_s) -> dict:
 
 
 def submitit_job(trial_json: str, threads: int) -> str:
-    """What a submitit job runs: one trial from its ``trial.json`` (module-level: picklable)."""
-    from .worker import main
-
-    main([trial_json, str(threads)])
+    """What a submitit job runs: one trial from its ``trial.json`` (module-level: picklable), as
+    :mod:`.worker` runs it; a ZooError is the job's exception, which submitit reports."""
+    path = Path(trial_json)
+    run_trial(Trial.from_dict(json.loads(path.read_text(encoding="utf-8"))), path.parent, threads)
     return trial_json
 
 
