@@ -46,7 +46,7 @@ SHORTENED = [
 CHECKED_ONLY = {
     "pip install torch --index-url https://download.pytorch.org/whl/cpu": "torch",
     'pip install -e ".[ui]" && zoo ui': "extras+ui",
-    'python3 -m pip install -q -e ".[ui,test]" && python3 -m pytest -q': "extras",
+    'python3 -m pip install -q -e ".[ui,test]" -e ./plugins/zoo-linear-attention && python3 -m pytest -q': "extras",
     # installed into the scratch folder (pip --target), not into the suite's environment
     "pip install ./plugins/zoo-linear-attention": "local package",
 }
@@ -107,6 +107,8 @@ def _check_only(how: str, line: str, work: Path) -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for named in re.findall(r'"\.\[([\w,]+)\]"', line):
         assert set(named.split(",")) <= set(extras), (line, sorted(extras))
+    for folder in re.findall(r"-e (\./plugins/[\w-]+)", line):  # a local plugin package it installs
+        assert (ROOT / folder / "pyproject.toml").is_file(), folder
     if how == "torch":
         import torch  # noqa: F401 - the step installs torch; the suite runs on it
     if how == "extras+ui":
