@@ -70,6 +70,7 @@ TABS: tuple[tuple[str, str, str], ...] = (
     ("tab.interp", "interp_tab", "tab-interp"),
     ("tab.compare", "compare_tab", "tab-compare"),
     ("tab.verify", "verify_tab", "tab-verify"),
+    ("tab.experiments", "experiments_tab", "tab-experiments"),
     ("tab.plugins", "plugins_tab", "tab-plugins"),
 )
 
@@ -137,6 +138,7 @@ def _wire_saved_models(parts: dict[str, dict]) -> None:
     lists = [parts["tab-run"]["checkpoint"], parts["tab-inspect"]["checkpoint"], parts["tab-compare"]["a"],
              parts["tab-compare"]["b"]]
     parts["tab-build"]["saved_event"].success(refresh_lists, inputs=lists, outputs=lists, api_visibility="private")
+    parts["tab-experiments"]["saved_event"].success(refresh_lists, inputs=lists, outputs=lists, api_visibility="private")
 
 
 def _wire_language(tr, switch, lang_state) -> None:

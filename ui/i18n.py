@@ -36,6 +36,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "tab.verify": ("Verify", "校验"),
     "tab.plugins": ("Plugins", "插件"),
     "tab.interp": ("Interpret", "解释"),
+    "tab.experiments": ("Experiments", "实验"),
     # ------------------------------------------------------------------ errors
     "err.title": ("Error", "错误"),
     "err.where": ("Where", "位置"),
@@ -380,8 +381,61 @@ STRINGS: dict[str, tuple[str, str]] = {
     "interp.same_length": ("the clean prompt has {a} tokens, the corrupted one {b}",
                            "干净提示有 {a} 个词元，被破坏的提示有 {b} 个"),
     "interp.same_length_fix": ("change tokens without adding or removing any", "只替换词元，不要增删"),
+    # ------------------------------------------------------------------ experiments
+    "exp.intro": ("Which variant is better, and why: pick a shipped experiment or edit its YAML (checked as "
+                  "you type), run its quick version and watch the curves, then read the table: mean ± 95% "
+                  "interval over seeds (Student t), the paired difference against the reference variant and "
+                  "a verdict that never claims more than the intervals allow.",
+                  "哪种变体更好、为什么：选择一个内置实验或编辑其 YAML（输入时即校验），运行其快速版本并观察"
+                  "曲线，然后阅读结果表：各种子的均值 ± 95% 置信区间（Student t）、相对参考变体的配对差值，"
+                  "以及不超出区间所能支持的结论。"),
+    "exp.pick": ("Shipped experiment", "内置实验"),
+    "exp.yaml": ("Experiment (YAML)", "实验（YAML）"),
+    "exp.valid": ("Valid: **{name}**, quick version: {variants} variants × {seeds} seeds = {trials} trials "
+                  "on task `{task}`, {steps} steps each.",
+                  "有效：**{name}**，快速版本：{variants} 个变体 × {seeds} 个种子 = {trials} 次试验，"
+                  "任务 `{task}`，每次 {steps} 步。"),
+    "exp.run": ("Run quick version", "运行快速版本"),
+    "exp.report": ("Show full report", "显示完整报告"),
+    "exp.progress": ("Trials", "试验进度"),
+    "exp.curves": ("Training loss (mean over seeds, min-max shaded)", "训练损失（各种子均值，阴影为最小-最大）"),
+    "exp.table": ("Results", "结果"),
+    "exp.figures": ("Figures of the committed full report", "已提交完整报告的图"),
+    "exp.trial": ("Trial", "试验"),
+    "exp.open": ("Open in Inspect", "在观察页打开"),
+    "exp.opened": ("Checkpoint **{name}** is ready: choose it in the checkpoint list of Inspect or Run.",
+                   "检查点 **{name}** 已就绪：在“观察”或“运行”页的检查点列表中选择它。"),
+    "exp.no_trial": ("no finished trial named '{trial}' in this run", "本次运行中没有名为 '{trial}' 的已完成试验"),
+    "exp.no_trial_fix": ("run the experiment, wait for a trial to finish, then pick it from the list",
+                         "先运行实验，等待某个试验完成，再从列表中选择它"),
+    "exp.no_report": ("No committed report for {name}.", "{name} 没有已提交的报告。"),
+    "exp.starting": ("Starting {folder} …", "正在启动 {folder} …"),
+    "exp.running": ("Running in `{folder}`: {done} of {total} trials finished.",
+                    "正在 `{folder}` 中运行：已完成 {done}/{total} 次试验。"),
+    "exp.finished": ("Finished in `{folder}`: {done} of {total} trials.", "已完成，位于 `{folder}`：{done}/{total} 次试验。"),
+    "exp.status.pending": ("waiting", "等待中"),
+    "exp.status.running": ("training", "训练中"),
+    "exp.status.done": ("done", "完成"),
+    "exp.status.failed": ("failed", "失败"),
+    "exp.col.trial": ("trial", "试验"),
+    "exp.col.status": ("status", "状态"),
+    "exp.col.step": ("step", "步数"),
+    "exp.col.loss": ("loss", "损失"),
+    "exp.col.variant": ("variant", "变体"),
+    "exp.col.params": ("parameters", "参数量"),
+    "exp.col.flops": ("training FLOPs", "训练 FLOPs"),
+    "exp.col.metric": ("metric", "指标"),
+    "exp.col.n": ("seeds", "种子数"),
+    "exp.col.mean": ("mean ± 95% interval", "均值 ± 95% 区间"),
+    "exp.col.diff": ("difference vs reference [95%]", "相对参考的差值 [95%]"),
+    "exp.col.verdict": ("verdict", "结论"),
+    "exp.v.reference": ("reference", "参考"),
+    "exp.v.better": ("better", "更好"),
+    "exp.v.worse": ("worse", "更差"),
+    "exp.v.noise": ("within noise", "在噪声范围内"),
+    "exp.v.higher": ("higher", "更高"),
+    "exp.v.lower": ("lower", "更低"),
 }
-
 
 def lang_code(lang: Any) -> str:
     """``"English"``, ``"中文"``, ``"en"``, ``"zh"`` or None -> ``"en"`` / ``"zh"``."""

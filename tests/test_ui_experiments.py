@@ -1,0 +1,190 @@
+"""The Experiments tab (ui/experiments_tab.py): validation as you type, a live quick run, the results
+table against :class:`zoo.experiment.Results`, no server path in any message, a trial opened in
+Inspect; and one browser flow (Chromium) that runs a tiny experiment and switches to 中文."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("gradio")
+
+import zoo  # noqa: E402
+import zoo.experiment as ze  # noqa: E402
+from zoo.ui import experiments_tab as et  # noqa: E402
+from zoo.ui.common import checkpoint_names  # noqa: E402
+
+#: a tiny experiment whose quick version trains 2 variants x 2 seeds x 12 steps: seconds
+TINY = {"name": "ui_tiny", "title": "tiny", "claim": "none",
+        "base": {"preset": "gpt_tiny", "num_layers": 1, "d_model": 16, "num_heads": 2, "d_ff": 32,
+                 "max_len": 16},
+        "variants": [{"name": "causal", "set": {}}, {"name": "wide", "set": {"d_ff": 64}}],
+        "seeds": 3, "task": {"kind": "copy", "length": 4, "vocab": 6},
+        "train": {"batch_size": 8, "lr": 0.01, "warmup": 2, "eval_every": 1000, "save_every": 6,
+                  "log_every": 3, "eval_batches": 1},
+        "budget": {"steps": 200}, "metrics": ["train_loss", "acc"],
+        "quick": {"seeds": 2, "budget": {"steps": 12}}}
+TINY_YAML = yaml.safe_dump(TINY, allow_unicode=True, sort_keys=False)
+
+
+@pytest.fixture
+def runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_RUNS", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
+
+def wait(name: str, timeout: float = 300) -> None:
+    t0 = time.time()
+    while et.running(name):
+        assert time.time() - t0 < timeout, "the tiny experiment did not finish"
+        time.sleep(0.5)
+
+
+def no_path(text: str, *roots: Path) -> None:
+    for root in roots:
+        assert str(root) not in text and str(root.resolve()) not in text, text
+    assert "/tmp/" not in text and "/home/" not in text and "/work/" not in text, text
+
+
+def test_valid_yaml_summarises_the_quick_version():
+    ok, err = et.validate(TINY_YAML)
+    assert err == "" and "ui_tiny" in ok and "2 variants × 2 seeds = 4 trials" in ok and "12 steps" in ok
+    ok_zh, _ = et.validate(TINY_YAML, "zh")
+    assert "4 次试验" in ok_zh
+
+
+def test_bad_yaml_names_the_field():
+    bad = dict(TINY, variants=[{"name": "causal", "set": {}}, {"name": "x", "set": {"no_such_field": 3}}])
+    ok, err = et.validate(yaml.safe_dump(bad))
+    assert ok == "" and "variants[1]" in err and "Fix" in err
+    ok, err = et.validate(yaml.safe_dump(dict(TINY, task={"kind": "nope"})))
+    assert ok == "" and "experiment.task.kind" in err and "mqar" in err  # the valid options
+    ok, err = et.validate(yaml.safe_dump(dict(TINY, metrics=["acc", "bogus"])), "zh")
+    assert "位置" in err and "experiment.metrics[1]" in err
+    # a single line is read as YAML, never as a path on the server
+    ok, err = et.validate("/etc/passwd")
+    assert ok == "" and err and "root:" not in err
+
+
+def test_every_shipped_experiment_loads_into_the_editor():
+    for name in ze.list_shipped():
+        text = et.shipped_yaml(name)
+        ok, err = et.validate(text)
+        assert err == "" and name in ok, (name, err)
+
+
+def test_tiny_run_table_equals_results(runs):
+    name = et.start(TINY_YAML)
+    assert et.start(TINY_YAML) == name  # a second click does not start a second run
+    seen_running = False
+    while et.running(name):  # poll as the tab's timer does: progress rows while it trains
+        p = et.poll(name)
+        seen_running |= any(r[1] == "training" for r in p["progress"])
+        time.sleep(0.3)
+    wait(name)
+    p = et.poll(name)
+    res = ze.Results.from_dir(runs / name)
+    assert res.done and len(res.trials) == 4
+    ref = res.table()
+    assert len(p["table"]) == len(ref) > 0
+    for row, r in zip(p["table"], ref):
+        assert row[0] == r["variant"] and row[3] == r["metric"] and row[4] == r["n"] == 2
+        assert row[1] == f"{int(r['params']):,}"
+        assert float(row[5].split(" ± ")[0]) == pytest.approx(r["mean"], rel=1e-3)
+        assert row[7] == r["verdict"] and (row[6] == "—") == (r["reference"] == "")
+    zh = et.table_rows(res, "zh")
+    assert [row[7] for row in zh] == [{"reference": "参考", "within noise": "在噪声范围内", "better": "更好",
+                                      "worse": "更差"}.get(r["verdict"], r["verdict"]) for r in ref]
+    assert [r[2] for r in p["progress"]] == ["12 / 12"] * 4
+    assert all(r[1] == "done" for r in p["progress"]) and p["curves"] is not None and not p["active"]
+    assert sorted(p["trials"]) == sorted(tr.id for tr in res.trials)
+    assert "4 of 4" in p["status"]
+    no_path(p["status"] + repr(p["table"]) + repr(p["progress"]), runs, Path.cwd())
+    # the variants differ in parameters: the table shows it
+    assert len({row[1] for row in p["table"]}) == 2
+
+    # open a trial in Inspect: a checkpoint name the pickers list, and zoo.load opens it
+    ck = et.open_trial(name, p["trials"][0])
+    assert ck in checkpoint_names() and "/" not in ck
+    model = zoo.load(runs / ck)
+    assert sum(q.numel() for q in model.parameters()) > 0
+    msg = et.t("exp.opened", "en", name=ck)
+    no_path(msg, runs)
+    with pytest.raises(zoo.ZooError) as info:
+        et.open_trial(name, "nope/seed9")
+    assert info.value.where == "trial"
+    no_path(str(info.value.__dict__), runs)
+
+
+def test_run_error_has_no_server_path(runs):
+    bad = dict(TINY, task={"kind": "nope"})
+    from zoo.ui.common import raw
+
+    with pytest.raises(zoo.ZooError) as info:
+        raw(et.start)(yaml.safe_dump(bad))
+    no_path(et.error_markdown(info.value), runs, Path.cwd())
+    assert et.poll("../../etc")["table"] == [] and et.results("/etc") is None
+
+
+def test_shipped_report_without_running():
+    name = ze.list_shipped()[0]
+    md, figs = et.shipped_report(name)
+    assert "|" in md and figs and any(cap == "curves" for _, cap in figs)
+    no_path(md)
+
+
+# ---------------------------------------------------------------------- browser
+@pytest.mark.browser
+@pytest.mark.slow
+def test_browser_run_tiny_experiment(tmp_path_factory):
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("browser tests need Debian's Chromium at /usr/bin/chromium")
+    sync = pytest.importorskip("playwright.sync_api")
+    from test_ui_browser import ARGS, LOCAL, SHOTS
+    from ui_support import serve_with_checkpoints
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with serve_with_checkpoints(tmp_path_factory) as url, sync.sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS, headless=True)
+        pg = b.new_page(viewport={"width": 1400, "height": 1000})
+        outside: list[str] = []
+        pg.on("request", lambda r: None if r.url.startswith(LOCAL) else outside.append(r.url))
+        pg.set_default_timeout(120_000)
+        pg.goto(url)
+        pg.locator("#tab-experiments-button, button[role=tab]:has-text('Experiments')").first.click()
+        expect = sync.expect
+        expect(pg.locator("#exp-valid")).to_contain_text("Valid", timeout=60_000)
+        editor = pg.locator("#exp-yaml .cm-content")
+        editor.click()
+        pg.keyboard.press("Control+A")
+        pg.keyboard.press("Delete")
+        pg.keyboard.insert_text(yaml.safe_dump(dict(TINY, task={"kind": "nope"})))
+        expect(pg.locator("#exp-error")).to_contain_text("experiment.task.kind", timeout=60_000)
+        pg.screenshot(path=str(SHOTS / "experiments_error.png"), full_page=True)
+        editor.click()
+        pg.keyboard.press("Control+A")
+        pg.keyboard.press("Delete")
+        pg.keyboard.insert_text(TINY_YAML)
+        expect(pg.locator("#exp-valid")).to_contain_text("ui_tiny", timeout=60_000)
+        pg.locator("#exp-run").click()
+        expect(pg.locator("#exp-status")).to_contain_text("4 of 4 trials", timeout=300_000)
+        expect(pg.locator("#exp-table")).to_contain_text("causal", timeout=60_000)
+        expect(pg.locator("#exp-progress")).to_contain_text("12 / 12")
+        pg.screenshot(path=str(SHOTS / "experiments_run.png"), full_page=True)
+        pg.locator("#exp-open").click()
+        expect(pg.locator("#exp-opened")).to_contain_text("--")
+        pg.locator("#lang-switch label:has-text('中文')").click()
+        expect(pg.locator("#tab-experiments-button, button[role=tab]:has-text('实验')").first).to_be_visible()
+        expect(pg.locator("#exp-run")).to_contain_text("运行快速版本")
+        expect(pg.locator("#exp-valid")).to_contain_text("有效")
+        expect(pg.locator("#exp-table")).to_contain_text("参考")
+        pg.locator("#exp-report").click()
+        expect(pg.locator("#exp-report-md")).to_contain_text("|", timeout=60_000)
+        pg.screenshot(path=str(SHOTS / "experiments_zh.png"), full_page=True)
+        body = pg.locator("body").inner_text()
+        assert os.environ["ZOO_RUNS"] not in body
+        b.close()
+    assert not outside, outside

@@ -1,0 +1,352 @@
+"""The Experiments tab: pick or edit an experiment, run its quick version live, read the verdicts.
+
+An experiment (:mod:`zoo.experiment`) is a YAML file: a base spec, variants, seeds, a task and a
+budget.  This tab
+
+- shows a shipped experiment's YAML (or the text you type), validated on every change by
+  :func:`zoo.experiment.load`: an invalid field appears in the error box with where / problem / fix;
+- runs the **quick** version (``quick:`` block merged in) in a background thread into a folder of
+  the app's runs directory (``exp-<name>-<hash of the YAML>``: the same text resumes the same
+  folder, finished trials are not re-run), while a ``gr.Timer`` re-reads the folder with
+  :meth:`zoo.experiment.Results.refresh` and redraws the loss curves and the per-trial progress;
+- shows the results table (mean ± 95% interval over seeds, paired difference against the reference
+  variant, verdict) and, for a shipped experiment, the committed full report's table and figures;
+- makes a trial's checkpoint openable in Inspect: its files are copied into a top-level folder of
+  the runs directory, whose name the Inspect / Run checkpoint lists accept.
+
+Messages name folders relative to the runs directory only, never a path of the server.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from zoo.errors import ZooError
+
+from .common import error_box, error_markdown, inline_errors, runs_dir
+from .i18n import t
+
+#: runs started by this process: folder name -> {"thread", "error", "events"}
+_JOBS: dict[str, dict] = {}
+_JOBS_LOCK = threading.Lock()
+
+PROGRESS_HEADERS = ("exp.col.trial", "exp.col.status", "exp.col.step", "exp.col.loss")
+TABLE_HEADERS = ("exp.col.variant", "exp.col.params", "exp.col.flops", "exp.col.metric", "exp.col.n",
+                 "exp.col.mean", "exp.col.diff", "exp.col.verdict")
+
+
+# ---------------------------------------------------------------------- validation
+def _load(text: str, quick: bool = True):
+    """The experiment in ``text``: a shipped name, or YAML text (never a server path)."""
+    import zoo.experiment as ze
+
+    text = text or ""
+    if text.strip() in ze.list_shipped():
+        return ze.load(text.strip(), quick=quick)
+    if not text.strip():
+        raise ze.ExperimentError("the experiment is empty", where="experiment",
+                                 options=ze.list_shipped(), fix="pick a shipped experiment or type its YAML")
+    # YAML text only: a single line gets a newline so that load() never reads it as a file path
+    return ze.load(text if "\n" in text else text + "\n", quick=quick)
+
+
+def shipped_yaml(name: str) -> str:
+    """The YAML text of shipped experiment ``name``."""
+    import zoo.experiment as ze
+
+    if name not in ze.list_shipped():
+        raise ze.ExperimentError(f"no shipped experiment named '{str(name)[:80]}'", where="experiment",
+                                 options=ze.list_shipped(), fix="pick one from the list")
+    return ze.load(name).source
+
+
+def summary(exp, lang: str = "en") -> str:
+    """One line: what running ``exp`` (already quick) trains."""
+    import zoo.experiment as ze
+
+    trials = ze.plan(exp)
+    steps = max((tr.steps for tr in trials), default=0)
+    return t("exp.valid", lang, name=exp.name, variants=len(exp.variants), seeds=len(trials) // max(len(exp.variants), 1),
+             trials=len(trials), task=exp.task, steps=steps)
+
+
+def validate(text: str, lang: str = "en") -> tuple[str, str]:
+    """``(summary, error box)`` for the YAML in the editor: one of the two is empty."""
+    try:
+        return summary(_load(text), lang), ""
+    except ZooError as exc:
+        return "", error_markdown(exc, lang)
+
+
+# ---------------------------------------------------------------------- running
+def folder_name(exp) -> str:
+    """The runs-folder name of ``exp``'s quick run: its name and a hash of its validated content."""
+    digest = hashlib.sha256(exp.raw.encode("utf-8")).hexdigest()[:8]
+    return f"exp-{re.sub(r'[^A-Za-z0-9_.-]', '_', exp.name)[:40]}-{digest}"
+
+
+def start(text: str, lang: str = "en", jobs: int | None = None) -> str:
+    """Start the quick version of the experiment in ``text`` in a background thread; returns the
+    name of its folder in the runs directory (an already running one is not started twice)."""
+    import zoo.experiment as ze
+
+    exp = _load(text)
+    name = folder_name(exp)
+    out = runs_dir() / name
+    with _JOBS_LOCK:
+        job = _JOBS.get(name)
+        if job and job["thread"].is_alive():
+            return name
+        job = {"error": None, "events": []}
+
+        def work():
+            try:
+                ze.run(exp, out=out, jobs=jobs, quick=True, progress=job["events"].append)
+            except ZooError as exc:
+                job["error"] = exc
+            except Exception as exc:  # noqa: BLE001 - reported in the tab, logged by the thread
+                job["error"] = ZooError(f"{type(exc).__name__}: {str(exc)[:200]}", where=name)
+
+        job["thread"] = threading.Thread(target=work, name=f"zoo-ui-{name}", daemon=True)
+        _JOBS[name] = job
+        job["thread"].start()
+    return name
+
+
+def running(name: str) -> bool:
+    job = _JOBS.get(name or "")
+    return bool(job and job["thread"].is_alive())
+
+
+def results(name: str):
+    """The :class:`~zoo.experiment.Results` of runs folder ``name`` (re-read now), or None before
+    the run has written its plan."""
+    import zoo.experiment as ze
+
+    if not name or not re.fullmatch(r"exp-[A-Za-z0-9_.-]+", name):
+        return None
+    out = runs_dir() / name
+    try:
+        return ze.Results.from_dir(out).refresh()
+    except ZooError:
+        return None
+
+
+def progress_rows(res, lang: str = "en") -> list[list]:
+    """``[trial, status, "step / steps", last loss]`` per trial."""
+    rows = []
+    for tr in res.trials if res is not None else []:
+        curve = tr.curve
+        loss = f"{curve[-1][1]:.4f}" if curve else "—"
+        rows.append([tr.id, t(f"exp.status.{tr.status}", lang), f"{tr.step} / {tr.steps}", loss])
+    return rows
+
+
+def _num(x: Any, fmt: str = "{:.4g}") -> str:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "—"
+    return "—" if math.isnan(x) else fmt.format(x)
+
+
+#: the engine's verdict words (:func:`zoo.experiment.verdict`) -> i18n keys
+VERDICTS = {"reference": "exp.v.reference", "better": "exp.v.better", "worse": "exp.v.worse",
+            "within noise": "exp.v.noise", "higher": "exp.v.higher", "lower": "exp.v.lower"}
+
+
+def verdict_text(word: str, lang: str = "en") -> str:
+    """A verdict in ``lang`` (English: the engine's own word); unknown words stay as they are."""
+    return t(VERDICTS[word], lang) if word in VERDICTS else (word or "—")
+
+
+def table_rows(res, lang: str = "en") -> list[list]:
+    """The results table of ``res`` (:meth:`Results.table`), one row per variant and metric:
+    variant, parameters, training FLOPs, metric, seeds, mean ± half-interval, paired difference
+    [interval] against the reference, verdict."""
+    rows = []
+    for r in res.table() if res is not None else []:
+        ref = r.get("reference")
+        diff = ("—" if not ref or _num(r.get("diff")) == "—" else
+                f"{_num(r['diff'])} [{_num(r.get('diff_lo'))}, {_num(r.get('diff_hi'))}]")
+        mean = _num(r.get("mean")) + ("" if r.get("half") is None else f" ± {_num(r['half'])}")
+        rows.append([r["variant"], f"{int(r['params']):,}" if r.get("params") is not None else "—",
+                     _num(r.get("train_flops"), "{:.3g}"), r["metric"], r.get("n", 0), mean, diff,
+                     verdict_text(r.get("verdict"), lang)])
+    return rows
+
+
+def status_text(name: str, res, lang: str = "en") -> str:
+    """Where the run stands, naming its folder relative to the runs directory."""
+    job = _JOBS.get(name or "")
+    if job and job["error"] is not None:
+        return error_markdown(job["error"], lang)
+    if res is None:
+        return t("exp.starting", lang, folder=name) if name else ""
+    done = sum(tr.status == "done" for tr in res.trials)
+    key = "exp.running" if running(name) else "exp.finished"
+    return t(key, lang, folder=f"{runs_dir().name}/{name}", done=done, total=len(res.trials))
+
+
+def trial_names(res) -> list[str]:
+    return [tr.id for tr in res.trials if tr.status == "done"] if res is not None else []
+
+
+def poll(name: str, lang: str = "en") -> dict:
+    """Everything the tab shows about runs folder ``name`` right now."""
+    res = results(name)
+    return {"progress": progress_rows(res, lang), "table": table_rows(res, lang),
+            "curves": res.curves_figure() if res is not None and any(tr.curve for tr in res.trials) else None,
+            "status": status_text(name, res, lang), "trials": trial_names(res), "active": running(name)}
+
+
+# ---------------------------------------------------------------------- the committed report
+def shipped_report(name: str, lang: str = "en") -> tuple[str, list]:
+    """The committed full report of shipped experiment ``name``: its Markdown table and its
+    figures as ``[(PIL image, caption)]``."""
+    import zoo.experiment as ze
+    from PIL import Image
+
+    from zoo.experiment.spec import _shipped_dir
+
+    if name not in ze.list_shipped():
+        raise ze.ExperimentError(f"no shipped experiment named '{str(name)[:80]}'", where="experiment",
+                                 options=ze.list_shipped(), fix="pick one from the list")
+    report = _shipped_dir() / name / "report"
+    md = report / "results.md"
+    if not md.is_file():
+        return t("exp.no_report", lang, name=name), []
+    figs = []
+    for png in sorted((report / "figures").glob("*.png")):
+        with Image.open(png) as im:
+            figs.append((im.convert("RGB"), png.stem))
+    return md.read_text(encoding="utf-8"), figs
+
+
+# ---------------------------------------------------------------------- open in Inspect
+def open_trial(name: str, trial_id: str, lang: str = "en") -> str:
+    """Copy trial ``trial_id`` of runs folder ``name`` (weights, spec, tokenizer, metrics) into a
+    top-level folder of the runs directory, so that Inspect and Run list it; returns that folder's
+    name (the checkpoint name)."""
+    res = results(name)
+    match = [tr for tr in (res.trials if res is not None else []) if tr.id == trial_id and tr.status == "done"]
+    if not match:
+        raise ZooError(t("exp.no_trial", lang, trial=str(trial_id)[:80]), where="trial",
+                       options=trial_names(res), fix=t("exp.no_trial_fix", lang))
+    src = match[0].folder
+    dest_name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{name}--{trial_id}").replace("..", "_")[:79]
+    dest = runs_dir() / dest_name
+    tmp = runs_dir() / f".{dest_name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file() and not f.name.startswith("trainer_state"):
+            shutil.copy2(f, tmp / f.name)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)  # whole or nothing: the lists never see a half-copied checkpoint
+    return dest_name
+
+
+# ---------------------------------------------------------------------- layout and wiring
+def _df(rows, headers, lang):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=[t(h, lang) for h in headers])
+
+
+def build(tr, lang_state) -> dict:
+    import gradio as gr
+    import zoo.experiment as ze
+
+    names = ze.list_shipped()
+    first = names[0] if names else None
+    text0 = shipped_yaml(first) if first else ""
+    ui: dict[str, Any] = {}
+    tr.add(gr.Markdown(tr("exp.intro")), value="exp.intro")
+    with gr.Row():
+        with gr.Column(scale=3):
+            ui["pick"] = tr.add(gr.Dropdown(names, value=first, label=tr("exp.pick"), elem_id="exp-pick"),
+                                label="exp.pick")
+            ui["yaml"] = tr.add(gr.Code(text0, language="yaml", label=tr("exp.yaml"), interactive=True,
+                                        lines=18, elem_id="exp-yaml"), label="exp.yaml")
+        with gr.Column(scale=2):
+            ui["valid"] = gr.Markdown(validate(text0, tr.lang)[0], elem_id="exp-valid")
+            ui["error"] = error_box("exp-error")
+            with gr.Row():
+                ui["run"] = tr.add(gr.Button(tr("exp.run"), variant="primary", elem_id="exp-run"), value="exp.run")
+                ui["report"] = tr.add(gr.Button(tr("exp.report"), elem_id="exp-report"), value="exp.report")
+            ui["status"] = gr.Markdown("", elem_id="exp-status")
+            ui["progress"] = tr.add(gr.Dataframe(headers=[tr(h) for h in PROGRESS_HEADERS], label=tr("exp.progress"),
+                                                 interactive=False, elem_id="exp-progress"),
+                                    label="exp.progress", headers=PROGRESS_HEADERS)
+    ui["curves"] = tr.add(gr.Plot(label=tr("exp.curves"), elem_id="exp-curves", elem_classes=["zoo-plot"]),
+                          label="exp.curves")
+    ui["table"] = tr.add(gr.Dataframe(headers=[tr(h) for h in TABLE_HEADERS], label=tr("exp.table"),
+                                      interactive=False, wrap=True, elem_id="exp-table"),
+                         label="exp.table", headers=TABLE_HEADERS)
+    with gr.Row():
+        ui["trial"] = tr.add(gr.Dropdown([], label=tr("exp.trial"), elem_id="exp-trial"), label="exp.trial")
+        ui["open"] = tr.add(gr.Button(tr("exp.open"), elem_id="exp-open"), value="exp.open")
+    ui["opened"] = gr.Markdown("", elem_id="exp-opened")
+    ui["report_md"] = gr.Markdown("", elem_id="exp-report-md")
+    ui["gallery"] = tr.add(gr.Gallery(label=tr("exp.figures"), columns=2, height="auto", elem_id="exp-gallery"),
+                           label="exp.figures")
+    ui["timer"] = gr.Timer(1.0, active=False)
+    ui["run_name"] = gr.State("")
+    _wire(ui, lang_state)
+    return ui
+
+
+def _wire(ui: dict, lang_state) -> None:
+    import gradio as gr
+
+    def on_pick(name, lang):
+        if not name:
+            return gr.skip(), gr.skip(), ""
+        text = shipped_yaml(name)
+        return text, *validate(text, lang)
+
+    ui["pick"].change(on_pick, [ui["pick"], lang_state], [ui["yaml"], ui["valid"], ui["error"]],
+                      api_visibility="private")
+    lang_state.change(validate, [ui["yaml"], lang_state], [ui["valid"], ui["error"]], show_progress="hidden",
+                      api_visibility="private")
+    ui["yaml"].change(validate, [ui["yaml"], lang_state], [ui["valid"], ui["error"]], show_progress="hidden",
+                      api_visibility="private")
+
+    def show(name, lang):
+        p = poll(name, lang)
+        trials = p["trials"]
+        return (_df(p["progress"], PROGRESS_HEADERS, lang), p["curves"] if p["curves"] is not None else gr.skip(),
+                _df(p["table"], TABLE_HEADERS, lang), p["status"],
+                gr.update(choices=trials, value=trials[0] if trials else None), gr.Timer(active=p["active"]))
+
+    shown = [ui["progress"], ui["curves"], ui["table"], ui["status"], ui["trial"], ui["timer"]]
+
+    @inline_errors(1 + len(shown))
+    def on_run(text, lang):
+        name = start(text, lang)
+        return (name, *show(name, lang))
+
+    ui["run"].click(on_run, [ui["yaml"], lang_state], [ui["run_name"], *shown, ui["error"]],
+                    concurrency_limit=1, api_visibility="private")
+    ui["timer"].tick(show, [ui["run_name"], lang_state], shown, show_progress="hidden", api_visibility="private")
+    lang_state.change(show, [ui["run_name"], lang_state], shown, show_progress="hidden", api_visibility="private")
+
+    @inline_errors(2)
+    def on_report(name, lang):
+        return shipped_report(name, lang)
+
+    ui["report"].click(on_report, [ui["pick"], lang_state], [ui["report_md"], ui["gallery"], ui["error"]],
+                       api_visibility="private")
+
+    @inline_errors(1)
+    def on_open(name, trial, lang):
+        return t("exp.opened", lang, name=open_trial(name, trial, lang))
+
+    ui["saved_event"] = ui["open"].click(on_open, [ui["run_name"], ui["trial"], lang_state],
+                                         [ui["opened"], ui["error"]], api_visibility="private")
