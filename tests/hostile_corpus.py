@@ -25,7 +25,7 @@ import torch
 import zoo
 
 CATEGORIES = ("converter", "generation", "checkpoints", "yaml", "sizes", "training",
-              "tokenizer files", "paths", "entry points", "work", "numeric health")
+              "tokenizer files", "paths", "using a model")
 
 #: Hostile-looking inputs that are in fact valid and rightly accepted (anything else accepted is
 #: "silent": the table counts it, and tests/test_hostile.py fails on it).
@@ -865,19 +865,19 @@ def _in_empty_cwd(c: Ctx, action: Callable[[], Any]) -> Any:
 def _entry_points() -> list[Case]:
     gen = zoo.generate
     out = [
-        Case("entry points", "generate(-1, [])", lambda c: gen.generate(-1, [])),
-        Case("entry points", "stream(None, [1])", lambda c: list(gen.stream(None, [1]))),
-        Case("entry points", "trace(nn.Linear, [1])", lambda c: zoo.trace(torch.nn.Linear(2, 2), [1])),
-        Case("entry points", "classify('gpt_tiny', 'x')", lambda c: zoo.classify("gpt_tiny", "x")),
-        Case("entry points", "fill_mask(-1, '')", lambda c: zoo.fill_mask(-1, "")),
-        Case("entry points", "trace ragged ids", lambda c: zoo.trace(c.model, [[1], [2, 3]])),
-        Case("entry points", "trace ids 2**70", lambda c: zoo.trace(c.model, [1, 2 ** 70])),
-        Case("entry points", "trace float ids", lambda c: zoo.trace(c.model, torch.ones(1, 3))),
+        Case("using a model", "generate(-1, [])", lambda c: gen.generate(-1, [])),
+        Case("using a model", "stream(None, [1])", lambda c: list(gen.stream(None, [1]))),
+        Case("using a model", "trace(nn.Linear, [1])", lambda c: zoo.trace(torch.nn.Linear(2, 2), [1])),
+        Case("using a model", "classify('gpt_tiny', 'x')", lambda c: zoo.classify("gpt_tiny", "x")),
+        Case("using a model", "fill_mask(-1, '')", lambda c: zoo.fill_mask(-1, "")),
+        Case("using a model", "trace ragged ids", lambda c: zoo.trace(c.model, [[1], [2, 3]])),
+        Case("using a model", "trace ids 2**70", lambda c: zoo.trace(c.model, [1, 2 ** 70])),
+        Case("using a model", "trace float ids", lambda c: zoo.trace(c.model, torch.ones(1, 3))),
     ]
     for target in ("", ".", "./", "..", "/"):
-        out.append(Case("entry points", f"save(model, {target!r})",
+        out.append(Case("using a model", f"save(model, {target!r})",
                         lambda c, t=target: _in_empty_cwd(c, lambda: zoo.save(c.model, t))))
-    out.append(Case("entry points", "train(out='.')", lambda c: _in_empty_cwd(
+    out.append(Case("using a model", "train(out='.')", lambda c: _in_empty_cwd(
         c, lambda: zoo.train.train("gpt_tiny", _data(c), out=".", steps=1))))
     return out
 
@@ -898,18 +898,18 @@ def _work() -> list[Case]:
 
     gen_ = zoo.generate.generate
     return [
-        Case("work", "eager forward 65,536 tokens", lambda c: forward(c, 65536, attention="eager")),
-        Case("work", "eager forward 65,536 tokens, naive kernel",
+        Case("using a model", "eager forward 65,536 tokens", lambda c: forward(c, 65536, attention="eager")),
+        Case("using a model", "eager forward 65,536 tokens, naive kernel",
              lambda c: forward(c, 65536, attention="naive")),
-        Case("work", "trace 8,192 tokens (16 heads)", trace),
-        Case("work", "generate 10,000 prompts x 250 new (d_model 512)",
+        Case("using a model", "trace 8,192 tokens (16 heads)", trace),
+        Case("using a model", "generate 10,000 prompts x 250 new (d_model 512)",
              lambda c: generate(c, 10000, 250, d_model=512, num_heads=8)),
-        Case("work", "beam search 1,000 prompts x 10 beams x 250 new (d_model 512)",
+        Case("using a model", "beam search 1,000 prompts x 10 beams x 250 new (d_model 512)",
              lambda c: zoo.generate.generate(zoo.build("gpt_tiny", seed=0, max_len=512, d_model=512,
                                                        num_heads=8),
                                              torch.ones(1000, 10, dtype=torch.long), 250,
                                              num_beams=10)),
-        Case("work", "training step 65,536 x 64", lambda c: zoo.train.train(
+        Case("using a model", "training step 65,536 x 64", lambda c: zoo.train.train(
             "gpt_tiny", _data(c), out=c.fresh("run"), steps=1, batch_size=65536, block_size=64, holdout=0)),
     ]
 
@@ -923,13 +923,13 @@ def _poisoned(c: Ctx):
 
 def _health() -> list[Case]:
     g = zoo.generate
-    out = [Case("numeric health", "NaN weights greedy", lambda c: g.generate(_poisoned(c), [1, 2], 3)),
-           Case("numeric health", "NaN weights sample",
+    out = [Case("using a model", "NaN weights greedy", lambda c: g.generate(_poisoned(c), [1, 2], 3)),
+           Case("using a model", "NaN weights sample",
                 lambda c: g.generate(_poisoned(c), [1, 2], 3, do_sample=True, seed=0)),
-           Case("numeric health", "NaN weights stream", lambda c: list(g.stream(_poisoned(c), [1, 2], 3))),
-           Case("numeric health", "NaN weights beam", lambda c: g.generate(_poisoned(c), [1, 2], 3,
+           Case("using a model", "NaN weights stream", lambda c: list(g.stream(_poisoned(c), [1, 2], 3))),
+           Case("using a model", "NaN weights beam", lambda c: g.generate(_poisoned(c), [1, 2], 3,
                                                                             num_beams=2)),
-           Case("numeric health", "NaN weights beam sample", lambda c: g.generate(
+           Case("using a model", "NaN weights beam sample", lambda c: g.generate(
                _poisoned(c), [1, 2], 3, num_beams=2, do_sample=True, seed=0))]
 
     def t5(c):
@@ -937,7 +937,7 @@ def _health() -> list[Case]:
         with torch.no_grad():
             m.decoder.blocks[0].ffn.down.weight.fill_(math.inf)
         return g.generate(m, [1, 2], 3, do_sample=True, seed=0)
-    out.append(Case("numeric health", "inf weights t5 sample", t5))
+    out.append(Case("using a model", "inf weights t5 sample", t5))
     return out
 
 
