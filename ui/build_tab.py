@@ -239,6 +239,27 @@ def component_entries(text: str) -> list[dict]:
     return out
 
 
+def lessons(text: str, lang: str = "en") -> str:
+    """Markdown: the lesson of each chosen component that carries one (``Component.lesson``: the
+    problem it solves, its equation, when it helps), in the page's language; English when a lesson
+    has no translation; empty for an invalid spec or when no chosen component has a lesson."""
+    try:
+        spec = _parse(text)
+    except ZooError:
+        return ""
+    reg, out, seen = zoo.get_registry(), [], set()
+    for fam in form_families():
+        for cs in _chosen(spec, fam):
+            if (fam.name, cs.kind) in seen:
+                continue
+            seen.add((fam.name, cs.kind))
+            lesson = reg.get(fam.name, cs.kind).lesson
+            text_ = lesson.get(lang) or lesson.get("en")
+            if text_:
+                out.append(f"**{fam.name}: {cs.kind}** — {' '.join(text_.split())}")
+    return "\n\n".join(out)
+
+
 def _param_fields(config_cls, config) -> list[dict]:
     if config_cls is None:
         return []
@@ -653,6 +674,7 @@ def _analysis_area(tr, ui: dict, start: str) -> None:
 
     status0, rows0, diagram0, _ = analyse(start)
     ui["status"] = gr.Markdown(status0, elem_id="build-status")
+    ui["lessons"] = gr.Markdown(lessons(start), elem_id="build-lessons")
     with gr.Row():
         ui["table"] = tr.add(gr.Dataframe(rows0, headers=[tr(h) for h in TABLE_HEADERS], label=tr("build.table"),
                                           interactive=False, elem_id="build-table"), label="build.table")
@@ -741,3 +763,6 @@ def _wire_validation(ui: dict, lang_state) -> None:
                       show_progress="hidden", trigger_mode="always_last", api_name="validate")
     lang_state.change(handler(on_change), inputs=[ui["code"], lang_state], outputs=outputs,
                       show_progress="hidden", api_visibility="private")
+    for event in (ui["code"].change, lang_state.change):  # the chosen components' lessons
+        event(handler(lessons), inputs=[ui["code"], lang_state], outputs=[ui["lessons"]],
+              show_progress="hidden", trigger_mode="always_last", api_visibility="private")

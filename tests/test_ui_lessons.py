@@ -1,0 +1,33 @@
+"""The Build tab shows the lesson of each chosen component (issue 25), in the page's language."""
+import zoo
+from zoo.ui import build_tab as b
+
+
+def _with(text: str, **fields) -> str:
+    for field, value in fields.items():
+        text = b.set_field(text, field, value)
+    return text
+
+
+def test_chosen_components_show_their_lessons_in_the_page_language():
+    reg = zoo.get_registry()
+    text = _with(b.preset_yaml("gpt_tiny"), attention="talking_heads", positions="fire")
+    for lang in ("en", "zh"):
+        shown = b.lessons(text, lang)
+        for fam, kind in (("attention", "talking_heads"), ("position", "fire")):
+            lesson = " ".join(reg.get(fam, kind).lesson[lang].split())
+            assert f"**{fam}: {kind}** — {lesson}" in shown, (lang, kind)
+    assert b.lessons(text, "zh") != b.lessons(text, "en")
+
+
+def test_no_lesson_no_text_and_an_invalid_spec_shows_nothing():
+    assert b.lessons(b.preset_yaml("gpt_tiny"), "en") == ""  # sdpa, sinusoidal, layernorm: none
+    assert b.lessons("arch: [", "en") == ""
+
+
+def test_the_build_tab_wires_the_lessons_panel():
+    from zoo.ui.app import build_app
+
+    app = build_app()
+    ids = {getattr(blk, "elem_id", None) for blk in app.blocks.values()}
+    assert "build-lessons" in ids
