@@ -180,7 +180,7 @@ WRITE_CALLS = {"write_text", "write_bytes", "save_file", "savefig"}
 ALLOWED = {
     ("zoo/io.py", "atomic_write"): "fsyncs its own temporary file",
     ("zoo/io.py", "_umask"): "reads /proc/self/status, not a user's path",
-    ("zoo/budget.py", "available_bytes"): "reads /proc/meminfo, not a user's path",
+    ("zoo/workload.py", "available_bytes"): "reads /proc/meminfo, not a user's path",
     ("zoo/budget.py", "_meminfo"): "reads /proc/meminfo, not a user's path",
     ("zoo/data.py", "read_text"): "ground floor (below zoo.trust): stat-checked just before",
     ("zoo/data.py", "write_pairs"): "writes a data file the caller names (tests, scripts)",
