@@ -31,3 +31,19 @@ def test_the_build_tab_wires_the_lessons_panel():
     app = build_app()
     ids = {getattr(blk, "elem_id", None) for blk in app.blocks.values()}
     assert "build-lessons" in ids
+
+
+def test_the_verify_table_says_which_kernels_are_fused_and_which_eager():
+    """Issue 25: each attention kernel says fused (SDPA path) or eager, and the Verify tab lists it."""
+    from zoo.ui import verify_tab as v
+
+    reg = zoo.get_registry()
+    table, _ = v.table_rows(v.run_all(), "en")
+    shown = {row[2] for row in table}
+    assert "attention:sdpa (fused sdpa)" in shown and "attention:eager (eager)" in shown
+    for name in reg.names("attention"):
+        doc = reg.get("attention", name).doc or ""
+        for path in ("eager", "fused sdpa"):
+            if doc.startswith(f"[{path}]"):
+                assert f"attention:{name} ({path})" in shown, name
+    assert any(s.startswith("mask:") and "(" not in s for s in shown)

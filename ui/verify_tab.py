@@ -19,6 +19,7 @@ import math
 from typing import Any, Iterator
 
 import zoo
+from zoo.errors import ZooError
 
 from .common import handler
 from .i18n import t
@@ -40,6 +41,23 @@ def fast_cases(kit) -> list:
         if names:
             cases += kit.cases(names, checks, FAST_ARCHS)
     return cases
+
+
+def kernel_path(subject: str) -> str:
+    """``fused sdpa`` or ``eager`` for an attention kernel whose description says so (the catalogue's
+    kernels start theirs with ``[eager]`` / ``[fused sdpa]``; ``sdpa`` is fused by definition), else
+    ``""``."""
+    family, _, name = subject.partition(":")
+    if family != "attention" or not name:
+        return ""
+    try:
+        doc = zoo.get_registry().get("attention", name).doc or ""
+    except ZooError:
+        return ""
+    for path in ("fused sdpa", "eager"):
+        if doc.startswith(f"[{path}]"):
+            return path
+    return {"sdpa": "fused sdpa", "eager": "eager", "naive": "eager", "softcap": "eager"}.get(name, "")
 
 
 def _kit_row(r: Any) -> dict:
@@ -83,7 +101,8 @@ def table_rows(rows: list[dict], lang: str = "en") -> tuple[list[list], str]:
     label = {"pass": f"✓ {t('verify.pass', lang)}", "fail": f"✗ {t('verify.fail', lang)}",
              "skip": f"– {t('verify.skip', lang)}"}
     # the verdict first: it must be visible without scrolling a wide table
-    table = [[label.get(r["status"], r["status"]), r["check"], r["subject"], r["case"], r["reference"],
+    shown = lambda s: f"{s} ({kernel_path(s)})" if kernel_path(s) else s  # noqa: E731 - fused or eager
+    table = [[label.get(r["status"], r["status"]), r["check"], shown(r["subject"]), r["case"], r["reference"],
               _fmt(r["error"]), _fmt(r["tol"]), r["note"] if r["status"] != "pass" else ""] for r in rows]
     counted = [r for r in rows if r["status"] != "skip"]
     passed = sum(r["status"] == "pass" for r in counted)
