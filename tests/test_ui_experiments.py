@@ -79,6 +79,9 @@ def test_every_shipped_experiment_loads_into_the_editor():
 def test_tiny_run_table_equals_results(runs):
     name = et.start(TINY_YAML)
     assert et.start(TINY_YAML) == name  # a second click does not start a second run
+    with pytest.raises(zoo.ZooError) as info:  # one experiment at a time
+        et.start(yaml.safe_dump(dict(TINY, name="ui_other")))
+    assert info.value.where == "run" and name in info.value.what
     seen_running = False
     while et.running(name):  # poll as the tab's timer does: progress rows while it trains
         p = et.poll(name)
@@ -127,6 +130,15 @@ def test_run_error_has_no_server_path(runs):
         raw(et.start)(yaml.safe_dump(bad))
     no_path(et.error_markdown(info.value), runs, Path.cwd())
     assert et.poll("../../etc")["table"] == [] and et.results("/etc") is None
+    # what one browser may run is bounded: steps, trials, model size (named fields, nothing started)
+    for over, where in (({"quick": {"seeds": 2, "budget": {"steps": 100_000}}}, "experiment.quick.budget"),
+                        ({"quick": {"seeds": 40, "budget": {"steps": 12}}}, "experiment.seeds"),
+                        ({"base": dict(TINY["base"], num_layers=500)}, "num_layers")):
+        with pytest.raises(zoo.ZooError) as info:
+            et.start(yaml.safe_dump(dict(TINY, **over)))
+        assert where in (info.value.where or "") + info.value.what, (over, info.value)
+    assert not any(j["thread"].is_alive() for j in et._JOBS.values())
+    assert not (runs.exists() and any(runs.iterdir()))
 
 
 def test_shipped_report_without_running():

@@ -90,18 +90,47 @@ def folder_name(exp) -> str:
     return f"exp-{re.sub(r'[^A-Za-z0-9_.-]', '_', exp.name)[:40]}-{digest}"
 
 
+#: what one browser may run (the quick versions of the shipped experiments: <= 12 trials, <= 80 steps)
+MAX_TRIALS, MAX_STEPS = 24, 500
+
+
+def check_budget(exp, lang: str = "en") -> None:
+    """Refuse what would tie up the machine: too many trials, too many steps, a model above the UI's
+    :data:`~zoo.ui.common.LIMITS` (a ``ZooError`` naming the field)."""
+    import zoo.experiment as ze
+    from zoo.spec import parse_spec
+
+    from .common import check_spec_limits
+
+    trials = ze.plan(exp)
+    if len(trials) > MAX_TRIALS:
+        raise ze.ExperimentError(t("exp.too_many", lang, n=len(trials), limit=MAX_TRIALS),
+                                 where="experiment.seeds", fix=t("exp.too_many_fix", lang))
+    steps = max((tr.steps for tr in trials), default=0)
+    if steps > MAX_STEPS:
+        raise ze.ExperimentError(t("exp.too_long", lang, n=steps, limit=MAX_STEPS),
+                                 where="experiment.quick.budget", fix=t("exp.too_long_fix", lang))
+    for tr in trials:
+        check_spec_limits(parse_spec(tr.spec), lang)
+
+
 def start(text: str, lang: str = "en", jobs: int | None = None) -> str:
     """Start the quick version of the experiment in ``text`` in a background thread; returns the
     name of its folder in the runs directory (an already running one is not started twice)."""
     import zoo.experiment as ze
 
     exp = _load(text)
+    check_budget(exp, lang)
     name = folder_name(exp)
     out = runs_dir() / name
     with _JOBS_LOCK:
         job = _JOBS.get(name)
         if job and job["thread"].is_alive():
             return name
+        busy = [n for n, j in _JOBS.items() if j["thread"].is_alive()]
+        if busy:  # one experiment at a time: its trials already use every core
+            raise ze.ExperimentError(t("exp.busy", lang, folder=busy[0]), where="run",
+                                     fix=t("exp.busy_fix", lang))
         job = {"error": None, "events": []}
 
         def work():
