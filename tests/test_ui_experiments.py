@@ -85,9 +85,11 @@ def test_tiny_run_table_equals_results(runs):
     seen_running = False
     while et.running(name):  # poll as the tab's timer does: progress rows while it trains
         p = et.poll(name)
-        seen_running |= any(r[1] == "training" for r in p["progress"])
+        partial = [r for r in p["progress"] if r[1] == "training" and r[2] != "12 / 12"]
+        seen_running |= bool(partial) and p["curves"] is not None and p["active"]
         time.sleep(0.3)
     wait(name)
+    assert seen_running, "no poll saw a trial training with its curve drawn"
     p = et.poll(name)
     res = ze.Results.from_dir(runs / name)
     assert res.done and len(res.trials) == 4
