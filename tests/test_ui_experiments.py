@@ -196,7 +196,13 @@ def test_browser_run_tiny_experiment(tmp_path_factory):
         expect(pg.locator("#exp-valid")).to_contain_text("有效")
         expect(pg.locator("#exp-table")).to_contain_text("参考")
         pg.locator("#exp-report").click()
-        expect(pg.locator("#exp-report-md")).to_contain_text("|", timeout=60_000)
+        expect(pg.locator("#exp-report-md table").first).to_be_visible(timeout=60_000)
+        expect(pg.locator("#exp-report-md")).to_contain_text("verdict")
+        pg.locator("#exp-gallery").scroll_into_view_if_needed()
+        pg.mouse.wheel(0, 600)
+        pg.wait_for_function("() => { const im = [...document.querySelectorAll('#exp-gallery img')];"
+                             " return im.length > 0 && im.every(i => i.complete && i.naturalWidth > 0); }",
+                             timeout=60_000)  # the committed figures are drawn, not broken images
         pg.screenshot(path=str(SHOTS / "experiments_zh.png"), full_page=True)
         body = pg.locator("body").inner_text()
         assert os.environ["ZOO_RUNS"] not in body

@@ -323,7 +323,8 @@ def build(tr, lang_state) -> dict:
         ui["open"] = tr.add(gr.Button(tr("exp.open"), elem_id="exp-open"), value="exp.open")
     ui["opened"] = gr.Markdown("", elem_id="exp-opened")
     ui["report_md"] = gr.Markdown("", elem_id="exp-report-md")
-    ui["gallery"] = tr.add(gr.Gallery(label=tr("exp.figures"), columns=2, height="auto", elem_id="exp-gallery"),
+    ui["gallery"] = tr.add(gr.Gallery(label=tr("exp.figures"), columns=2, height="auto", object_fit="contain",
+                                      elem_id="exp-gallery"),
                            label="exp.figures")
     ui["timer"] = gr.Timer(1.0, active=False)
     ui["run_name"] = gr.State("")
