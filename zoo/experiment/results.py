@@ -312,7 +312,7 @@ class Results:
                 labels = [tok.decode([i]) for i in ids]
                 figs[v] = plots.attention_heatmap(w, labels, title=f"{v}: last layer, mean of heads")
             except Exception as exc:  # noqa: BLE001 - one variant's figure must not sink the report
-                figs[v] = _message_figure(f"{v}: no attention view ({type(exc).__name__}: {exc})"[:200])
+                figs[v] = _message_figure(f"{v}: no attention view ({type(exc).__name__}; run `zoo experiment report` where the trials are)")
         return figs
 
     def _task_probe(self) -> list[int]:
