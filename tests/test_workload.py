@@ -13,9 +13,24 @@ import zoo.workload as workload
 from zoo.errors import ZooError
 
 
+def _budget(monkeypatch, value: float) -> None:
+    """Set the work budget in every copy of zoo.workload the entry points actually use: a test that
+    re-imports zoo's modules (the plugin tests clear sys.modules) leaves the engine bound to another
+    module object, and a budget patched only on this file's copy would let a 10 GB generation run."""
+    import zoo.generate as gen
+    import zoo.inspection as insp
+    import zoo.models as models
+    import zoo.train.loop as loop
+
+    monkeypatch.setattr(workload, "BUDGET", value)
+    for fn in (gen.check_generate, models.check_forward, insp.check_trace, loop.check_train_step):
+        if fn.__globals__ is not vars(workload):  # another copy of the module
+            monkeypatch.setitem(fn.__globals__, "BUDGET", value)
+
+
 @pytest.fixture
 def budget_16gb(monkeypatch):
-    monkeypatch.setattr(workload, "BUDGET", 16e9)
+    _budget(monkeypatch, 16e9)
 
 
 def _tiny(**kw):
@@ -51,17 +66,17 @@ def test_a_trace_of_8192_tokens_is_refused(monkeypatch):
     want = 4 * (act + 3 * sc) + (act + 2 * sc) + 8192 * 512 * 4
     p = workload.plan(model)
     assert workload.forward_bytes(p, 1, 8192, keep=True, scores=True)[0] == want  # 15.3 GB
-    monkeypatch.setattr(workload, "BUDGET", want - 1)
+    _budget(monkeypatch, want - 1)
     t = time.perf_counter()
     with pytest.raises(ZooError, match="a trace of 1 x 8192 tokens needs about 15.3 GB") as info:
         zoo.trace(model, torch.zeros(1, 8192, dtype=torch.long))
     assert info.value.where == "trace.ids" and time.perf_counter() - t < 1.0
-    monkeypatch.setattr(workload, "BUDGET", want)  # the same with room: traced (a short one)
+    _budget(monkeypatch, want)  # the same with room: traced (a short one)
     assert zoo.trace(model, torch.zeros(1, 64, dtype=torch.long)).logits.shape == (1, 64, 512)
 
 
 def test_10000_prompts_x_250_new_tokens_are_refused_naming_the_cache(monkeypatch):
-    monkeypatch.setattr(workload, "BUDGET", 8e9)
+    _budget(monkeypatch, 8e9)
     model = _tiny(max_len=512)
     ids = torch.ones(10000, 10, dtype=torch.long)
     t = time.perf_counter()
@@ -74,7 +89,7 @@ def test_10000_prompts_x_250_new_tokens_are_refused_naming_the_cache(monkeypatch
 
 
 def test_beam_search_counts_its_beams(monkeypatch):
-    monkeypatch.setattr(workload, "BUDGET", 8e9)
+    _budget(monkeypatch, 8e9)
     model = _tiny(max_len=512)
     ids = torch.ones(1000, 10, dtype=torch.long)  # 1.06 GB of cache: fits ...
     workload.check_generate(model, 1000, 10, 250)
@@ -101,7 +116,7 @@ def test_ordinary_work_passes_and_the_default_budget_is_the_machine(monkeypatch)
     big = _tiny(max_len=10 ** 7, positions={"kind": "none"}, attention={"kind": "eager"})
     with pytest.raises(ZooError, match="available memory|free memory"):
         big(torch.zeros(1, 10 ** 7, dtype=torch.long))
-    monkeypatch.setattr(workload, "BUDGET", float("inf"))
+    _budget(monkeypatch, float("inf"))
     workload.check_generate(model, 10 ** 6, 10, 250)  # inf: the check is off
 
 
