@@ -54,6 +54,8 @@ def draw_pairs(gen, n, L, lo, vocab, transform):
 class Copy(SyntheticTask):
     answer_at_end = True
     metrics = {"acc": "max", "exact": "max", "gen_exact": "max"}
+    #: what the second half is made of, from the first (one row of symbols); Reverse flips it
+    transform = staticmethod(lambda r: r)
 
     def __init__(self, config: CopyConfig):
         self.alphabet = symbols(config.vocab) + "|"
@@ -64,7 +66,7 @@ class Copy(SyntheticTask):
 
     def draw(self, gen, n, length=None):
         c = self.config
-        return draw_pairs(gen, n, length or c.length, c.min_length, c.vocab, lambda r: r)
+        return draw_pairs(gen, n, length or c.length, c.min_length, c.vocab, self.transform)
 
 
 @zoo.hookimpl
