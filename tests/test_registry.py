@@ -87,6 +87,40 @@ def test_bad_registrations_are_recorded_not_fatal():
     assert reg.get("attention", "fine").plugin == "bad"
 
 
+def test_unknown_name_names_the_plugins_that_failed_and_reads_in_chinese():
+    """The fix of an unknown-component error names the plugins that failed to load, as a sentence
+    of its own that the UI's translation takes apart (CI once saw it left half in English)."""
+    from ui.i18n import translate_error_text
+
+    reg = Registry(entry_points=False)
+    mod = types.ModuleType("half")
+
+    @zoo.hookimpl
+    def register_norms(register):
+        raise RuntimeError("boom")
+
+    mod.register_norms = register_norms
+    reg.add_plugin(mod, name="half")
+    with pytest.raises(zoo.UnknownComponentError) as info:
+        reg.get("attention", "banana", where="attention.kind")
+    fix = info.value.fix
+    assert fix == ("install the plugin that provides it, or pick a registered name; "
+                   "plugins that failed to load: half, see `zoo plugins`")
+    assert translate_error_text(fix, "zh") == ("安装提供它的插件，或改用已注册的名称；"
+                                               "加载失败的插件：half，详见 `zoo plugins`")
+
+
+def test_an_experiment_asking_for_a_missing_plugin_leaves_no_phantom_behind():
+    """Probing for an uninstalled plugin raises, and does not record a broken plugin in the
+    process's registry (which every later unknown-component message would then name)."""
+    from zoo.experiment.spec import ExperimentError, load_plugins
+
+    before = dict(zoo.get_registry().plugins)
+    with pytest.raises(ExperimentError):
+        load_plugins(["no_such_plugin_xyz"])
+    assert zoo.get_registry().plugins == before
+
+
 FIELD = {f.name: f.field for f in FAMILIES if f.field}  # family -> spec field, from the table
 
 

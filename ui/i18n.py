@@ -564,6 +564,7 @@ ERRORS_ZH: list[tuple[str, str]] = [
     # fixes
     (r"did you mean '(?P<n>.*)'\?", "是不是想写 '{n}'？"),
     (r"install the plugin that provides it, or pick a registered name", "安装提供它的插件，或改用已注册的名称"),
+    (r"plugins that failed to load: (?P<p>.*), see `zoo plugins`", "加载失败的插件：{p}，详见 `zoo plugins`"),
     (r"remove it", "删除这一项"),
     (r"add `(?P<f>\w+): \.\.\.` to the spec", "在规格中加上 `{f}: ...`"),
     (r"fix the YAML syntax", "修正 YAML 语法"),

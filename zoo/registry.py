@@ -317,7 +317,8 @@ class Registry:
             fix = hint or "install the plugin that provides it, or pick a registered name"
             broken = [p.name for p in self.plugins.values() if p.errors]
             if broken:
-                fix += f" (plugins that failed to load: {', '.join(broken)}; run `zoo plugins`)"
+                # a sentence of its own ("; "), so a translation can take it apart from the fix
+                fix += f"; plugins that failed to load: {', '.join(broken)}, see `zoo plugins`"
             raise UnknownComponentError(f"no {family} named '{name}'", where=where,
                                         options=table, fix=fix)
         return table[name]

@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import importlib.metadata as md
 import os
 import re
 from dataclasses import dataclass, field
@@ -458,7 +459,10 @@ def load_plugins(names) -> None:
     for n in names:
         if n in reg.plugins and reg.plugins[n].ok:
             continue
-        reg.load_entry_points(only=[n])
+        # only load what is installed: asking the registry for a missing name would record a
+        # phantom "broken plugin" that every later unknown-component message would name
+        if any(ep.name == n for ep in md.entry_points(group="zoo")):
+            reg.load_entry_points(only=[n])
         info = reg.plugins.get(n)
         if info is None or not info.ok:
             pkg = "zoo-" + n.replace("_", "-")
