@@ -57,6 +57,7 @@ BUILTINS = (
     "placement_deepnorm",
     "mask_sparse",
     "pos_yarn",
+    "norm_rmsnorm_qk_full",
     "attention_head_scale",
     "tok_char",
     "tok_byte",

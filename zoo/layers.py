@@ -276,8 +276,8 @@ class Attention(nn.Module):
         self.h, self.h_kv, self.hd = st.num_heads, st.num_kv_heads, st.head_dim
         # q/k norm (Qwen3, OLMo 2, Gemma 3): the stack's norm type over each head's features,
         # on queries and keys before positions -- it bounds the attention logits
-        self.q_norm = head_norm() if head_norm is not None else None
-        self.k_norm = head_norm() if head_norm is not None else None
+        self.q_norm = head_norm(st.num_heads) if head_norm is not None else None
+        self.k_norm = head_norm(st.num_kv_heads) if head_norm is not None else None
         d, inner, kv_inner = st.d_model, st.num_heads * st.head_dim, st.num_kv_heads * st.head_dim
         self.is_cross = cross
         if cross:
@@ -384,9 +384,11 @@ class _Parts:
     def norm(self):
         return self.make("norm")
 
-    def head_norm(self):
-        """The stack's norm type sized for one head (``head_dim`` features): q/k norm."""
-        return self.make("norm", replace(self.st, d_model=self.st.head_dim))
+    def head_norm(self, heads: int = 1):
+        """The stack's norm type for q or k: sized for one head (``head_dim`` features), or for all
+        ``heads`` heads together when the norm class sets ``qk_spans_heads`` (OLMo 2, OLMoE)."""
+        span = heads if getattr(self._get(self.st.norm), "qk_spans_heads", False) else 1
+        return self.make("norm", replace(self.st, d_model=span * self.st.head_dim))
 
     def placement(self):
         return self.make("placement", None, self.norm)  # a placement builds its own norms

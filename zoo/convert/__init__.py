@@ -42,11 +42,13 @@ from __future__ import annotations
 
 from . import bart, bert, distilbert, gemma, gemma2, gpt2, gpt_neox, llama, marian, mistral, opt, phi3, qwen2, qwen3, roberta, t5  # noqa: F401 - each registers its family
 from . import mixtral, qwen2_moe, qwen3_moe  # noqa: F401 - mixtures of experts (issue 24)
+from . import olmoe  # noqa: F401 - OLMoE (issue 24)
 from .core import (CONVERTERS, ConvertError, Converter, Source, certificate, certificate_text, certify_parity,
                    conversion_metadata, convert_state, from_pretrained, from_transformers, read_hf_dir,
                    to_transformers)
+from .gguf import from_gguf  # noqa: E402 - GGUF files (llama.cpp); the gguf library is imported on use
 
-__all__ = ["ConvertError", "from_transformers", "from_pretrained", "to_transformers", "convert_state",
+__all__ = ["ConvertError", "from_transformers", "from_pretrained", "from_gguf", "to_transformers", "convert_state",
            "CONVERTERS", "Converter", "Source", "read_hf_dir", "certify_parity", "certificate",
            "certificate_text", "conversion_metadata"]
 
