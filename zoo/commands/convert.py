@@ -1,9 +1,10 @@
-"""``zoo convert HF_DIR OUT_DIR``: a Hugging Face ``save_pretrained`` folder -> a zoo checkpoint."""
+"""``zoo convert HF_DIR OUT_DIR``: a Hugging Face ``save_pretrained`` folder (or a GGUF file) -> a
+zoo checkpoint."""
 import click
 
 
 @click.command("convert")
-@click.argument("hf_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("hf_dir", type=click.Path(exists=True))
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @click.option("--attention", default="sdpa", show_default=True,
               help="zoo attention kernel of the converted model (sdpa, eager, ...).")
@@ -17,27 +18,43 @@ import click
 def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify, allow_nonfinite):
     """Convert HF_DIR (config.json + *.safetensors written by save_pretrained; the supported
     families are listed in docs/CONVERT.md) into a zoo checkpoint in OUT_DIR (model.safetensors + spec.yaml).  Offline; transformers is needed only to certify.  A
-    tokenizer.json beside the weights travels inside the checkpoint (model.tokenizer after zoo.load)."""
+    tokenizer.json beside the weights travels inside the checkpoint (model.tokenizer after zoo.load).
+
+    HF_DIR may also be a GGUF file (llama.cpp): its weights are dequantised (to --dtype, default
+    float32) and its tokenizer and chat template come along (docs/GGUF_AND_CHAT.md)."""
     import importlib.util
 
     import zoo
     from zoo.convert import certificate_text, from_pretrained
 
-    if certify is None:
-        certify = importlib.util.find_spec("transformers") is not None
-    model = from_pretrained(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer,
-                            certify=certify, allow_nonfinite=allow_nonfinite)
+    from pathlib import Path
+
+    gguf = Path(hf_dir).is_file()
+    if gguf:  # a GGUF file: no transformers folder to certify against
+        from zoo.convert import from_gguf
+
+        model = from_gguf(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer)
+    else:
+        if certify is None:
+            certify = importlib.util.find_spec("transformers") is not None
+        model = from_pretrained(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer,
+                                certify=certify, allow_nonfinite=allow_nonfinite)
     info = model.convert_info
     path = zoo.save(model, out_dir)
     n = sum(p.numel() for p in model.parameters())
     click.echo(f"converted {info['model_type']} ({', '.join(info.get('architectures') or []) or 'model'}) "
                f"-> {path}  [{n:,} parameters, spec {model.spec.name}]")
     if getattr(model, "tokenizer", None) is not None:
-        click.echo("tokenizer: tokenizer.json stored in the checkpoint")
+        click.echo(f"tokenizer: {'the GGUF tokenizer' if gguf else 'tokenizer.json'} stored in the checkpoint")
+    if "quant_types" in info:
+        click.echo("dequantised from: " + ", ".join(f"{q} ({n} tensors)" for q, n in info["quant_types"].items()))
     if info["dropped"]:
         click.echo(f"dropped (unused by the outputs): {', '.join(info['dropped'])}")
     parity = info.get("parity")
-    if isinstance(parity, str):
+    if gguf:
+        click.echo("no parity certificate: a GGUF file has no transformers folder to compare with "
+                   "(tests/test_gguf.py compares with transformers' gguf_file= loading)")
+    elif isinstance(parity, str):
         click.echo(parity)
     else:
         click.echo(certificate_text(zoo.read_metadata(path)))

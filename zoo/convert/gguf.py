@@ -1,0 +1,507 @@
+"""GGUF files (llama.cpp, Ollama) in, directly: ``zoo.convert.from_gguf("model.gguf")``.
+
+A GGUF file is one self-contained binary: a header of typed key/value metadata (the model's shape
+under llama.cpp's key names, ``llama.block_count``, ``llama.attention.head_count``...; the tokenizer
+under ``tokenizer.ggml.*``; often a chat template under ``tokenizer.chat_template``) followed by
+tensors named ``token_embd.weight``, ``blk.N.attn_q.weight``, ... and stored either as floats (F32,
+F16, BF16) or in *quantised blocks* (Q8_0: 32 int8 values and one float16 scale per block; Q4_K:
+256 4-bit values in 8 sub-blocks with 6-bit scales and mins; ...).
+
+How it is read, in four steps, none of which needs transformers:
+
+1. **Header** (the ``gguf`` library's ``GGUFReader``, on a file opened through :mod:`zoo.trust`):
+   metadata and the tensor table.  Nothing is dequantised yet.
+2. **Config**: the metadata becomes the ``config.json`` a Hugging Face folder of the same model
+   would have (:data:`ARCHS`: one declarative table per architecture, key by key), typed and
+   range-checked; an option zoo would get wrong (rope scaling, a per-layer head count, ...) is a
+   :class:`ConvertError` naming the GGUF key.
+3. **Tensors**: each GGUF name becomes the Hugging Face name (:data:`LLAMA_TENSORS`,
+   :data:`GPT2_TENSORS`), and the layout llama.cpp changed is changed back: llama.cpp *permutes the
+   rows of q and k* of the ``llama`` architecture for its rotary kernel (pairs ``(2i, 2i+1)``
+   instead of ``(i, i + hd/2)``), and stores GPT-2's ``Conv1D`` matrices transposed.  Then the
+   ordinary family converter (``zoo/convert/llama.py``, ``gpt2.py``, ``qwen2.py``...) maps them to
+   zoo, so a GGUF model and the safetensors model it was made from convert through the same lines.
+   Shapes are checked on the meta device (no memory) *before* any block is dequantised.
+4. **Dequantisation** with the library's own ``gguf.quants.dequantize`` (numpy; zoo has no kernels
+   of its own), to the dtype asked for (default float32).
+
+The tokenizer comes along: ``tokenizer.ggml.model`` ``llama`` (SentencePiece-style BPE with byte
+fallback; merges given or recovered from the scores) or ``gpt2`` (byte-level BPE) is rebuilt as a
+``tokenizers`` JSON, the ``hf`` tokenizer, stored inside the checkpoint by ``zoo.save``.  A chat
+template in the metadata is kept (``model.chat_template``; see zoo/chat.py).
+
+Supported: the architectures transformers' own GGUF loader reads *and* zoo converts — see
+:data:`ARCHS` and docs/GGUF_AND_CHAT.md — in the quantisation types of :data:`QUANT_TYPES`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..build import resolve_dtype
+from ..tokenizers import tokenizer as make_tokenizer
+from ..trust import open_read, short, user_path
+from .core import ConvertError, assemble, check_shapes, convert_state
+
+#: The GGML storage types read (all dequantised by ``gguf.quants.dequantize``).
+QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+               "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+
+#: GGUF metadata key (after ``{arch}.``) -> Hugging Face config key, shared by the Llama-shaped
+#: architectures.  ``rope.dimension_count`` and ``attention.key_length`` are checked, not copied.
+DECODER_KEYS = {
+    "context_length": "max_position_embeddings",
+    "embedding_length": "hidden_size",
+    "block_count": "num_hidden_layers",
+    "feed_forward_length": "intermediate_size",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "rope.freq_base": "rope_theta",
+}
+GPT2_KEYS = {
+    "context_length": "n_positions",
+    "embedding_length": "n_embd",
+    "block_count": "n_layer",
+    "feed_forward_length": "n_inner",
+    "attention.head_count": "n_head",
+    "attention.layer_norm_epsilon": "layer_norm_epsilon",
+}
+#: Float-valued keys (the rest are integers).
+FLOAT_KEYS = {"rms_norm_eps", "rope_theta", "layer_norm_epsilon"}
+
+#: GGUF tensor name -> Hugging Face name for the Llama-shaped decoders (``{i}``: the block).
+LLAMA_TENSORS = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+    "blk.{i}.attn_norm": "model.layers.{i}.input_layernorm",
+    "blk.{i}.attn_q": "model.layers.{i}.self_attn.q_proj",
+    "blk.{i}.attn_k": "model.layers.{i}.self_attn.k_proj",
+    "blk.{i}.attn_v": "model.layers.{i}.self_attn.v_proj",
+    "blk.{i}.attn_qkv": "model.layers.{i}.self_attn.qkv_proj",  # Phi-3: fused q|k|v
+    "blk.{i}.attn_output": "model.layers.{i}.self_attn.o_proj",
+    "blk.{i}.attn_q_norm": "model.layers.{i}.self_attn.q_norm",  # Qwen3
+    "blk.{i}.attn_k_norm": "model.layers.{i}.self_attn.k_norm",
+    "blk.{i}.ffn_norm": "model.layers.{i}.post_attention_layernorm",
+    "blk.{i}.ffn_gate": "model.layers.{i}.mlp.gate_proj",
+    "blk.{i}.ffn_up": "model.layers.{i}.mlp.up_proj",
+    "blk.{i}.ffn_down": "model.layers.{i}.mlp.down_proj",
+}
+PHI3_TENSORS = {**LLAMA_TENSORS, "blk.{i}.ffn_up": "model.layers.{i}.mlp.gate_up_proj"}  # fused gate|up
+#: GPT-2; the names marked in GPT2_TRANSPOSED were stored (out, in) by llama.cpp, Conv1D is (in, out).
+GPT2_TENSORS = {
+    "token_embd": "transformer.wte",
+    "position_embd": "transformer.wpe",
+    "output_norm": "transformer.ln_f",
+    "output": "lm_head",
+    "blk.{i}.attn_norm": "transformer.h.{i}.ln_1",
+    "blk.{i}.attn_qkv": "transformer.h.{i}.attn.c_attn",
+    "blk.{i}.attn_output": "transformer.h.{i}.attn.c_proj",
+    "blk.{i}.ffn_norm": "transformer.h.{i}.ln_2",
+    "blk.{i}.ffn_up": "transformer.h.{i}.mlp.c_fc",
+    "blk.{i}.ffn_down": "transformer.h.{i}.mlp.c_proj",
+}
+GPT2_TRANSPOSED = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
+
+#: GGUF ``general.architecture`` -> (Hugging Face model_type, config keys, tensor names,
+#: llama.cpp permuted q/k rows for its rotary kernel).  The intersection of what transformers'
+#: GGUF loader reads and what zoo converts (gemma2/3 and t5 are not yet mapped here).
+ARCHS = {
+    "llama": ("llama", DECODER_KEYS, LLAMA_TENSORS, True),
+    "qwen2": ("qwen2", DECODER_KEYS, LLAMA_TENSORS, False),
+    "qwen3": ("qwen3", DECODER_KEYS, LLAMA_TENSORS, False),
+    "phi3": ("phi3", DECODER_KEYS, PHI3_TENSORS, False),
+    "gpt2": ("gpt2", GPT2_KEYS, GPT2_TENSORS, False),
+}
+#: Metadata keys under ``{arch}.`` zoo understands without copying them.
+KNOWN_EXTRA = {"rope.dimension_count", "attention.key_length", "attention.value_length",
+               "vocab_size", "rope.scaling.type"}
+#: Keys that change the function and that zoo does not reproduce from a GGUF: refused when set.
+REFUSED = {"rope.scaling.factor": "rope scaling", "rope.scaling.original_context_length": "rope scaling",
+           "attention.sliding_window": "a sliding attention window",
+           "attn_logit_softcapping": "attention logit soft-capping",
+           "final_logit_softcapping": "final logit soft-capping",
+           "attention.clamp_kqv": "clamped q/k/v (clip_qkv)"}
+MAX_TOKENS = 4_000_000  # a real vocabulary has up to ~260k entries
+
+
+def _fix(what: str) -> str:
+    return f"convert the original Hugging Face folder instead (zoo convert HF_DIR OUT), {what}"
+
+
+# ---------------------------------------------------------------------- step 1: the header
+class GGUFFile:
+    """The parsed header of a GGUF file: ``meta`` (key -> Python value, arrays as lists) and the
+    tensor table (``tensors``: name -> the library's ``ReaderTensor``; its data is a memory map,
+    nothing is read until dequantised)."""
+
+    def __init__(self, path):
+        try:
+            import gguf  # noqa: F401
+        except ImportError as exc:
+            raise ConvertError("reading GGUF files needs the gguf library", where="convert.path",
+                               fix="pip install 'zoo-transformers[gguf]' (or: pip install gguf)") from exc
+        from gguf import GGUFReader
+
+        p = user_path(path, where="convert.path", error=ConvertError)
+        self.path = p
+        with open_read(p, where=p.name, kind="checkpoint", error=ConvertError) as fh:
+            head = fh.read(4)
+            if head != b"GGUF":
+                raise ConvertError(f"{short(p.name)} is not a GGUF file (it starts with {short(head)}, "
+                                   f"not b'GGUF')", where=p.name,
+                                   fix="pass a .gguf file written by llama.cpp / the gguf library, or a "
+                                       "Hugging Face folder")
+            fh.seek(0)
+            try:  # the memory map is made from the checked, already open descriptor
+                reader = GGUFReader(fh)
+            except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError,
+                    UnicodeDecodeError, OSError) as exc:
+                raise ConvertError(f"the GGUF file cannot be parsed ({type(exc).__name__}: "
+                                   f"{short(str(exc))}); it is truncated or damaged", where=p.name,
+                                   fix="download the file again (compare its size / checksum)") from exc
+        self.reader = reader
+        self.meta: dict[str, Any] = {}
+        for key, field in reader.fields.items():
+            if key.startswith("GGUF."):
+                continue
+            if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+                       "tokenizer.ggml.merges") and len(field.data) > MAX_TOKENS:
+                raise ConvertError(f"{key} has {len(field.data):,} entries", where=f"gguf:{key}",
+                                   fix="pass an intact GGUF file")
+            try:
+                self.meta[key] = field.contents()
+            except (ValueError, UnicodeDecodeError, IndexError) as exc:
+                raise ConvertError(f"metadata {key} cannot be read ({short(str(exc))})",
+                                   where=f"gguf:{key}", fix="download the file again") from exc
+        self.tensors = {t.name: t for t in reader.tensors}
+
+    def get(self, key: str, kind: type | tuple, default: Any = ..., *, lo=None) -> Any:
+        """A metadata value of type ``kind`` (``default`` when absent; required when no default)."""
+        if key not in self.meta:
+            if default is ...:
+                raise ConvertError(f"the GGUF file has no metadata '{key}'", where=f"gguf:{key}",
+                                   fix="pass a GGUF written by llama.cpp's convert_hf_to_gguf.py")
+            return default
+        v = self.meta[key]
+        ok = isinstance(v, kind) and not (isinstance(v, bool) and bool not in
+                                          (kind if isinstance(kind, tuple) else (kind,)))
+        if not ok or (lo is not None and v < lo):
+            want = getattr(kind, "__name__", None) or " or ".join(k.__name__ for k in kind)
+            raise ConvertError(f"expected {want}{f' >= {lo}' if lo is not None else ''}, got {short(v)}",
+                               where=f"gguf:{key}", fix="pass an intact GGUF file")
+        return v
+
+
+# ---------------------------------------------------------------------- step 2: the config
+def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
+    """``(config dict, architecture, permuted q/k)``: the metadata as a Hugging Face config."""
+    arch = g.get("general.architecture", str)
+    if arch not in ARCHS:
+        raise ConvertError(f"GGUF architecture {short(arch)} is not supported", where="gguf:general.architecture",
+                           options=list(ARCHS),
+                           fix=_fix("or a GGUF of one of the listed architectures"))
+    model_type, keys, _, permuted = ARCHS[arch]
+    config: dict[str, Any] = {"model_type": model_type}
+    for key, hf in keys.items():
+        full = f"{arch}.{key}"
+        if hf in FLOAT_KEYS:
+            v = g.get(full, (int, float), None if hf == "rope_theta" else ...)
+            if v is not None:
+                config[hf] = float(v)
+        elif hf == "num_key_value_heads" and isinstance(g.meta.get(full), list):
+            heads = g.meta[full]
+            if len(set(heads)) != 1:
+                raise ConvertError(f"{full} differs between layers ({short(heads)})", where=f"gguf:{full}",
+                                   fix=_fix("zoo builds one attention shape for every layer"))
+            config[hf] = int(heads[0])
+        else:
+            v = g.get(full, int, None if hf == "n_inner" else ..., lo=1)
+            if v is not None:
+                config[hf] = v
+    for key, what in REFUSED.items():
+        v = g.meta.get(f"{arch}.{key}")
+        if v not in (None, 0, 0.0, 1.0) or (key == "rope.scaling.factor" and v not in (None, 1.0)):
+            raise ConvertError(f"{arch}.{key}={short(v)}: zoo does not reproduce {what} from a GGUF file",
+                               where=f"gguf:{arch}.{key}", fix=_fix("whose config.json zoo reads exactly"))
+    scaling = g.get(f"{arch}.rope.scaling.type", str, "none")
+    if scaling != "none":
+        raise ConvertError(f"{arch}.rope.scaling.type={short(scaling)} is not supported from a GGUF file",
+                           where=f"gguf:{arch}.rope.scaling.type", options=["none"],
+                           fix=_fix("whose rope_scaling zoo maps exactly"))
+    if "rope_freqs.weight" in g.tensors or any(n.startswith("rope_factors") for n in g.tensors):
+        raise ConvertError("the file carries precomputed rope frequency factors (llama 3.1 / longrope "
+                           "scaling)", where="gguf:rope_freqs.weight",
+                           fix=_fix("whose rope_scaling zoo maps exactly"))
+    emb = g.tensors.get("token_embd.weight")
+    if emb is None:
+        raise ConvertError("the GGUF file has no tensor 'token_embd.weight'", where="gguf:token_embd.weight",
+                           fix="pass an intact GGUF file")
+    config["vocab_size"] = int(emb.shape[1])  # ggml shapes are innermost-first: (d_model, vocab)
+    if arch == "gpt2":
+        return config, arch, permuted
+    H, D = config["num_attention_heads"], config["hidden_size"]
+    hd = g.get(f"{arch}.attention.key_length", int, D // H, lo=1)
+    if g.get(f"{arch}.attention.value_length", int, hd, lo=1) != hd:
+        raise ConvertError(f"{arch}.attention.value_length differs from key_length", where=f"gguf:{arch}.attention.value_length",
+                           fix=_fix("zoo's attention has one head size"))
+    rot = g.get(f"{arch}.rope.dimension_count", int, hd, lo=1)
+    if rot != hd:
+        raise ConvertError(f"{arch}.rope.dimension_count={rot} rotates part of a {hd}-wide head; zoo "
+                           f"maps whole-head rotary from a GGUF file only", where=f"gguf:{arch}.rope.dimension_count",
+                           fix=_fix("whose partial rotary factor zoo reads exactly"))
+    config["head_dim"] = hd
+    config["hidden_act"] = "silu"
+    config["attention_bias"] = "blk.0.attn_output.bias" in g.tensors
+    config.setdefault("rope_theta", 10000.0)
+    if arch == "llama" and "blk.0.attn_q.bias" in g.tensors and not config["attention_bias"]:
+        raise ConvertError("q/k/v carry biases but the output projection does not", where="gguf:blk.0.attn_q.bias",
+                           fix=_fix("zoo maps a llama with biases on all four projections or none"))
+    return config, arch, permuted
+
+
+# ---------------------------------------------------------------------- step 3: the tensors
+def _name_table(table: dict[str, str], layers: int) -> dict[str, str]:
+    out = {}
+    for gg, hf in table.items():
+        for i in (range(layers) if "{i}" in gg else (None,)):
+            for suffix in (".weight", ".bias"):
+                out[gg.format(i=i) + suffix] = hf.format(i=i) + suffix
+    return out
+
+
+def unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """Undo llama.cpp's rotary permutation of q / k rows: within each head llama.cpp interleaves
+    the two halves ``[x_0..x_{hd/2-1} | x_{hd/2}..]`` as pairs ``(x_0, x_{hd/2}), (x_1, ...)``."""
+    rows = w.shape[0]
+    # (heads, hd/2, 2, ...) -> (heads, 2, hd/2, ...) -> back to (rows, ...)
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+def tensor_plan(g: GGUFFile, config: dict, arch: str, permuted: bool) -> dict[str, tuple]:
+    """HF name -> (GGUF name, torch shape, transform) for every tensor of the file; an unknown
+    tensor or storage type is an error naming it."""
+    from gguf import GGMLQuantizationType
+
+    layers = config["num_hidden_layers"] if arch != "gpt2" else config["n_layer"]
+    names = _name_table(ARCHS[arch][2], layers)
+    plan = {}
+    for name, t in g.tensors.items():
+        if name not in names:
+            raise ConvertError(f"tensor '{short(name)}' has no place in a {arch} model", where=f"gguf:{name}",
+                               options=sorted({re.sub(r"blk\.\d+\.", "blk.N.", n) for n in names})[:40],
+                               fix=_fix("this file has parts zoo's GGUF reader does not map"))
+        try:
+            qname = GGMLQuantizationType(int(t.tensor_type)).name
+        except ValueError:
+            qname = f"type {int(t.tensor_type)}"
+        if qname not in QUANT_TYPES:
+            raise ConvertError(f"tensor '{name}' is stored as {qname}, which zoo does not dequantise",
+                               where=f"gguf:{name}", options=QUANT_TYPES,
+                               fix="re-quantise the model with llama-quantize to one of the listed types, or "
+                                   "convert the original float checkpoint")
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # ggml: innermost dimension first
+        fn = None
+        if permuted and name.endswith(("attn_q.weight", "attn_q.bias")):
+            fn = ("unpermute", config["num_attention_heads"])
+        elif permuted and name.endswith(("attn_k.weight", "attn_k.bias")):
+            fn = ("unpermute", config["num_key_value_heads"])
+        elif arch == "gpt2" and name.endswith(GPT2_TRANSPOSED):
+            fn, shape = ("t", None), shape[::-1]
+        plan[names[name]] = (name, shape, fn)
+    return plan
+
+
+def dequantize(g: GGUFFile, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """One tensor as floats (``gguf.quants.dequantize``), in torch order."""
+    import numpy as np
+    from gguf.quants import dequantize as _dq
+
+    t = g.tensors[name]
+    shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+    try:
+        arr = _dq(t.data, t.tensor_type)
+        out = torch.from_numpy(np.array(arr, dtype=np.float32, order="C")).reshape(shape)  # a copy: the map is read-only
+    except (ValueError, RuntimeError, TypeError, IndexError) as exc:
+        raise ConvertError(f"tensor '{name}' cannot be dequantised ({short(str(exc))}); the file is "
+                           f"truncated or damaged", where=f"gguf:{name}",
+                           fix="download the file again") from exc
+    return out.to(dtype)
+
+
+def _apply(t: torch.Tensor, fn) -> torch.Tensor:
+    if fn is None:
+        return t
+    if fn[0] == "t":
+        return t.t()
+    return unpermute(t, fn[1])
+
+
+# ---------------------------------------------------------------------- the tokenizer
+def tokenizer_json(g: GGUFFile, arch: str) -> str | None:
+    """The ``tokenizers`` JSON of the file's tokenizer (``tokenizer.ggml.model`` llama or gpt2), or
+    None when the file has none."""
+    kind = g.get("tokenizer.ggml.model", str, None)
+    if kind is None:
+        return None
+    if kind not in ("llama", "gpt2"):
+        raise ConvertError(f"tokenizer.ggml.model={short(kind)} is not rebuilt by zoo", where="gguf:tokenizer.ggml.model",
+                           options=["llama", "gpt2"], fix="pass tokenizer=False (zoo convert --no-tokenizer) "
+                                                          "to convert the weights alone")
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    tokens = g.get("tokenizer.ggml.tokens", list)
+    if not all(isinstance(s, str) for s in tokens):
+        raise ConvertError("tokenizer.ggml.tokens must be strings", where="gguf:tokenizer.ggml.tokens",
+                           fix="pass an intact GGUF file")
+    types = g.get("tokenizer.ggml.token_type", list, [])
+    merges = g.get("tokenizer.ggml.merges", list, None)
+    control = [t for t, ty in zip(tokens, types) if ty == 3]  # CONTROL: <s>, <|im_end|>, ...
+    user = [t for t, ty in zip(tokens, types) if ty == 4]  # USER_DEFINED: matched whole, not special
+    if kind == "gpt2":  # byte-level BPE: every token spelled in GPT-2's printable byte alphabet
+        spelling = byte_alphabet()
+        alphabet = set(spelling.values())
+        vocab = {t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i
+                 for i, t in enumerate(tokens)}
+        control = [t for t in control if set(t) <= alphabet]  # a mislabelled one would grow the vocab
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=_merges(g, merges, tokens), dropout=None,
+                                   continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
+        split = PRE_SPLITS.get(g.get("tokenizer.ggml.pre", str, ""))
+        if split is None:
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        else:  # split the text the way this vocabulary's merges were learned, then map to bytes
+            tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                                                         pre_tokenizers.ByteLevel(add_prefix_space=False,
+                                                                                  use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+    else:  # SentencePiece-style BPE over "▁"-joined words, unknown characters as <0xNN> bytes
+        vocab = {t: i for i, t in enumerate(tokens)}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=_merges(g, merges, tokens), fuse_unk=True,
+                                   byte_fallback=True, dropout=None))
+        prefix = g.get("tokenizer.ggml.add_space_prefix", bool, True)
+        if arch == "phi3":  # Phi-3 prepends the space in a normalizer ("  hi" -> "▁▁▁hi")
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", split=False,
+                                                         prepend_scheme="first" if prefix else "never")
+        steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+        tok.decoder = decoders.Sequence(steps + ([decoders.Strip(" ", 1, 0)] if prefix else []))
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
+    tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in user if t in vocab])
+    return tok.to_str()
+
+
+#: ``tokenizer.ggml.pre`` -> the regex that splits text before byte-level BPE (as llama.cpp's
+#: ``llama-vocab.cpp`` and transformers' GGUF tokenizer use).
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_SPLITS = {"llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT,
+              "smaug-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT, "deepseek-r1-qwen": _QWEN2_SPLIT}
+
+
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's map from the 256 byte values to printable characters (printable Latin-1 bytes map
+    to themselves, the others to U+0100 onwards), which byte-level vocabularies are spelled in."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    out, n = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + n)
+            n += 1
+    return out
+
+
+def _merges(g: GGUFFile, merges, tokens: list[str]) -> list[tuple[str, str]]:
+    """The file's merges, or -- a SentencePiece vocabulary lists none -- the merges its scores
+    imply: every split of a token into two tokens, best-scored token first."""
+    if merges is not None:
+        out = []
+        for m in merges:
+            parts = m.split(" ") if isinstance(m, str) else []
+            if len(parts) != 2:
+                raise ConvertError(f"merge {short(m)} is not two tokens separated by a space",
+                                   where="gguf:tokenizer.ggml.merges", fix="pass an intact GGUF file")
+            out.append((parts[0], parts[1]))
+        return out
+    scores = g.get("tokenizer.ggml.scores", list, None)
+    if scores is None or len(scores) != len(tokens):
+        raise ConvertError("a tokenizer without merges needs one score per token", where="gguf:tokenizer.ggml.scores",
+                           fix="pass an intact GGUF file")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    found = []
+    for token, score in zip(tokens, scores):
+        local = [(token[:k], token[k:], score) for k in range(1, len(token))
+                 if token[:k] in vocab and token[k:] in vocab]
+        found.extend(sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]])))
+    found.sort(key=lambda x: (x[2], len(x[0]), len(x[1])), reverse=True)
+    return [(a, b) for a, b, _ in found]
+
+
+def special_names(g: GGUFFile) -> dict[str, str]:
+    """``{"bos_token": "<s>", ...}`` from the ids the file names (for the ``hf`` tokenizer)."""
+    tokens = g.meta.get("tokenizer.ggml.tokens") or []
+    out = {}
+    for name, key in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
+                      ("pad_token", "padding_token_id"), ("unk_token", "unknown_token_id")):
+        i = g.get(f"tokenizer.ggml.{key}", int, None)
+        if i is not None and 0 <= i < len(tokens):
+            out[name] = tokens[i]
+    return out
+
+
+# ---------------------------------------------------------------------- the front door
+def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "sdpa",
+              tokenizer: bool = True) -> torch.nn.Module:
+    """A zoo model from a GGUF file (see the module docstring): dequantised to ``dtype`` (default
+    float32), the tokenizer as ``model.tokenizer`` and a chat template, when the file has one, as
+    ``model.chat_template``.  ``model.convert_info`` lists the storage types met
+    (``quant_types``: name -> tensor count).  Offline; transformers is not needed."""
+    dt = resolve_dtype(dtype) or torch.float32
+    g = GGUFFile(path)
+    config, arch, permuted = hf_config(g)
+    plan = tensor_plan(g, config, arch, permuted)
+    back = {hf: f"gguf:{arch}.{k}" for k, hf in ARCHS[arch][1].items()}
+
+    def _convert(state):
+        try:
+            return convert_state(config, state, attention=attention)
+        except ConvertError as exc:  # name the GGUF key, not a config.json the user never had
+            key = (exc.where or "").removeprefix("config.")
+            if key in back or exc.where == "weights":
+                raise ConvertError(exc.what, where=back.get(key, "gguf tensors"), options=exc.options,
+                                   fix="check that the file is intact; " + (exc.fix or "")) from exc
+            raise
+    # shapes first, on the meta device: nothing is dequantised before the spec and tensors agree
+    meta = {hf: torch.empty(shape, device="meta") for hf, (_, shape, _) in plan.items()}
+    spec, st, _ = _convert(meta)
+    check_shapes(spec, st)
+    state = {hf: _apply(dequantize(g, name, torch.float32), fn) for hf, (name, _, fn) in plan.items()}
+    spec, st, dropped = _convert(state)
+    model = assemble(spec, st, dt)
+    from gguf import GGMLQuantizationType
+
+    counts: dict[str, int] = {}
+    for t in g.tensors.values():
+        q = GGMLQuantizationType(int(t.tensor_type)).name
+        counts[q] = counts.get(q, 0) + 1
+    model.convert_info = {"source": Path(g.path).name, "model_type": config["model_type"],
+                          "architectures": [f"gguf:{arch}"], "dropped": dropped, "quant_types": counts,
+                          "gguf_name": g.get("general.name", str, None)}
+    if tokenizer:
+        text = tokenizer_json(g, arch)
+        if text is not None:
+            model.tokenizer = make_tokenizer("hf", json=text, **special_names(g))
+    template = g.get("tokenizer.chat_template", str, None)
+    if template is not None:
+        model.chat_template = template
+    return model
