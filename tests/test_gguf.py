@@ -249,7 +249,7 @@ def test_convert_cli_then_run_and_the_template_travels(tmp_path):
     write_gguf(tmp_path / "m.gguf", "llama", hf_model("llama"), Q.Q4_K)
     r = CliRunner().invoke(cli, ["convert", str(tmp_path / "m.gguf"), str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
-    assert "Q4_K (14 tensors)" in r.output and "tokenizer: the GGUF tokenizer" in r.output
+    assert "Q4_K (16 tensors)" in r.output and "tokenizer: the GGUF tokenizer" in r.output
     r = CliRunner().invoke(cli, ["run", str(tmp_path / "out"), "--prompt", "hello world", "-n", "5"])
     assert r.exit_code == 0, r.output
     loaded = zoo.load(tmp_path / "out")

@@ -21,6 +21,7 @@ COMMANDS = {
     "build": ("build", "Build a model from a spec and print its summary."),
     "check": ("check", "Check a checkpoint (header, metadata, spec, shapes, digest) without loading it."),
     "run": ("run", "Generate from a checkpoint, streaming (fill-mask / classify for encoders)."),
+    "chat": ("chat", "Chat with an instruct checkpoint in its own chat template (an interactive loop)."),
     "inspect": ("inspect", "Write attention figures (PNG) and captured numbers (JSON) for a text."),
     "convert": ("convert", "Convert a Hugging Face save_pretrained folder (GPT-2 ... Marian: docs/CONVERT.md) to a zoo checkpoint."),
     "plugins": ("plugins", "List plugins (built-in and installed), their components and errors."),

@@ -597,8 +597,9 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
 
 
 #: ``zoo.extra.*`` entries a loaded checkpoint hands on when it is saved again: where it was
-#: converted from, its parity certificate, and the input contract it declares (zoo.contract).
-CARRIED_EXTRAS = ("converted_from", "parity", "input_contract")
+#: converted from, its parity certificate, the input contract it declares (zoo.contract) and its
+#: chat template (zoo.chat).
+CARRIED_EXTRAS = ("converted_from", "parity", "input_contract", "chat_template")
 
 
 def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
@@ -607,6 +608,10 @@ def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
     :data:`CARRIED_EXTRAS` its metadata holds (so load -> save keeps the input contract)."""
     meta = getattr(model, "checkpoint_metadata", None) or {}
     out = {k: meta[f"zoo.extra.{k}"] for k in CARRIED_EXTRAS if f"zoo.extra.{k}" in meta}
+    if getattr(model, "chat_template", None) is not None:  # zoo.chat: the instruct model's template
+        from .chat import stored
+
+        out["chat_template"] = stored(model)
     info = getattr(model, "convert_info", None)
     if info is not None:
         out.pop("parity", None)

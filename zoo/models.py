@@ -152,6 +152,13 @@ class ZooModel(nn.Module):
                                   return_cache=return_cache, names_filter=names_filter, **options)
         return generate(self, ids, max_new_tokens, **options)
 
+    def chat(self, messages, max_new_tokens: int = 256, **options):
+        """The reply to a conversation, in the model's chat template (:func:`zoo.chat.chat`;
+        ``stream=True`` yields it piece by piece)."""
+        from .chat import chat
+
+        return chat(self, messages, max_new_tokens, **options)
+
     def run_with_hooks(self, *args, fwd_hooks=(), **kwargs):
         """One forward with TransformerLens-style hooks in place (:func:`zoo.hooks.run_with_hooks`)."""
         return hooks.run_with_hooks(self, *args, fwd_hooks=fwd_hooks, **kwargs)
