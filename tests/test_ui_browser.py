@@ -419,3 +419,41 @@ def test_hovering_a_heatmap_cell_shows_its_weight(page):
     w = float(trace["decoder.blocks.1.attn.weights"][0, 2, 1, 0])
     expect(readout).to_contain_text(f"query 1 'b' → key 0 'a' · layer 1 · head 2 · weight {w:.4f}")
     page.locator("#inspect-attn").screenshot(path=str(SHOTS / "heatmap_across_heads.png"))
+
+
+def test_output_made_before_a_switch_follows_the_language(page):
+    """issue 23: a result on the page when the language changes is drawn again in the new language
+    (from the data its handler kept), not left in the old one: the fill-mask table's headers, the Run
+    tab's speed line, Compare's metric names."""
+    page.locator("button[role=tab]", has_text="Run").click()
+    choose(page, "run-checkpoint", "ui_bert")
+    page.locator("#run-prompt textarea").fill("床前<mask>光")
+    page.locator("#run-go").click()
+    fills = page.locator("#run-fill")
+    expect(fills).to_contain_text(re.compile(r"\(0\.\d{3}\)"), timeout=TIMEOUT)
+    expect(fills).to_contain_text("candidates (probability)")
+    page.locator("#lang-switch label", has_text="中文").click()
+    expect(fills).to_contain_text("候选（概率）")
+    expect(fills).to_contain_text(re.compile(r"\(0\.\d{3}\)"))  # the same candidates, not a blank table
+    page.locator("#lang-switch label", has_text="English").click()
+    expect(fills).to_contain_text("candidates (probability)")
+    # a generation's speed line
+    choose(page, "run-checkpoint", "ui_gpt")
+    page.locator("#run-prompt textarea").fill("abc")
+    page.locator("#run-max-new-tokens input[type=number]").fill("8")
+    page.locator("#run-go").click()
+    speed = page.locator("#run-speed")
+    expect(speed).to_contain_text("tokens/s", timeout=TIMEOUT)
+    rate = re.search(r"([\d.]+) tokens/s", speed.inner_text()).group(1)
+    page.locator("#lang-switch label", has_text="中文").click()
+    expect(speed).to_contain_text(f"每秒 {rate} 个 token")  # the same measurement, in Chinese
+    expect(speed).not_to_contain_text("tokens/s")
+    page.screenshot(path=str(SHOTS / "switch_after_run.png"), full_page=True)
+    # Compare: the table's metric names
+    page.locator("button[role=tab]", has_text="对比").click()
+    page.locator("#cmp-go").click()
+    table = page.locator("#cmp-table")
+    expect(table).to_contain_text("参数量", timeout=TIMEOUT)
+    page.locator("#lang-switch label", has_text="English").click()
+    expect(table).to_contain_text("parameters")
+    expect(table).not_to_contain_text("参数量")

@@ -85,7 +85,11 @@ def test_a_new_option_is_a_control_whose_value_reaches_generation(monkeypatch):
 
     values = [0.3 if name == "min_p" else w.value for name, w in parts["options"].items()]
     *_, last = run_tab.run_ui("ui_gpt", "abc", "en", *values)
-    out, _, speed, error = last
+    out, _, speed, kept, error = last
     assert error == "" and out and "tokens/s" in speed
+    # what the tab keeps for a language switch: the speed figures, drawn again in Chinese
+    assert kept["stats"]["tokens_per_s"] > 0 and run_tab.redraw("zh", kept)[1].startswith(
+        i18n.t("run.speed", "zh", rate=kept["stats"]["tokens_per_s"], mb=kept["stats"]["bytes_per_token"] / 1e6,
+               pct=100 * kept["stats"]["roofline"], bw=kept["stats"]["bandwidth_gbs"]))
     assert seen["min_p"] == 0.3 and seen["temperature"] == 0.8 and seen["top_k"] == 20
     assert seen["do_sample"] is True and seen["max_new_tokens"] == parts["max_new"].value

@@ -142,15 +142,17 @@ def _wire_saved_models(parts: dict[str, dict]) -> None:
 
 
 def _wire_language(tr, switch, lang_state) -> None:
-    """The switch sets the language state and re-labels every component the translator knows."""
+    """The switch sets the language state, re-labels every component the translator knows and
+    draws every output a handler already wrote again in the new language, from the data that handler
+    kept (:meth:`Translator.keep`): a result made before the switch does not stay in the old one."""
     from .common import handler
 
     @handler
-    def on_switch(choice):
+    def on_switch(choice, *kept):
         code = lang_code(LANGS.get(choice, choice))
-        return [code] + tr.updates(code)
+        return [code] + tr.switch(code, kept)
 
-    switch.change(on_switch, inputs=[switch], outputs=[lang_state] + tr.components,
+    switch.change(on_switch, inputs=[switch] + tr.switch_inputs, outputs=[lang_state] + tr.switch_outputs,
                   show_progress="hidden", api_visibility="private")
 
 

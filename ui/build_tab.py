@@ -25,7 +25,7 @@ from zoo.spec import yaml_to_dict
 from zoo.summary import parameter_table
 
 from .common import (LIMITS, check_name, check_spec_limits, check_value, error_box, handler, inline_errors,
-                     raw, runs_dir, safe_markdown)
+                     raw, runs_dir, safe_markdown, shown_path)
 from .i18n import format_error, t
 
 #: the form's scalar fields (each a number or text box; ``build.<field>`` is its label)
@@ -467,7 +467,22 @@ COST_HEADERS = ("col.seq_len", "col.flops", "col.core_share", "col.mem_params", 
 
 @handler
 def save(text: str, name: str, seed: Any, lang: str = "en") -> str:
-    """Build the spec with random weights (``seed``) and save it under the runs folder as ``name``."""
+    """Build the spec with random weights (``seed``) and save it under the runs folder as ``name``;
+    returns the message the page shows."""
+    return saved_message(lang, raw(save_model)(text, name, seed, lang))
+
+
+def saved_message(lang: str, kept: dict | None) -> str | None:
+    """"Saved NAME (N parameters) to runs/NAME/..." in ``lang``, from :func:`save_model`'s record."""
+    if not kept:
+        return None
+    return t("build.saved", lang, name=kept["name"], params=f"{kept['params']:,}", path=kept["path"])
+
+
+@handler
+def save_model(text: str, name: str, seed: Any, lang: str = "en") -> dict:
+    """Build the spec with random weights (``seed``) and save it under the runs folder as ``name``;
+    returns what was saved (name, parameter count, file as the page names it)."""
     name = check_name(name, lang)
     if name in zoo.list_checkpoints():
         raise ZooError(t("build.shipped", lang, name=name), where="checkpoint name",
@@ -480,7 +495,7 @@ def save(text: str, name: str, seed: Any, lang: str = "en") -> str:
         check_value("runs", len(existing) + 1, lang=lang)
     model = zoo.build(spec, seed=int(seed or 0))
     path = zoo.save(model, runs_dir() / name, metadata={"created_by": "zoo ui", "seed": int(seed or 0)})
-    return t("build.saved", lang, name=name, params=f"{n:,}", path=path)
+    return {"name": name, "params": n, "path": shown_path(path)}  # runs/NAME/..., never the server's path
 
 
 def registry_choices() -> dict[str, list[str]]:
@@ -495,11 +510,17 @@ def build(tr, lang_state) -> dict:
 
     ui = _layout(tr, lang_state)
     _wire_form(ui)
-    _wire_validation(ui, lang_state)
+    _wire_validation(ui, lang_state, tr)
+
+    @inline_errors(2)
+    def save_ui(text, name, seed, lang):
+        kept = raw(save_model)(text, name, seed, lang)
+        return saved_message(lang, kept), kept
+
     ui["saved_event"] = ui["save_btn"].click(
-        inline_errors(1)(raw(save)), inputs=[ui["code"], ui["save_name"], ui["seed"], lang_state],
-        outputs=[ui["saved"], ui["save_error"]], api_name="save_ui", api_visibility="private",
-        concurrency_limit=2)
+        save_ui, inputs=[ui["code"], ui["save_name"], ui["seed"], lang_state],
+        outputs=[ui["saved"], ui["saved_kept"], ui["save_error"]], api_name="save_ui",
+        api_visibility="private", concurrency_limit=2)
 
     def save_api(text: str, name: str, seed: int = 0, lang: str = "en") -> str:
         """The HTTP API: save the spec with random weights; an error is an error response."""
@@ -702,6 +723,7 @@ def _save_area(tr, ui: dict) -> None:
         ui["save_btn"] = tr.add(gr.Button(tr("build.save"), variant="primary", elem_id="build-save"),
                                 value="build.save")
     ui["saved"] = gr.Markdown(elem_id="build-saved")
+    ui["saved_kept"] = gr.State(None)  # what was saved: the message is worded again on a switch
     ui["save_error"] = error_box("build-error")
 
 
@@ -757,12 +779,13 @@ def on_change(text: str, lang: str, current=None):
     return st, rows, diag, entries, fig, crow
 
 
-def _wire_validation(ui: dict, lang_state) -> None:
+def _wire_validation(ui: dict, lang_state, tr) -> None:
     outputs = [ui[k] for k in ("status", "table", "diagram", "entries", "cost_plot", "cost_table")]
     ui["code"].change(handler(on_change), inputs=[ui["code"], lang_state, ui["entries"]], outputs=outputs,
                       show_progress="hidden", trigger_mode="always_last", api_name="validate")
-    lang_state.change(handler(on_change), inputs=[ui["code"], lang_state], outputs=outputs,
-                      show_progress="hidden", api_visibility="private")
-    for event in (ui["code"].change, lang_state.change):  # the chosen components' lessons
-        event(handler(lessons), inputs=[ui["code"], lang_state], outputs=[ui["lessons"]],
-              show_progress="hidden", trigger_mode="always_last", api_visibility="private")
+    ui["code"].change(handler(lessons), inputs=[ui["code"], lang_state], outputs=[ui["lessons"]],  # the
+                      show_progress="hidden", trigger_mode="always_last", api_visibility="private")  # lessons
+    # a language switch: the analysis and the lessons of the YAML on the page, in the new language
+    tr.keep(outputs, lambda lang, text, entries: on_change(text, lang, entries), [ui["code"], ui["entries"]])
+    tr.keep([ui["lessons"]], lambda lang, text: lessons(text, lang), [ui["code"]])
+    tr.keep([ui["saved"]], saved_message, [ui["saved_kept"]])

@@ -77,24 +77,29 @@ def _copy_matching(src, dst) -> int:
     return len(take)
 
 
-def _text_output(model, prompt: str, lang: str) -> str:
-    """Greedy continuation (decoders, encoder-decoders) or the top fill-mask candidates (encoders)."""
+def _text_output(model, prompt: str, lang: str) -> dict:
+    """Greedy continuation (decoders, encoder-decoders) or the top fill-mask candidates (encoders):
+    ``{"text": ...}``, or ``{"error": what}`` (the engine's English words, translated when shown)."""
     tok = getattr(model, "tokenizer", None)
     if tok is None:
-        return "—"
+        return {"text": "—"}
     check_text(prompt, lang)
     try:
         if model.spec.arch == "encoder":
-            return "; ".join(", ".join(repr(c.get("text", c["id"])) for c in cands)
-                             for cands in zoo.fill_mask(model, prompt, top_k=3))
+            return {"text": "; ".join(", ".join(repr(c.get("text", c["id"])) for c in cands)
+                                      for cands in zoo.fill_mask(model, prompt, top_k=3))}
         from zoo.commands.run import new_token_room, prompt_tokens
 
         # 24 new tokens, or what the model's max_len leaves after the prompt
-        return repr(model.generate(prompt, min(24, new_token_room(model, prompt_tokens(model, prompt)))))
+        return {"text": repr(model.generate(prompt, min(24, new_token_room(model, prompt_tokens(model, prompt)))))}
     except ZooError as exc:
-        from .i18n import translate_error_text
+        return {"error": exc.what}
 
-        return f"({translate_error_text(exc.what, lang)})"
+
+def _shown_text(out: dict, lang: str) -> str:
+    from .i18n import translate_error_text
+
+    return out["text"] if "text" in out else f"({translate_error_text(out['error'], lang)})"
 
 
 def _forward(model, ids):
@@ -119,6 +124,12 @@ def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
             prompt: str = "", lang: str = "en") -> tuple[list[list], str]:
     """Rows ``[metric, A, B]`` and a unified diff of the two specs (markdown).  With a ``prompt``,
     models that read text (a stored tokenizer) also show their greedy continuation (or fill-mask)."""
+    return shown(measure(source_a, over_a, source_b, over_b, seq_len, prompt, lang), lang)
+
+
+def measure(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int = 32,
+            prompt: str = "", lang: str = "en") -> dict:
+    """The comparison as data (no translated text: :func:`shown` words it in a language)."""
     seq_len = int(seq_len or 0)
     if seq_len < 1:
         raise ZooError(t("compare.seq_len_min", lang), where="seq_len")
@@ -128,7 +139,7 @@ def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
     if not str(source_b).startswith(CKPT):
         copied = str(_copy_matching(a, b))  # a fresh preset: give it A's weights where they fit
     elif hasattr(b, "copied_from_checkpoint"):
-        copied = t("compare.from_own", lang, n=b.copied_from_checkpoint)
+        copied = b.copied_from_checkpoint  # a count of B's own checkpoint tensors
     else:
         copied = "—"
     T = min(seq_len, a.spec.max_len, b.spec.max_len)
@@ -148,22 +159,45 @@ def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
         return "; ".join(parts)
 
     rows = [
-        [t("compare.row.arch", lang), a.spec.arch, b.spec.arch],
-        [t("compare.row.components", lang), comps(a), comps(b)],
-        [t("compare.row.params", lang), f"{sum(p.numel() for p in a.parameters()):,}",
+        ["compare.row.arch", a.spec.arch, b.spec.arch],
+        ["compare.row.components", comps(a), comps(b)],
+        ["compare.row.params", f"{sum(p.numel() for p in a.parameters()):,}",
          f"{sum(p.numel() for p in b.parameters()):,}"],
-        [t("compare.row.ms", lang), f"{ms_a:.2f}", f"{ms_b:.2f}"],
-        [t("compare.row.out", lang), str(tuple(out_a.shape)), str(tuple(out_b.shape))],
-        [t("compare.row.diff", lang), diff, diff],
-        [t("compare.row.shared", lang), "—", copied],
+        ["compare.row.ms", f"{ms_a:.2f}", f"{ms_b:.2f}"],
+        ["compare.row.out", str(tuple(out_a.shape)), str(tuple(out_b.shape))],
+        ["compare.row.diff", diff, diff],
     ]
-    if prompt and prompt.strip():
-        rows.append([t("compare.row.text", lang), _text_output(a, prompt, lang), _text_output(b, prompt, lang)])
+    texts = [_text_output(a, prompt, lang), _text_output(b, prompt, lang)] if prompt and prompt.strip() else None
     diff_lines = list(difflib.unified_diff(a.spec.to_yaml().splitlines(), b.spec.to_yaml().splitlines(),
                                            "A", "B", lineterm="", n=1))
-    body = "\n".join(diff_lines).replace("```", "~~~") if diff_lines else t("compare.identical", lang)
-    spec_diff = "```diff\n" + body + "\n```"
-    return rows, spec_diff
+    return {"rows": rows, "copied": copied, "texts": texts, "diff": diff_lines}
+
+
+def shown(data: dict, lang: str = "en") -> tuple[list[list], str]:
+    """A comparison (:func:`measure`) in ``lang``: rows ``[metric, A, B]`` and the spec diff."""
+    rows = [[t(key, lang), a, b] for key, a, b in data["rows"]]
+    copied = data["copied"]
+    rows.append([t("compare.row.shared", lang), "—",
+                 t("compare.from_own", lang, n=copied) if isinstance(copied, int) else copied])
+    if data["texts"]:
+        rows.append([t("compare.row.text", lang), *(_shown_text(x, lang) for x in data["texts"])])
+    lines = data["diff"]
+    body = "\n".join(lines).replace("```", "~~~") if lines else t("compare.identical", lang)
+    return rows, "```diff\n" + body + "\n```"
+
+
+def frame(rows: list[list], lang: str = "en"):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=[t(h, lang) for h in ("compare.metric", "compare.a", "compare.b")])
+
+
+def redraw(lang: str, data: dict | None):
+    """The last comparison's table and diff in ``lang`` (None before the first)."""
+    if not data:
+        return None
+    rows, diff = shown(data, lang)
+    return frame(rows, lang), diff
 
 
 def build(tr, lang_state) -> dict:
@@ -199,16 +233,16 @@ def build(tr, lang_state) -> dict:
                                 column_widths=["22%", "39%", "39%"]),
                    label="compare.table")
     spec_diff = gr.Markdown(elem_id="cmp-diff")
+    kept = gr.State(None)  # the last comparison as data: drawn again on a language switch
+    tr.keep([table, spec_diff], redraw, [kept])
 
-    @inline_errors(2)
+    @inline_errors(3)
     def compare_ui(a, oa, b, ob, n, text, lang):
-        import pandas as pd
-
-        rows, diff = raw(compare)(a, oa, b, ob, n, text, lang=lang)
-        return pd.DataFrame(rows, columns=[t(h, lang) for h in ("compare.metric", "compare.a", "compare.b")]), diff
+        data = measure(a, oa, b, ob, n, text, lang)
+        return (*redraw(lang, data), data)
 
     go.click(compare_ui, inputs=[src_a, over_a, src_b, over_b, seq, prompt, lang_state],
-             outputs=[table, spec_diff, error], concurrency_limit=2, api_visibility="private")
+             outputs=[table, spec_diff, kept, error], concurrency_limit=2, api_visibility="private")
 
     def compare_api(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int = 32,
                     prompt: str = "", lang: str = "en") -> tuple[list, str]:

@@ -328,8 +328,22 @@ def build(tr, lang_state) -> dict:
                            label="exp.figures")
     ui["timer"] = gr.Timer(1.0, active=False)
     ui["run_name"] = gr.State("")
+    ui["opened_name"] = gr.State(None)  # the checkpoint a trial was opened as (its message follows a switch)
     _wire(ui, lang_state)
+    # a language switch: the summary, the run's tables and status, the "opened" line, in the new language
+    tr.keep([ui["valid"], ui["error"]], lambda lang, text: validate(text, lang), [ui["yaml"]])
+    tr.keep([ui["progress"], ui["table"], ui["status"]], redraw, [ui["run_name"]])
+    tr.keep([ui["opened"]], lambda lang, name: t("exp.opened", lang, name=name) if name else None,
+            [ui["opened_name"]])
     return ui
+
+
+def redraw(lang: str, name: str | None):
+    """The progress table, results table and status line of runs folder ``name`` in ``lang``."""
+    if not name:
+        return None
+    p = poll(name, lang)
+    return _df(p["progress"], PROGRESS_HEADERS, lang), _df(p["table"], TABLE_HEADERS, lang), p["status"]
 
 
 def _wire(ui: dict, lang_state) -> None:
@@ -342,8 +356,6 @@ def _wire(ui: dict, lang_state) -> None:
         return text, *validate(text, lang)
 
     ui["pick"].change(on_pick, [ui["pick"], lang_state], [ui["yaml"], ui["valid"], ui["error"]],
-                      api_visibility="private")
-    lang_state.change(validate, [ui["yaml"], lang_state], [ui["valid"], ui["error"]], show_progress="hidden",
                       api_visibility="private")
     ui["yaml"].change(validate, [ui["yaml"], lang_state], [ui["valid"], ui["error"]], show_progress="hidden",
                       api_visibility="private")
@@ -365,7 +377,6 @@ def _wire(ui: dict, lang_state) -> None:
     ui["run"].click(on_run, [ui["yaml"], lang_state], [ui["run_name"], *shown, ui["error"]],
                     concurrency_limit=1, api_visibility="private")
     ui["timer"].tick(show, [ui["run_name"], lang_state], shown, show_progress="hidden", api_visibility="private")
-    lang_state.change(show, [ui["run_name"], lang_state], shown, show_progress="hidden", api_visibility="private")
 
     @inline_errors(2)
     def on_report(name, lang):
@@ -374,9 +385,10 @@ def _wire(ui: dict, lang_state) -> None:
     ui["report"].click(on_report, [ui["pick"], lang_state], [ui["report_md"], ui["gallery"], ui["error"]],
                        api_visibility="private")
 
-    @inline_errors(1)
+    @inline_errors(2)
     def on_open(name, trial, lang):
-        return t("exp.opened", lang, name=open_trial(name, trial, lang))
+        opened = open_trial(name, trial, lang)
+        return t("exp.opened", lang, name=opened), opened
 
     ui["saved_event"] = ui["open"].click(on_open, [ui["run_name"], ui["trial"], lang_state],
-                                         [ui["opened"], ui["error"]], api_visibility="private")
+                                         [ui["opened"], ui["opened_name"], ui["error"]], api_visibility="private")

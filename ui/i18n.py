@@ -601,11 +601,14 @@ def translate_error_text(text: str | None, lang: Any = DEFAULT) -> str | None:
 
 def format_error(exc: BaseException, lang: Any = DEFAULT) -> str:
     """A ``ZooError`` as plain text with localised headings (where / problem / options / fix); the
-    common problems and fixes are translated too (:func:`translate_error_text`)."""
-    where = getattr(exc, "where", None)
-    what = getattr(exc, "what", None) or str(exc)
-    options = getattr(exc, "options", None)
-    fix = getattr(exc, "fix", None)
+    common problems and fixes are translated too (:func:`translate_error_text`).  A server path in
+    any part is named as the page names files (``runs/NAME/...``, :func:`~zoo.ui.common.shown_paths`)."""
+    from .common import shown_paths  # the page's names for the server's folders
+
+    where = shown_paths(getattr(exc, "where", None))
+    what = shown_paths(getattr(exc, "what", None) or str(exc))
+    options = [shown_paths(str(o)) for o in getattr(exc, "options", None) or ()]
+    fix = shown_paths(getattr(exc, "fix", None))
     lines = []
     if where:
         lines.append(f"{t('err.where', lang)}: {where}")
@@ -635,6 +638,8 @@ class Translator:
     def __init__(self, lang: str = DEFAULT):
         self.lang = lang_code(lang)
         self.items: list[tuple[Any, dict[str, str]]] = []
+        #: outputs a handler wrote in some language: (outputs, render, inputs), see :meth:`keep`
+        self.kept: list[tuple[list, Any, list]] = []
 
     def __call__(self, key: str, **fmt: Any) -> str:
         return t(key, self.lang, **fmt)
@@ -648,9 +653,59 @@ class Translator:
         self.items.append((component, attrs))
         return component
 
+    def keep(self, outputs: list, render, inputs: list) -> None:
+        """Register tab outputs whose text a handler wrote in the language of that moment (a speed
+        line, a table's headers, a summary): on a language switch ``render(lang, *values of inputs)``
+        draws them again in the new language from the data of the last result.  ``inputs`` hold that
+        data: usually a ``gr.State`` the handler fills beside its outputs (never text already
+        translated), or the components the result was computed from.  ``render`` returns one value
+        per output (a single value for one output; ``gr.skip()`` leaves one as it is), or None when
+        there is nothing to draw yet.  A value is merged with the component's own label update, so
+        each component gets one update per switch."""
+        self.kept.append((list(outputs), render, list(inputs)))
+
     @property
     def components(self) -> list:
         return [c for c, _ in self.items]
+
+    @property
+    def switch_inputs(self) -> list:
+        """The components whose values the language switch reads (every :meth:`keep` input, once)."""
+        return _unique(c for _, _, inputs in self.kept for c in inputs)
+
+    @property
+    def switch_outputs(self) -> list:
+        """The components the language switch writes: every registered one, then every kept output."""
+        return _unique([c for c, _ in self.items] + [c for outputs, _, _ in self.kept for c in outputs])
+
+    def switch(self, lang: Any, values: "list | tuple" = ()) -> list:
+        """One update per :attr:`switch_outputs` component for a switch to ``lang``: its labels
+        (:meth:`updates`) merged with what the kept renders draw from ``values`` (the current values
+        of :attr:`switch_inputs`, in that order)."""
+        import gradio as gr
+
+        merged = {id(c): dict(u) for (c, _), u in zip(self.items, self.updates(lang))}
+        value_of = dict(zip(map(id, self.switch_inputs), values))
+        for outputs, render, inputs in self.kept:
+            try:
+                drawn = render(lang_code(lang), *[value_of.get(id(c)) for c in inputs])
+            except Exception:  # noqa: BLE001 - a switch always switches; the output stays as it was
+                import logging
+
+                logging.getLogger("zoo.ui").exception("re-rendering %s in %s failed", render, lang)
+                continue
+            if drawn is None:
+                continue
+            drawn = drawn if len(outputs) > 1 else (drawn,)
+            for c, v in zip(outputs, drawn):
+                if not (isinstance(v, dict) and v.get("__type__") == "update"):
+                    v = {"__type__": "update", "value": v}
+                u = merged.setdefault(id(c), {"__type__": "update"})
+                if "value" in v:
+                    u.pop("headers", None)  # a drawn table carries its translated headers itself
+                u.update(v)
+        return [gr.update(**{k: v for k, v in merged.get(id(c), {}).items() if k != "__type__"})
+                for c in self.switch_outputs]
 
     def updates(self, lang: Any) -> list:
         import gradio as gr
@@ -665,3 +720,13 @@ class Translator:
             return t(key, lang)
 
         return [gr.update(**{attr: text(key) for attr, key in attrs.items()}) for _, attrs in self.items]
+
+
+def _unique(items) -> list:
+    """``items`` without repeats (by identity), in order."""
+    seen, out = set(), []
+    for c in items:
+        if id(c) not in seen:
+            seen.add(id(c))
+            out.append(c)
+    return out

@@ -293,8 +293,13 @@ def attention_view(weights: torch.Tensor, q_tokens: list[str], k_tokens: list[st
     return {"q": list(q_tokens), "k": list(k_tokens), "stack": stack, "layer": int(layer), "head": int(head),
             "layers": int(L), "heads": int(H),
             "w": [[[[round(float(x), 4) for x in row] for row in wh] for wh in wl] for wl in weights],
-            "text": {key: t(f"attn.{key}", lang) for key in
-                     ("query", "key", "layer", "head", "weight", "hover", "click", "across", "title")}}
+            "text": attention_words(lang)}
+
+
+def attention_words(lang: str = "en") -> dict[str, str]:
+    """The heatmap's own words (readout, hints, titles) in ``lang``."""
+    return {key: t(f"attn.{key}", lang) for key in
+            ("query", "key", "layer", "head", "weight", "hover", "click", "across", "title")}
 
 
 #: Draws :func:`attention_view`'s data: the heatmap of the selected layer / head (hover a cell: query,
@@ -401,8 +406,11 @@ def build(tr, lang_state) -> dict:
     step-by-step attention calculator."""
     ui = _attention_layout(tr)
     _wire_attention(ui, lang_state)
+    tr.keep([ui["heat"], ui["next"]], redraw, [ui["kept"]])
     calc = _calculator_layout(tr)
     _wire_calculator(calc, lang_state)
+    # the calculator's steps are worked out from its tables, which stay on the page
+    tr.keep([calc["explain"]], calc_again, [calc[k] for k in ("q", "k", "v", "mask")])
     out = {k: ui[k] for k in ("checkpoint", "text", "stack", "layer", "head", "go_inspect", "grid", "error")}
     out["heatmap"] = ui["heat"]
     out.update({k: calc[k] for k in ("q", "k", "v", "mask", "steps", "explain", "go")})
@@ -442,6 +450,7 @@ def _attention_layout(tr) -> dict:
                                   value="inspect.go")
     ui["error"] = error_box("inspect-error")
     ui["next"] = gr.Markdown(elem_id="inspect-next")
+    ui["kept"] = gr.State(None)  # the last run's heatmap data and next-token line (see redraw)
     tr.add(gr.Markdown(f"**{tr('inspect.heatmap')}**"), value="**{inspect.heatmap}**")
     ui["heat"] = gr.HTML(None, html_template="<div class='zoo-attn'></div>", js_on_load=ATTN_JS,
                          css_template=ATTN_CSS, elem_id="inspect-attn")
@@ -510,12 +519,23 @@ def on_checkpoint(name, stack_now, lang):
             gr.update(maximum=max(n_heads - 1, 1), value=0, interactive=n_heads > 1))
 
 
-@inline_errors(5)
+@inline_errors(6)
 def on_inspect(name, txt, s, l, h, lang):
-    """One traced run: heatmap data, grid, mask and position figures, the next-token line."""
+    """One traced run: heatmap data, grid, mask and position figures, the next-token line, and what
+    a language switch needs to word the heatmap and the line again (:func:`redraw`).  (The figures
+    carry both languages.)"""
     r = raw(inspect)(name, txt, s, l, h, lang=lang)
-    return r["attention"], r["grid"], r["mask"], r["positions"], \
-        f"**{t(r['next_label'], lang)}:** {safe_markdown(r['next'])}" if r["next"] else ""
+    kept = {"attention": r["attention"], "next": r["next"], "next_label": r["next_label"]}
+    return (r["grid"], r["mask"], r["positions"], *redraw(lang, kept), kept)
+
+
+def redraw(lang: str, kept: dict | None):
+    """The heatmap data (its words in ``lang``) and the next-token line of the last run."""
+    if not kept:
+        return None
+    attention = {**kept["attention"], "text": attention_words(lang)}
+    line = f"**{t(kept['next_label'], lang)}:** {safe_markdown(kept['next'])}" if kept["next"] else ""
+    return attention, line
 
 
 @handler
@@ -535,7 +555,7 @@ def _wire_attention(ui: dict, lang_state) -> None:
     ui["checkpoint"].change(on_checkpoint, **selectors)
     ui["refresh"].click(on_refresh, inputs=[ui["checkpoint"]], outputs=[ui["checkpoint"]], api_visibility="private")
     run = dict(inputs=[ui[k] for k in ("checkpoint", "text", "stack", "layer", "head")] + [lang_state],
-               outputs=[ui[k] for k in ("heat", "grid", "maskfig", "posfig", "next", "error")],
+               outputs=[ui[k] for k in ("grid", "maskfig", "posfig", "heat", "next", "kept", "error")],
                concurrency_limit=2, concurrency_id="inspect", api_visibility="private")
     ui["go_inspect"].click(on_inspect, **run)
     for w in (ui["layer"], ui["head"]):
@@ -599,6 +619,15 @@ def _step_values(r: dict) -> list:
 @handler
 def on_calc(qv, kv, vv, mv, lang):
     return _step_values(calculate(qv, kv, vv, mv, lang=lang))
+
+
+def calc_again(lang: str, qv, kv, vv, mv):
+    """The calculator's worked explanation in ``lang`` from its tables (None while they are
+    unreadable: the explanation says why already)."""
+    try:
+        return raw(calculate)(qv, kv, vv, mv, lang=lang)["explain"]
+    except ZooError:
+        return None
 
 
 @handler

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from .common import checkpoint_names, default_checkpoint, error_box, handler, load_checkpoint, check_text
+from .common import checkpoint_names, default_checkpoint, error_box, handler, load_checkpoint, check_text, raw
 from .i18n import t
 
 KINDS = ("induction", "previous_token", "duplicate_token")
@@ -138,6 +138,17 @@ def patch_view(name: str, clean: str, corrupted: str, lang: str = "en") -> str:
                    title=t("interp.patch_title", lang, lo=lo, hi=hi))
 
 
+#: the views of the tab, by the name kept for a language switch
+VIEWS = {"lens": lens_view, "scores": scores_view, "patch": patch_view}
+
+
+def redraw(lang: str, kept: dict | None) -> str | None:
+    """The last view asked for, again, in ``lang`` (None before the first)."""
+    if not kept:
+        return None
+    return raw(VIEWS[kept["view"]])(*kept["args"], lang=lang)
+
+
 # ---------------------------------------------------------------------- layout
 CSS = """
 .zoo-interp table { border-collapse: collapse; font-size: 12px; }
@@ -174,11 +185,17 @@ def build(tr, lang_state) -> dict:
                              value="interp.patch")
     ui["out"] = gr.HTML(elem_id="interp-out")
     ui["css"] = gr.HTML(f"<style>{CSS}</style>", visible=True, elem_id="interp-css")
-    ui["lens"].click(lens_view, inputs=[ui["checkpoint"], ui["text"], lang_state], outputs=ui["out"],
-                     api_visibility="private")
-    ui["scores"].click(scores_view, inputs=[ui["checkpoint"], ui["text"], ui["kind"], lang_state],
-                       outputs=ui["out"], api_visibility="private")
-    ui["patch"].click(patch_view, inputs=[ui["checkpoint"], ui["text"], ui["corrupted"], lang_state],
-                      outputs=ui["out"], api_visibility="private")
+    # what was asked last (the view and its inputs): a language switch draws it again in the new
+    # language (the tiny models here answer in well under a second)
+    ui["kept"] = gr.State(None)
+    asked = {"lens": [ui["checkpoint"], ui["text"]], "scores": [ui["checkpoint"], ui["text"], ui["kind"]],
+             "patch": [ui["checkpoint"], ui["text"], ui["corrupted"]]}
+    for view, inputs in asked.items():
+        def shown(*args, _view=view):
+            *values, lang = args
+            return VIEWS[_view](*values, lang=lang), {"view": _view, "args": list(values)}
+        ui[view].click(shown, inputs=inputs + [lang_state], outputs=[ui["out"], ui["kept"]],
+                       api_visibility="private")
+    tr.keep([ui["out"]], redraw, [ui["kept"]])
     ui["error"] = error_box("interp-error")
     return ui

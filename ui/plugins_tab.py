@@ -5,6 +5,7 @@ from __future__ import annotations
 import zoo
 from zoo.commands.components import first_sentence
 
+from .common import shown_paths
 from .i18n import t
 
 PLUGIN_HEADERS = ("col.plugin", "col.version", "col.source", "plugins.components", "col.status")
@@ -14,7 +15,7 @@ COMPONENT_HEADERS = ("col.family", "col.name", "col.plugin", "col.description")
 def plugin_rows(lang: str = "en") -> list[list[str]]:
     rows = []
     for p in zoo.list_plugins():
-        status = t("plugins.ok", lang) if not p.errors else "✗ " + "; ".join(p.errors)
+        status = t("plugins.ok", lang) if not p.errors else "✗ " + shown_paths("; ".join(p.errors))
         rows.append([p.name, str(p.version), p.source, ", ".join(p.components), status])
     return rows
 

@@ -26,7 +26,7 @@ from zoo.convert import certificate_text
 
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
                      default_checkpoint, error_box, handler, inline_errors, load_checkpoint, raw,
-                     safe_markdown)
+                     safe_markdown, shown_paths)
 from .i18n import STRINGS, t
 
 from zoo.contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
@@ -77,7 +77,7 @@ def model_card(name: str, lang: str = "en") -> str:
         if key in ("zoo.extra.parity", "zoo.extra.converted_from", CONTRACT_KEY, "zoo.extra.train"):
             continue  # the certificate and contract lines above; the trainer's raw log is not a result
         if key.startswith("zoo.extra.") and len(value) < 300:  # a server's paths stay on the server
-            shown = _ABS_PATH.sub(r"\1", value)
+            shown = shown_paths(value)
             lines.append(f"- {key[len('zoo.extra.'):]}: {shown}")
     lines.append("- " + t("run.room", lang, n=spec.max_len))
     if spec.arch == "encoder":
@@ -93,8 +93,6 @@ def model_card(name: str, lang: str = "en") -> str:
 
 
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
-#: an absolute path in a metadata value (``/home/me/runs/x/data.tsv``): shown as its file name
-_ABS_PATH = re.compile(r"(?<![\w.])/(?:[^/\s\"']+/)+([^/\s\"']+)")
 
 
 def _inline_images(markdown: str, folder) -> str:
@@ -203,7 +201,7 @@ def speed_line(stats: dict, lang: str = "en") -> str:
 def build(tr, lang_state) -> dict:
     """Create the tab (inside an open ``gr.Tab``): its layout, its events and its HTTP API."""
     ui = _layout(tr)
-    _wire(ui, lang_state)
+    _wire(ui, lang_state, tr)
     _api()
     parts = {k: ui[k] for k in ("checkpoint", "prompt", "output", "go", "fills", "refresh", "error", "card",
                                 "speed")}
@@ -235,6 +233,7 @@ def _layout(tr) -> dict:
             ui["output"] = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False,
                                              elem_id="run-output"), label="run.output")
             ui["speed"] = gr.Markdown("", elem_id="run-speed")  # tokens/s against the roofline
+            ui["kept"] = gr.State(None)  # the last run's data, drawn again on a language switch
             ui["fills"] = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
                                        elem_id="run-fill", wrap=True, visible=_is_encoder(first))
         with gr.Column(scale=2):  # the model card beside the controls, scrolling on its own
@@ -327,15 +326,15 @@ def _generation_controls(tr, first: str | None) -> dict:
 
 
 # ---------------------------------------------------------------------- handlers of the page
-@inline_errors(3)
+@inline_errors(4)
 def run_ui(name, text, lang, *values):
-    """The Run button: streams (output, fill-mask table, speed line) into the page.  ``values``:
-    the generation controls, in :func:`ui_options` order."""
+    """The Run button: streams (output, fill-mask table, notes and speed line, kept data) into the
+    page.  ``values``: the generation controls, in :func:`ui_options` order.  The kept data (the
+    candidates, the notes, the speed figures: no translated text) lets a language switch draw the
+    table and the lines again in the new language (:func:`redraw`)."""
     import gradio as gr
-    import pandas as pd
 
     options = dict(zip([n for n, _ in ui_options()], values))
-    columns = [t("run.fill_header", lang), t("run.candidates", lang)]
     stats: dict = {}
     out, rows, first = "", [], True
 
@@ -343,14 +342,45 @@ def run_ui(name, text, lang, *values):
         nonlocal first
         if rows or first:
             first = False
-            return pd.DataFrame(rows, columns=columns)
+            return fill_table(rows, lang)
         return gr.skip()
 
     notes: list[str] = []  # the prompt normalised, or characters the tokenizer does not know
     with route_notes(notes.append):
         for out, rows in raw(run)(name, text, lang=lang, stats=stats, **options):
-            yield out, table(rows), note_lines(notes, lang)
-    yield out, table(rows), note_lines(notes, lang) + speed_line(stats, lang)
+            yield out, table(rows), note_lines(notes, lang), kept_run(rows, notes, {})
+    yield out, table(rows), note_lines(notes, lang) + speed_line(stats, lang), kept_run(rows, notes, stats)
+
+
+def kept_run(rows: list, notes: list[str], stats: dict) -> dict:
+    """What the Run tab keeps of its last result for a language switch: data, no translated text."""
+    return {"rows": [list(r) for r in rows], "notes": list(notes), "stats": dict(stats)}
+
+
+def fill_table(rows: list, lang: str = "en"):
+    """The fill-mask candidates as a table with headers in ``lang``."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=[t("run.fill_header", lang), t("run.candidates", lang)])
+
+
+def redraw(lang: str, kept: dict | None) -> tuple:
+    """The fill-mask table and the notes / speed line of the last run (:func:`kept_run`), in
+    ``lang``; before any run, the empty table's headers."""
+    if not kept:
+        import gradio as gr
+
+        return fill_table([], lang), gr.skip()
+    return fill_table(kept["rows"], lang), note_lines(kept["notes"], lang) + speed_line(kept["stats"], lang)
+
+
+def card_again(lang: str, name) -> str | None:
+    """The card of the chosen checkpoint in ``lang`` (None: none chosen, or a name that is no
+    checkpoint, whose error the box already shows)."""
+    try:
+        return raw(model_card)(name, lang) if name else None
+    except zoo.ZooError:
+        return None
 
 
 def note_lines(notes: list[str], lang: str = "en") -> str:
@@ -390,12 +420,12 @@ def on_refresh(current):
     return gr.update(choices=names, value=current if current in names else (names[0] if names else None))
 
 
-def _wire(ui: dict, lang_state) -> None:
+def _wire(ui: dict, lang_state, tr) -> None:
     """Checkpoint -> card and limits; Run / Enter / an example -> a streamed run.  A run started
     while another one streams stops the old one (which would overwrite the new output)."""
     ckpt, card, error, examples = ui["checkpoint"], ui["card"], ui["error"], ui["examples"]
     inputs = [ckpt, ui["prompt"], lang_state] + [ui[name] for name, _ in ui_options()]
-    outputs = [ui["output"], ui["fills"], ui["speed"], error]
+    outputs = [ui["output"], ui["fills"], ui["speed"], ui["kept"], error]
     generate = dict(concurrency_limit=4, concurrency_id="generate", api_visibility="private")
     runs = []  # the example's run
     shown = [ui["fills"]] + [ui[name] for name, _ in ui_options()]
@@ -410,9 +440,11 @@ def _wire(ui: dict, lang_state) -> None:
         example_run.then(None, js=SHOW_OUTPUT_JS)  # once more: the card and table may have moved it
         runs.append(example_run)  # (a js-only event is not queued, so it cannot be cancelled)
     ui["refresh"].click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
-    for event in (ckpt.change, lang_state.change):  # the card's own lines follow the language too
-        event(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], error],
-              api_visibility="private")
+    ckpt.change(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], error],
+                api_visibility="private")
+    # a language switch: the card's own lines, and the last run's table and lines, in the new language
+    tr.keep([card], card_again, [ckpt])
+    tr.keep([ui["fills"], ui["speed"]], redraw, [ui["kept"]])
     ckpt.change(fits_checkpoint, inputs=[ckpt], outputs=shown, api_visibility="private")
     go_run, submit_run = (event(run_ui, inputs=inputs, outputs=outputs, **generate)
                           for event in (ui["go"].click, ui["prompt"].submit))

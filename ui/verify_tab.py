@@ -119,10 +119,9 @@ def verify(lang: str = "en") -> tuple[list[list], str]:
     return table_rows(run_all(), lang)
 
 
-@handler
-def verify_kit(names: list[str] | None = None, lang: str = "en") -> Iterator[tuple[list[list], str]]:
-    """Run the conformance kit (``zoo.testing``) on the selected components, streaming the table as
-    each check finishes."""
+def verify_kit_rows(names: list[str] | None = None) -> Iterator[tuple[list[dict], tuple[int, int] | None]]:
+    """Run the conformance kit (``zoo.testing``) on the selected components: yields (rows so far,
+    (checks done, checks in all)) every four checks and at the end; ``([], None)`` for no case."""
     from zoo.testing import Kit
 
     kit = Kit()
@@ -131,10 +130,19 @@ def verify_kit(names: list[str] | None = None, lang: str = "en") -> Iterator[tup
     for i, case in enumerate(cases):
         rows.append(_kit_row(kit.run(case)))
         if i % 4 == 3 or i == len(cases) - 1:
-            table, summary = table_rows(rows, lang)
-            yield table, f"{summary} {t('verify.progress', lang, done=i + 1, total=len(cases))}"
+            yield list(rows), (i + 1, len(cases))
     if not cases:
-        yield table_rows([], lang)
+        yield [], None
+
+
+@handler
+def verify_kit(names: list[str] | None = None, lang: str = "en") -> Iterator[tuple[list[list], str]]:
+    """Run the conformance kit (``zoo.testing``) on the selected components, streaming the table as
+    each check finishes."""
+    for rows, progress in verify_kit_rows(names):
+        table, summary = table_rows(rows, lang)
+        yield table, (f"{summary} {t('verify.progress', lang, done=progress[0], total=progress[1])}"
+                      if progress else summary)
 
 
 HEADERS = ("col.result", "col.check", "col.subject", "col.case", "col.reference", "col.error",
@@ -156,22 +164,46 @@ def build(tr, lang_state) -> dict:
     table = gr.Dataframe(headers=[tr(h) for h in HEADERS], label=tr("verify.table"), interactive=False,
                          wrap=True, elem_id="verify-table")
     tr.add(table, label="verify.table")  # its handlers return frames with translated headers
-
-    def frame(rows, lang):
-        return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS])
+    kept = gr.State(None)  # the last run's rows (and progress): drawn again on a language switch
+    tr.keep([table, summary], redraw, [kept])
 
     @handler
     def run(lang):
-        rows, msg = verify(lang=lang)
-        return frame(rows, lang), msg
+        rows = run_all()
+        return (*shown(rows, lang), {"rows": rows})
 
     @handler
     def run_kit(selected, lang):
-        for rows, msg in verify_kit(selected, lang=lang):
-            yield frame(rows, lang), msg
+        for rows, progress in verify_kit_rows(selected):
+            kept_now = {"rows": rows, "progress": progress}
+            yield (*redraw(lang, kept_now), kept_now)
 
-    go.click(run, inputs=[lang_state], outputs=[table, summary], concurrency_limit=1,
+    go.click(run, inputs=[lang_state], outputs=[table, summary, kept], concurrency_limit=1,
              concurrency_id="verify", api_name="verify")
-    kit_go.click(run_kit, inputs=[names, lang_state], outputs=[table, summary], concurrency_limit=1,
+    kit_go.click(run_kit, inputs=[names, lang_state], outputs=[table, summary, kept], concurrency_limit=1,
                  concurrency_id="verify", api_name="verify_kit")
     return {"go": go, "table": table, "summary": summary, "kit_go": kit_go}
+
+
+def frame(rows: list[list], lang: str = "en"):
+    """Table rows (:func:`table_rows`) as a frame with headers in ``lang``."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS])
+
+
+def shown(rows: list[dict], lang: str = "en") -> tuple:
+    """(table, summary) of kit rows in ``lang``."""
+    table, summary = table_rows(rows, lang)
+    return frame(table, lang), summary
+
+
+def redraw(lang: str, kept: dict | None):
+    """The last run (its kit rows and, for the full kit, ``progress`` (done, total)) in ``lang``."""
+    if not kept:
+        return None
+    table, summary = shown(kept["rows"], lang)
+    if kept.get("progress"):
+        done, total = kept["progress"]
+        summary = f"{summary} {t('verify.progress', lang, done=done, total=total)}"
+    return table, summary
