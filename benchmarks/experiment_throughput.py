@@ -7,7 +7,10 @@
 (b) N trials on N cores against one trial alone: the summed steady-state tokens/s of N concurrent
     trials (``--jobs N --threads 1``) over one trial's.  Target: >= 0.8 N.
 
-    python benchmarks/experiment_throughput.py [--steps 300] [--jobs N]
+    python benchmarks/experiment_throughput.py [--steps 300] [--jobs N] [--rounds 3]
+
+The three measurements alternate, round after round, and the ratios are medians over rounds: a
+change in the machine's load during the run then hits all three alike.
 
 Prints a table and the two ratios.  On a machine shared with other work the ratios measure the
 sharing too: run it on an idle machine for the numbers that describe zoo.
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -74,24 +78,32 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternating rounds (alone, trial, N trials); the ratios are medians over rounds")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="zoo-bench-"))
+    rows = []
     try:
-        alone_tps, alone_wall = zoo_train(tmp / "alone", args.steps)
-        (trial_tps,), trial_wall = experiment(tmp / "one", args.steps, 1, 1)
-        many_tps, many_wall = experiment(tmp / "many", args.steps, args.jobs, args.jobs)
+        for r in range(args.rounds):  # alternate, so that a change in the machine's load hits all three
+            alone_tps, alone_wall = zoo_train(tmp / f"alone{r}", args.steps)
+            (trial_tps,), trial_wall = experiment(tmp / f"one{r}", args.steps, 1, 1)
+            many_tps, many_wall = experiment(tmp / f"many{r}", args.steps, args.jobs, args.jobs)
+            rows.append((alone_tps, trial_tps, many_tps, alone_wall, trial_wall, many_wall))
+            print(f"round {r + 1}: zoo train alone {alone_tps:8.0f} tokens/s (wall {alone_wall:5.1f} s)   "
+                  f"one trial {trial_tps:8.0f} (wall {trial_wall:5.1f} s, with process start, plan, "
+                  f"evaluation and report)   {args.jobs} trials {sum(many_tps):8.0f} summed "
+                  f"({', '.join(f'{x:.0f}' for x in many_tps)}; wall {many_wall:5.1f} s)", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    a = trial_tps / alone_tps
-    b = sum(many_tps) / trial_tps
-    print(f"zoo train alone      {alone_tps:10.0f} tokens/s   wall {alone_wall:6.1f} s")
-    print(f"one trial            {trial_tps:10.0f} tokens/s   wall {trial_wall:6.1f} s (process start, "
-          "plan, evaluation and report included)")
-    print(f"{args.jobs} trials on {args.jobs} cores {sum(many_tps):10.0f} tokens/s summed "
-          f"({', '.join(f'{x:.0f}' for x in many_tps)})   wall {many_wall:6.1f} s")
-    print(f"(a) trial / zoo train           = {a:.3f}   (target >= 0.90)")
-    print(f"(b) {args.jobs} trials / one trial         = {b:.2f}    (target >= {0.8 * args.jobs:.2f} = 0.8 x {args.jobs})")
-    return {"trial_over_alone": a, "n_over_one": b, "jobs": args.jobs}
+    a_each = [t / a for a, t, *_ in rows]
+    b_each = [sum(m) / t for _, t, m, *_ in rows]
+    a, b = statistics.median(a_each), statistics.median(b_each)
+    print(f"(a) trial / zoo train   = {a:.3f} median of {', '.join(f'{x:.3f}' for x in a_each)}"
+          f"   (target >= 0.90)")
+    print(f"(b) {args.jobs} trials / one trial = {b:.2f} median of {', '.join(f'{x:.2f}' for x in b_each)}"
+          f"   (target >= {0.8 * args.jobs:.2f} = 0.8 x {args.jobs})")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} cores")
+    return {"trial_over_alone": a, "n_over_one": b, "jobs": args.jobs, "rounds": args.rounds}
 
 
 if __name__ == "__main__":
