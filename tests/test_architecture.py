@@ -41,6 +41,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("beam search", ("zoo.beam",)),
     ("generation", ("zoo.generate",)),
     ("hook points", ("zoo.hooks",)),
+    ("chat", ("zoo.chat",)),  # templates rendered, then generation; models.chat and io's metadata use it
     ("models", ("zoo.models",)),
     ("assembly", ("zoo.assembly",)),
     ("file format", ("zoo.io",)),
