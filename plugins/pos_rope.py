@@ -28,6 +28,18 @@ pairs that turn fewer than ``beta_slow`` times over ``original_max_len`` (divide
 scales cos/sin by ``attention_factor`` (``0.1 ln(factor) + 1`` by default) to keep the attention
 entropy of the longer context.
 
+Two scalings depend on how long the sequence is, ``S = max(pos) + 1`` of the forward call (as in
+transformers, which reads it from the call's ``position_ids``): ``scaling: dynamic`` ("dynamic NTK",
+bloc97 / emozilla, 2023) leaves the frequencies alone up to ``original_max_len`` and beyond it raises
+the base to ``base · (factor · S / original_max_len - (factor - 1)) ^ (dim / (dim - 2))``, so the
+slowest pair still turns less than once over ``S`` tokens; ``scaling: longrope`` (LongRoPE, Ding et
+al., 2024, arXiv 2402.13753; Phi-3 128k) divides pair ``i``'s frequency by a searched
+``short_factor[i]`` up to ``original_max_len`` and by ``long_factor[i]`` beyond, and scales cos/sin
+by ``attention_factor`` (``sqrt(1 + ln(factor) / ln(original_max_len))`` by default).  Under a KV
+cache each call rotates its new keys with its own ``S``: keys cached before the sequence crossed
+``original_max_len`` keep the frequencies they were rotated with, exactly as transformers'
+``generate`` does (a full forward of the same tokens rotates every key with the final ``S``).
+
 Under a KV cache the keys are rotated *before* they are cached, with their absolute positions, so the
 new queries (rotated at their own offsets) meet them exactly as in a full forward pass.
 """
@@ -48,15 +60,17 @@ class RopeConfig:
     base: float = 10000.0      # theta: the slowest pair turns once every 2π·base positions
     interleaved: bool = False  # pair (2i, 2i+1) instead of (i, i + hd/2)
     fraction: float = 1.0      # share of each head's features that is rotated
-    scaling: Literal["none", "linear", "llama3", "yarn"] = "none"  # context extension (see above)
+    scaling: Literal["none", "linear", "llama3", "yarn", "dynamic", "longrope"] = "none"  # see above
     factor: float = 1.0        # how much longer the context became
     low_freq_factor: float = 1.0   # llama3 only
     high_freq_factor: float = 4.0  # llama3 only
-    original_max_len: int = 8192   # llama3, yarn: the pre-training context length
+    original_max_len: int = 8192   # llama3, yarn, dynamic, longrope: the pre-training context length
     beta_fast: float = 32.0        # yarn: pairs turning more often than this keep their frequency
     beta_slow: float = 1.0         # yarn: pairs turning less often than this are interpolated
-    attention_factor: float | None = None  # yarn: cos/sin scale (None: 0.1 ln(factor) + 1)
+    attention_factor: float | None = None  # yarn, longrope: cos/sin scale (None: from factor, see above)
     truncate: bool = True          # yarn: round the ramp's ends to whole pairs
+    short_factor: tuple[float, ...] = ()  # longrope: pair i's divisor up to original_max_len
+    long_factor: tuple[float, ...] = ()   # longrope: pair i's divisor beyond it
 
     def __post_init__(self):
         if self.base <= 1:
@@ -67,11 +81,36 @@ class RopeConfig:
             raise ValueError(f"factor must be > 0, got {self.factor}")
         if self.scaling == "llama3" and not self.high_freq_factor > self.low_freq_factor > 0:
             raise ValueError("llama3 scaling needs high_freq_factor > low_freq_factor > 0")
+        if self.scaling == "longrope" and not (
+                self.short_factor and len(self.short_factor) == len(self.long_factor)
+                and min(self.short_factor + self.long_factor) > 0):
+            raise ValueError("longrope scaling needs short_factor and long_factor: one positive number per "
+                             "rotated pair each, of the same length")
+        if (self.short_factor or self.long_factor) and self.scaling != "longrope":
+            raise ValueError("short_factor and long_factor are longrope's; set scaling: longrope or drop them")
 
 
-def rope_frequencies(dim: int, config: RopeConfig, device=None) -> torch.Tensor:
-    """``(dim/2,)`` angular frequency of each pair, ``base^(-2i/dim)``, rescaled by ``config.scaling``."""
+def rope_frequencies(dim: int, config: RopeConfig, device=None, seq_len: torch.Tensor | None = None
+                     ) -> torch.Tensor:
+    """``(dim/2,)`` angular frequency of each pair, ``base^(-2i/dim)``, rescaled by ``config.scaling``.
+    ``seq_len``: the call's sequence length ``S`` (a 0-d integer tensor), for dynamic and longrope
+    (None: a sequence within ``original_max_len``)."""
     inv_freq = 1.0 / (config.base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
+    if config.scaling in ("dynamic", "longrope"):
+        L = config.original_max_len
+        long = seq_len > L if seq_len is not None else torch.tensor(False, device=device)
+        if config.scaling == "longrope":
+            short_f, long_f = (torch.tensor(f, dtype=torch.float32, device=device)
+                               for f in (config.short_factor, config.long_factor))
+            # (dim/2,) one divisor per pair, chosen by the length (a tensor op: no host sync)
+            return 1.0 / (torch.where(long, long_f, short_f) * config.base ** (
+                torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
+        if seq_len is None:
+            return inv_freq
+        S = torch.clamp(seq_len, min=L)  # float32 arithmetic, in transformers' order
+        base = config.base * ((config.factor * S / L) - (config.factor - 1)) ** (dim / (dim - 2))
+        scaled = 1.0 / (base ** (torch.arange(0, dim, 2, device=device, dtype=torch.float32) / dim))
+        return torch.where(long, scaled, inv_freq)  # (dim/2,)
     if config.scaling == "linear":
         return inv_freq / config.factor
     if config.scaling == "llama3":
@@ -97,19 +136,25 @@ def rope_frequencies(dim: int, config: RopeConfig, device=None) -> torch.Tensor:
 
 
 def rope_scale(config: RopeConfig) -> float:
-    """The factor YaRN applies to cos and sin (1 for the other scalings)."""
-    if config.scaling != "yarn":
+    """The factor YaRN and LongRoPE apply to cos and sin (1 for the other scalings)."""
+    if config.scaling not in ("yarn", "longrope"):
         return 1.0
     if config.attention_factor is not None:
         return config.attention_factor
-    return 0.1 * math.log(config.factor) + 1.0 if config.factor > 1 else 1.0
+    if config.factor <= 1:
+        return 1.0
+    if config.scaling == "longrope":
+        return math.sqrt(1 + math.log(config.factor) / math.log(config.original_max_len))
+    return 0.1 * math.log(config.factor) + 1.0
 
 
 def rope_angles(pos: torch.Tensor, dim: int, base: float = 10000.0, *,
                 config: RopeConfig | None = None) -> torch.Tensor:
     """``pos (B|1, T)`` -> angles ``(B|1, T, dim/2)``: position times each pair's frequency
     (``config`` adds the scaling; without it, plain RoPE with ``base``)."""
-    inv_freq = rope_frequencies(dim, config or RopeConfig(base=base), pos.device)
+    config = config or RopeConfig(base=base)
+    seq_len = pos.max() + 1 if config.scaling in ("dynamic", "longrope") and pos.numel() else None
+    inv_freq = rope_frequencies(dim, config, pos.device, seq_len)
     return pos.to(torch.float32)[..., None] * inv_freq  # (B|1, T, dim/2)
 
 
@@ -133,6 +178,10 @@ class Rope(PositionScheme):
             raise zoo.SpecError(f"head_dim {ctx.head_dim} x fraction {config.fraction} leaves no "
                                 f"feature pair to rotate", where="positions.fraction",
                                 fix="raise fraction or head_dim")
+        if config.scaling == "longrope" and len(config.short_factor) != self.rot_dim // 2:
+            raise zoo.SpecError(f"longrope needs one factor per rotated pair ({self.rot_dim // 2}), got "
+                                f"{len(config.short_factor)}", where="positions.short_factor",
+                                fix=f"give {self.rot_dim // 2} short_factor and long_factor entries")
 
     def qk_state(self, pos):
         """cos/sin tables ``(B|1, 1, T, rot_dim/2)`` (float32), shared by every layer."""

@@ -223,7 +223,7 @@ def _cfg_state(hf):
     (bert, "hidden_act", "relu"),  # the MLM head's transform is exact GELU in zoo
     (llama, "hidden_act", "tanh"),
     (llama, "rope_parameters", {"rope_type": "longrope", "rope_theta": 1e4, "factor": 8.0}),
-    (llama, "rope_scaling", {"rope_type": "dynamic", "factor": 2.0}),
+    (llama, "rope_scaling", {"rope_type": "dynamic"}),  # dynamic NTK without its factor
     (t5, "feed_forward_proj", "gated-tanh"),
     (t5, "feed_forward_proj", "sigmoid"),
 ])

@@ -98,7 +98,7 @@ def test_unknown_model_type_lists_every_family():
 
 
 UNSUPPORTED = [
-    ("qwen2", "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+    ("qwen2", "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4}),  # no factor
     ("qwen2", "layer_types", ["sliding_attention", "full_attention"]),
     ("mistral", "hidden_act", "tanh"),
     ("phi3", "rope_parameters", {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0],
@@ -114,7 +114,7 @@ UNSUPPORTED = [
     ("distilbert", "activation", "relu"),
     ("qwen3", "layer_types", ["sliding_attention", "full_attention"]),  # without use_sliding_window
     ("gpt_neox", "hidden_act", "gelu_fast"),
-    ("gpt_neox", "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+    ("gpt_neox", "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": -2.0}),
     ("gemma2", "layer_types", ["sliding_attention", "chunked_attention"]),
     ("gemma2", "use_bidirectional_attention", True),
     ("bart", "activation_function", "gelu_fast"),

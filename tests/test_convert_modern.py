@@ -80,12 +80,13 @@ def test_family(case, tmp_path):
 
 REFUSED = [
     (mixtral, "router_jitter_noise", 0.1), (mixtral, "hidden_act", "gelu"),
-    (mixtral, "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+    (mixtral, "rope_parameters", {"rope_type": "longrope", "rope_theta": 1e4, "factor": 2.0}),  # no factors
     (qwen2_moe, "mlp_only_layers", [0]), (qwen2_moe, "decoder_sparse_step", 2),
     (qwen2_moe, "use_sliding_window", True), (qwen3_moe, "mlp_only_layers", [1]),
     (qwen3_moe, "layer_types", ["sliding_attention", "full_attention"]),
-    (llama, "rope_parameters", {"rope_type": "longrope", "rope_theta": 1e4, "factor": 2.0}),
-    (qwen2, "rope_parameters", {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}),
+    (llama, "rope_parameters", {"rope_type": "longrope", "rope_theta": 1e4, "factor": 2.0,
+                                "short_factor": [1.0] * 3, "long_factor": [2.0] * 3}),  # 4 pairs
+    (qwen2, "rope_parameters", {"rope_type": "ntk_by_parts", "rope_theta": 1e4, "factor": 2.0}),  # unknown
     (qwen3, "layer_types", ["full_attention", "sliding_attention"]),  # sliding without use_sliding_window
 ]
 

@@ -5,12 +5,12 @@ Pythia rotates the first quarter of each head), LayerNorm, GELU MLP, biases ever
 Tensors: ``query_key_value`` holds q, k, v interleaved *per head* (rows ``(h, 3, hd)``); zoo's fused
 ``qkv`` is ``(3, h, hd)``, so the rows are permuted (and permuted back for the reverse direction).
 
-Refused: activations without an exact equivalent, rope types other than default / linear.
+Refused: activations without an exact equivalent, rope types other than Llama's (zoo/convert/llama.py).
 """
 from __future__ import annotations
 
 from .core import INV_ACTS, Converter, Source, lm_head, linears, norm_entry, register
-from .llama import rope, rope_parameters
+from .llama import context_len, hf_max_positions, rope, rope_parameters
 
 
 def _per_head_to_blocks(h: int):
@@ -31,7 +31,7 @@ def read(src: Source, attention: str):
     L, H = src.int("num_hidden_layers"), src.int("num_attention_heads")
     bias = src.flag("attention_bias", True)
     spec = dict(name="gpt_neox", arch="decoder", vocab_size=src.int("vocab_size"),
-                max_len=src.int("max_position_embeddings"), d_model=src.int("hidden_size"), num_layers=L,
+                max_len=context_len(src, rope(src, fraction)), d_model=src.int("hidden_size"), num_layers=L,
                 num_heads=H, d_ff=src.int("intermediate_size"),
                 dropout=src.float("hidden_dropout", 0.0, lo=0, hi=0.999), qkv_bias=bias, out_bias=bias,
                 tie_embeddings=True, scale_embeddings=False, attention=attention, mask="causal",
@@ -63,7 +63,7 @@ def write(spec) -> dict:
     rp["partial_rotary_factor"] = st.positions.config.fraction
     return dict(vocab_size=spec.vocab_size, hidden_size=spec.d_model, num_hidden_layers=st.num_layers,
                 num_attention_heads=st.num_heads, intermediate_size=st.d_ff,
-                hidden_act=INV_ACTS.get(st.ffn.config.activation, "?"), max_position_embeddings=spec.max_len,
+                hidden_act=INV_ACTS.get(st.ffn.config.activation, "?"), max_position_embeddings=hf_max_positions(spec),
                 layer_norm_eps=st.norm.config.eps, use_parallel_residual=st.parallel_residual,
                 attention_bias=st.qkv_bias, hidden_dropout=spec.dropout, rope_parameters=rp,
                 tie_word_embeddings=spec.tie_embeddings)

@@ -2,13 +2,14 @@
 grouped-query attention.  :func:`read_decoder` is shared by the Llama-shaped families (Qwen2,
 Mistral, Qwen3, Phi-3, Gemma), which add or refuse a few fields each.
 
-Refused: rope types other than default / linear / llama3, activations without an exact equivalent.
+Rope scaling: default, linear, llama3, yarn, dynamic (NTK) and longrope convert (``rope`` with its
+``scaling``).  Refused: other rope types, activations without an exact equivalent.
 """
 from __future__ import annotations
 
 import math
 
-from .core import INV_ACTS, Converter, Source, lm_head, norm_entry, qkv, register
+from .core import INV_ACTS, ConvertError, Converter, Source, lm_head, norm_entry, qkv, register
 
 
 def rope(src: Source, fraction: float = 1.0) -> dict:
@@ -20,6 +21,21 @@ def rope(src: Source, fraction: float = 1.0) -> dict:
     where = "rope_scaling" if scaling else "rope_parameters"
     sub = Source(p, {}, src.family)  # the same typed reading for the nested fields
     sub.config.setdefault("rope_theta", src.get("rope_theta", 10000.0))
+    try:
+        return _rope_entry(src, sub, p, kind, where, fraction)
+    except ConvertError as e:  # a nested field: name it inside its mapping
+        key = (e.where or "").removeprefix("config.")
+        if key in p or key in _NESTED:
+            raise ConvertError(e.what, where=f"config.{where}.{key}", options=e.options, fix=e.fix) from None
+        raise
+
+
+#: the fields :func:`rope` reads inside ``rope_parameters`` / ``rope_scaling``
+_NESTED = ("factor", "low_freq_factor", "high_freq_factor", "attention_factor", "mscale", "mscale_all_dim",
+           "beta_fast", "beta_slow", "truncate")
+
+
+def _rope_entry(src: Source, sub: Source, p: dict, kind: str, where: str, fraction: float) -> dict:
     out = {"kind": "rope", "base": sub.float("rope_theta", lo=1.0001)}
     if fraction != 1.0:
         out["fraction"] = fraction
@@ -43,11 +59,51 @@ def rope(src: Source, fraction: float = 1.0) -> dict:
                    beta_fast=sub.float("beta_fast", 32.0, positive=True),
                    beta_slow=sub.float("beta_slow", 1.0, positive=True), attention_factor=att,
                    truncate=sub.flag("truncate", True))
+    elif kind == "dynamic":  # dynamic NTK: the base grows once a call runs past max_position_embeddings
+        out.update(scaling="dynamic", factor=sub.float("factor", positive=True),
+                   original_max_len=src.int("max_position_embeddings"))
+    elif kind == "longrope":
+        mpe = src.int("max_position_embeddings")
+        # Phi-3 keeps the pre-training length at the top level, and transformers gives it priority
+        orig = src.int("original_max_position_embeddings", None) or sub.int("original_max_position_embeddings", mpe)
+        factor = sub.float("factor", None, positive=True)
+        out.update(scaling="longrope", factor=mpe / orig if factor is None else factor, original_max_len=orig,
+                   attention_factor=sub.float("attention_factor", None, positive=True),
+                   short_factor=_factors(src, where, p, "short_factor", fraction),
+                   long_factor=_factors(src, where, p, "long_factor", fraction))
     elif kind != "default":
-        src.refuse(where, kind, "zoo's rope implements default, linear, llama3 and yarn frequencies "
-                   "only (not dynamic, longrope)", options=["default", "linear", "llama3", "yarn"],
-                   fix="convert a model with one of the listed rope types")
+        src.refuse(where, kind, "zoo's rope implements default, linear, llama3, yarn, dynamic and longrope "
+                   "frequencies only", options=list(ROPE_TYPES), fix="convert a model with one of the listed rope types")
     return out
+
+
+#: the rope types :func:`rope` converts (transformers' ``rope_type``)
+ROPE_TYPES = ("default", "linear", "llama3", "yarn", "dynamic", "longrope")
+
+
+def _factors(src: Source, where: str, p: dict, key: str, fraction: float) -> list[float]:
+    """LongRoPE's per-pair divisors: one positive number per rotated feature pair."""
+    v = p.get(key)
+    D, H = src.int("hidden_size"), src.int("num_attention_heads")
+    pairs = int(src.int("head_dim", D // H) * fraction) // 2
+    if not (isinstance(v, (list, tuple)) and len(v) == pairs and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in v)):
+        src.refuse(where, {key: v}, f"longrope needs {key}: one positive number per rotated feature "
+                   f"pair ({pairs})", fix=f"give {key} as a list of {pairs} positive numbers")
+    return [float(x) for x in v]
+
+
+def context_len(src: Source, positions: dict) -> int:
+    """The spec's ``max_len``: ``max_position_embeddings``, except under dynamic NTK scaling, whose
+    point is to run past it: ``factor`` times longer (``original_max_len`` keeps the threshold)."""
+    mpe = src.int("max_position_embeddings", 2048)
+    return int(mpe * positions["factor"]) if positions.get("scaling") == "dynamic" else mpe
+
+
+def hf_max_positions(spec) -> int:
+    """The reverse: ``max_position_embeddings`` of a zoo decoder spec."""
+    pc = spec.stack("decoder").positions
+    return pc.config.original_max_len if pc.kind == "rope" and pc.config.scaling == "dynamic" else spec.max_len
 
 
 def _mscale(factor: float, m: float = 1.0) -> float:
@@ -55,10 +111,12 @@ def _mscale(factor: float, m: float = 1.0) -> float:
 
 
 def read_decoder(src: Source, attention: str, name: str, *, qkv_bias=None, out_bias=None,
-                 mask="causal", norm="rmsnorm", ffn="swiglu", act_key="hidden_act", mlp=None, **extra):
+                 mask="causal", norm="rmsnorm", ffn="swiglu", act_key="hidden_act", mlp=None, fraction=1.0,
+                 **extra):
     """Spec and tensors of a Llama-shaped decoder; the keyword arguments are what a family changes.
     ``mlp(src, st, hf_prefix, zoo_prefix, spec)``: maps one layer's feed-forward instead of the dense
-    gate/up/down (a mixture of experts: zoo/convert/mixtral.py)."""
+    gate/up/down (a mixture of experts: zoo/convert/mixtral.py); ``fraction``: the rotated share of
+    each head (Phi-3's ``partial_rotary_factor``)."""
     act = src.act(act_key, default="silu")
     p = src.prefix("model.")
     L, D, H = src.int("num_hidden_layers"), src.int("hidden_size"), src.int("num_attention_heads")
@@ -72,9 +130,10 @@ def read_decoder(src: Source, attention: str, name: str, *, qkv_bias=None, out_b
                 num_kv_heads=src.int("num_key_value_heads", H), head_dim=hd if hd * H != D else None,
                 d_ff=src.int("intermediate_size"), dropout=src.float("attention_dropout", 0.0, lo=0, hi=0.999),
                 qkv_bias=qkv_bias, out_bias=out_bias, tie_embeddings=True, scale_embeddings=False,
-                attention=attention, mask=mask, positions=rope(src),
+                attention=attention, mask=mask, positions=rope(src, fraction),
                 norm=norm_entry(norm, src.float("rms_norm_eps", 1e-6, positive=True), "pre"),
                 ffn={"kind": ffn, "activation": act, "bias": mlp_bias})
+    spec["max_len"] = context_len(src, spec["positions"])
     spec.update(extra)
     wte = src.take(f"{p}embed_tokens.weight")
     st = {"tok_emb.weight": wte}
@@ -124,6 +183,9 @@ def rope_parameters(rc) -> dict:
     if rc.scaling == "yarn":
         out.update(original_max_position_embeddings=rc.original_max_len, beta_fast=rc.beta_fast,
                    beta_slow=rc.beta_slow, attention_factor=rc.attention_factor, truncate=rc.truncate)
+    if rc.scaling == "longrope":
+        out.update(original_max_position_embeddings=rc.original_max_len, attention_factor=rc.attention_factor,
+                   short_factor=list(rc.short_factor), long_factor=list(rc.long_factor))
     return out
 
 
@@ -134,7 +196,7 @@ def decoder_config(spec) -> dict:
                 num_hidden_layers=st.num_layers, num_attention_heads=st.num_heads,
                 num_key_value_heads=st.num_kv_heads, head_dim=st.head_dim,
                 hidden_act=INV_ACTS.get(st.ffn.config.activation, "?"),
-                max_position_embeddings=spec.max_len, rms_norm_eps=st.norm.config.eps,
+                max_position_embeddings=hf_max_positions(spec), rms_norm_eps=st.norm.config.eps,
                 attention_dropout=spec.dropout, tie_word_embeddings=spec.tie_embeddings,
                 rope_parameters=rope_parameters(st.positions.config))
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .core import Converter, Source, register
-from .llama import read_decoder, rope_parameters
+from .llama import hf_max_positions, read_decoder, rope_parameters
 from .mistral import spec_window, window_mask
 
 
@@ -62,7 +62,7 @@ def moe_config(spec, experts_key: str) -> dict:
     c = st.ffn.config
     return {"vocab_size": spec.vocab_size, "hidden_size": spec.d_model, "num_hidden_layers": st.num_layers,
             "num_attention_heads": st.num_heads, "num_key_value_heads": st.num_kv_heads,
-            "head_dim": st.head_dim, "hidden_act": "silu", "max_position_embeddings": spec.max_len,
+            "head_dim": st.head_dim, "hidden_act": "silu", "max_position_embeddings": hf_max_positions(spec),
             "rms_norm_eps": st.norm.config.eps, "attention_dropout": spec.dropout,
             "tie_word_embeddings": spec.tie_embeddings, "rope_parameters": rope_parameters(st.positions.config),
             experts_key: c.experts, "num_experts_per_tok": c.top_k, "router_aux_loss_coef": c.aux_loss_coef}
