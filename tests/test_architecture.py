@@ -34,6 +34,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("trust", ("zoo.trust", "zoo.tokenizer_rules")),
     ("registry", ("zoo.registry",)),
     ("compatibility", ("zoo.compat",)),
+    ("output contracts", ("zoo.output_contract",)),  # components' outputs checked (issue 22)
     ("spec", ("zoo.spec", "zoo.arguments", "zoo.workload")),
     ("tokenizers", ("zoo.tokenizers", "zoo.contract")),
     ("input contracts", ("zoo.contract",)),

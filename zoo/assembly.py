@@ -9,8 +9,13 @@ The one place that knows how a zoo model comes into being, below everything that
   the ``meta`` device (shapes, no storage), and :func:`fill` assigns the read tensors as its
   weights, ties the shared ones again, gives what is still on meta (non-persistent buffers)
   storage, and recomputes those buffers;
-- :func:`probe_attention` -- each attention kernel of a freshly built model runs once on tiny
-  tensors, so a plugin kernel that breaks the contract fails at build time, naming its plugin.
+- :func:`probe_components` -- the build probe: a freshly built model runs on tiny inputs of two
+  lengths with every component's output held to its family's contract
+  (:mod:`zoo.output_contract`), so a plugin component that breaks it fails at build time, naming
+  its plugin; :func:`probe_attention` is the older, attention-only probe (kept for models whose
+  weights are partly on the meta device);
+- the run-time check: :func:`construct` puts the output-contract check in front of every
+  component of a third-party plugin (once per new input shape; ``ZOO_CHECK_OUTPUTS``).
 """
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from .errors import PluginError
+from . import output_contract
+from .compat import require
+from .errors import IncompatibleComponentsError, PluginError
 from .layers import Attention, AttnArgs, call_kernel
 from .models import ARCH_CLASSES
 from .registry import get_registry
@@ -52,8 +59,13 @@ class SkipRandomInit(torch.overrides.TorchFunctionMode):
 
 def construct(spec, registry=None) -> nn.Module:
     """The model object of ``spec`` (its architecture class over the registry's components), built
-    on the current default device, initialised as the components initialise themselves."""
-    return ARCH_CLASSES[spec.arch](spec, registry if registry is not None else get_registry())
+    on the current default device, initialised as the components initialise themselves, with the
+    run-time output check in front of each third-party component (:func:`zoo.output_contract.install`;
+    ``ZOO_CHECK_OUTPUTS`` chooses which components)."""
+    registry = registry if registry is not None else get_registry()
+    model = ARCH_CLASSES[spec.arch](spec, registry)
+    output_contract.install(model, registry=registry)
+    return model
 
 
 def on_meta(spec, registry=None, guard: Any = None) -> nn.Module:
@@ -146,3 +158,84 @@ def _probe_one(module: Attention, param: torch.Tensor, comp) -> None:
     if weights is not None and tuple(weights.shape) != (1, module.h, 3, 3):
         raise broken(f"{who} returns weights of shape {tuple(weights.shape)}; the contract is "
                      f"(B, h, Tq, Tk) = {(1, module.h, 3, 3)}")
+
+
+#: the sequence lengths of the build probe: one token, and a short length that is not a power of
+#: two (both cut to ``max_len``); a decoder that supports a KV cache runs the longer one as a prompt
+#: and then one cached step, so the cached path (queries a suffix of the keys) is probed as well
+PROBE_LENGTHS = (3, 1)
+
+
+def _probe_ids(spec, n: int, device) -> torch.Tensor:
+    """``(1, n)`` token ids for the probe, never the pad id (so no position is padding)."""
+    ids = [t for t in range(1, min(spec.vocab_size, n + 2)) if t != spec.pad_id] or [0]
+    return torch.tensor([[ids[i % len(ids)] for i in range(n)]], device=device)
+
+
+def probe_components(model: nn.Module, which: str | None = None) -> None:
+    """The build probe: run the freshly built ``model`` on tiny inputs of :data:`PROBE_LENGTHS`
+    (1 x 3 tokens and 1 x 1 token; for a decoder with a KV cache, a 3-token prompt and one cached
+    step) with each component's output held to its family's contract (dtype, device, shape,
+    finiteness; :mod:`zoo.output_contract`), so a component that breaks it -- or raises -- fails
+    here with a :class:`~zoo.errors.PluginError` naming its plugin, at build time rather than
+    mid-generation.  Every family the spec uses runs through its own code path: attention kernels,
+    mask rules, position schemes, norms, placements, feed-forward blocks.
+
+    ``which`` (default: ``ZOO_CHECK_OUTPUTS``, else ``"plugins"``) chooses the components held to
+    their contract, as for the run-time check: by default those of plugins not shipped with zoo,
+    so a model of built-in components (held to the contracts by zoo's own tests) skips the probe
+    and builds as fast as before; ``"all"`` probes the built-ins too; ``"off"`` nothing.
+
+    Runs in eval mode under ``torch.no_grad`` (no dropout, no random numbers, no gradient; BatchNorm
+    statistics untouched) and leaves the model's modes and its run-time wrappers as they were.  A
+    model with weights on the meta device cannot run: its real attention layers get
+    :func:`probe_attention` instead."""
+    which = output_contract.policy(which)
+    if which == "off":
+        return
+    modules = list(model.modules())
+    tensors = [t for m in modules for t in (*m._parameters.values(), *m._buffers.values())
+               if t is not None]
+    if not tensors or any(t.is_meta for t in tensors):
+        probe_attention(model)
+        return
+    modes = [(m.__dict__, m.training) for m in modules]
+    try:
+        with output_contract.checking(model, which, probing=True, modules=modules) as wrappers, \
+                torch.no_grad():
+            if wrappers:  # else nothing to hold to a contract
+                for d, _ in modes:
+                    d["training"] = False  # eval mode (what Module.eval sets, minus its recursion)
+                _probe_forwards(model, wrappers, tensors[0].device)
+    finally:
+        for d, training in modes:
+            d["training"] = training
+
+
+def _probe_forwards(model: nn.Module, wrappers: list, device: torch.device) -> None:
+    spec = model.spec
+    lengths = sorted({min(n, spec.max_len) for n in PROBE_LENGTHS}, reverse=True)  # (3, 1)
+    first = lengths[0]
+    ids = _probe_ids(spec, first + 1, device)  # (1, 4)
+    cached = spec.arch == "decoder" and spec.max_len > first
+    if cached:
+        try:
+            require(spec, "supports_kv_cache", "the build probe's cached step")
+        except IncompatibleComponentsError:
+            cached = False
+
+    def run(what: str, call) -> None:
+        for w in wrappers:
+            w.context = f"on the build probe ({what})"
+        call()
+
+    if cached:  # a prompt, then one token under the KV cache: lengths 3 and 1
+        cache = model.new_cache(first + 1)
+        run(f"a prompt of {first} tokens", lambda: model(ids[:, :first], cache=cache))
+        run(f"one cached step after {first} tokens", lambda: model(ids[:, first:first + 1], cache=cache))
+        return
+    for T in lengths:
+        if spec.arch == "encoder_decoder":
+            run(f"{T} source and {T} target tokens", lambda: model(ids[:, :T], ids[:, :T]))
+        else:
+            run(f"{T} tokens", lambda: model(ids[:, :T]))

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from . import budget as budgets
-from .assembly import construct, on_meta, probe_attention
+from .assembly import construct, on_meta, probe_components
 from .compat import check_runtime
 from .deprecation import moved
 from .errors import SpecError, ZooError
@@ -77,7 +77,7 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
             raise SpecError("dtype must be a floating-point type", where="dtype")
         model = model.to(dt)
     if dev is None or dev.type != "meta":
-        probe_attention(model)  # a plugin kernel of the wrong shape fails here, naming its plugin
+        probe_components(model)  # a component breaking its contract fails here, naming its plugin
     return model
 
 

@@ -323,6 +323,11 @@ class Family:
     many:      the field takes one entry or a list whose rules compose (masks: ``[causal, ...]``).
     parent:    the field whose entry it lives in (``norm: {kind: rmsnorm, placement: post}``).
     default:   the kind used when a spec leaves the field out (None: no default, or per arch).
+    outputs:   the family's output contract: ``(method, expect)`` pairs, where ``expect(*args,
+               **kwargs)`` takes the arguments of one call of ``method`` and returns what the call
+               must give back (an :class:`Out`, or a tuple of them for a method returning a tuple).
+               The build probe and the run-time check (:mod:`zoo.output_contract`) hold every
+               component of the family to it, and name the plugin of one that breaks it.
     """
 
     name: str
@@ -333,16 +338,80 @@ class Family:
     many: bool = False
     parent: str | None = None
     default: str | None = None
+    outputs: tuple[tuple[str, Callable[..., Any]], ...] = ()
+
+
+# ---------------------------------------------------------------------- output contracts
+@dataclass(frozen=True)
+class Out:
+    """What one value returned by a component must be, worked out from the inputs of the call.
+
+    ``name``: what the value is called in messages (``out``, ``weights``, ``mask``, ``bias``).
+    ``dtype``: the dtype it must have (the input's, for every activation); None: any
+    floating-point dtype (a score bias).  ``device``: the device it must be on (the input's).
+    ``shape``: the exact shape it must have; or ``fits``: a shape it must broadcast to, ``None``
+    entries matching any size (a mask ``(B, 1, Tq, Tk)`` may come as ``(Tq, Tk)``).
+    ``optional``: None may be returned instead of a tensor.
+    """
+
+    name: str
+    dtype: torch.dtype | None
+    device: torch.device | str
+    shape: tuple[int, ...] | None = None
+    fits: tuple[int | None, ...] | None = None
+    optional: bool = False
+
+
+def same_as(x: torch.Tensor, name: str = "out") -> Out:
+    """The contract of a value that must look like ``x``: its shape, dtype and device."""
+    return Out(name, x.dtype, x.device, shape=tuple(x.shape))
+
+
+def _attention_returns(q, k, v, *args, **kwargs) -> tuple[Out, Out]:
+    """``(out, weights)``: ``out`` like ``q`` ``(B, h, Tq, hd)``; ``weights (B, h, Tq, Tk)`` or None."""
+    B, h, Tq, _ = q.shape
+    return same_as(q), Out("weights", q.dtype, q.device, shape=(B, h, Tq, k.shape[-2]), optional=True)
+
+
+def _mask_returns(mctx, *args, **kwargs) -> Out:
+    """A boolean mask broadcastable to ``(B, 1, Tq, Tk)``, or None (everything allowed)."""
+    return Out("mask", torch.bool, mctx.device, fits=(mctx.batch_size, 1, mctx.q_len, mctx.k_len),
+               optional=True)
+
+
+def _like_first(x, *args, **kwargs) -> Out:
+    """Like the first input ``x``: a norm, a feed-forward block, a placement's ``enter`` and
+    ``exit(x, y)``, a position scheme's ``embed(x, pos)``."""
+    return same_as(x)
+
+
+def _rotate_returns(q, k, *args, **kwargs) -> tuple[Out, Out]:
+    """``rotate(q, k, state) -> (q, k)``, each like its input."""
+    return same_as(q, "q"), same_as(k, "k")
+
+
+def _bias_returns(pos_q, pos_k, *args, **kwargs) -> Out:
+    """``score_bias(pos_q (B|1, Tq), pos_k (B|1, Tk))``: a floating bias broadcastable to
+    ``(B|1, h, Tq, Tk)`` on the positions' device, or None."""
+    B = max(pos_q.shape[0], pos_k.shape[0])
+    return Out("bias", None, pos_q.device, fits=(B, None, pos_q.shape[-1], pos_k.shape[-1]),
+               optional=True)
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("attention", "register_attention", AttentionKernel, "attention", True, default="sdpa"),
-    Family("mask", "register_masks", MaskRule, "mask", True, many=True),
-    Family("position", "register_positions", PositionScheme, "positions", True, default="sinusoidal"),
-    Family("norm", "register_norms", Norm, "norm", True, default="layernorm"),
+    Family("attention", "register_attention", AttentionKernel, "attention", True, default="sdpa",
+           outputs=(("forward", _attention_returns),)),
+    Family("mask", "register_masks", MaskRule, "mask", True, many=True,
+           outputs=(("forward", _mask_returns),)),
+    Family("position", "register_positions", PositionScheme, "positions", True, default="sinusoidal",
+           outputs=(("embed", _like_first), ("rotate", _rotate_returns),
+                    ("score_bias", _bias_returns))),
+    Family("norm", "register_norms", Norm, "norm", True, default="layernorm",
+           outputs=(("forward", _like_first),)),
     Family("placement", "register_placements", Placement, "placement", True, parent="norm",
-           default="pre"),
-    Family("ffn", "register_ffns", FeedForward, "ffn", True, default="mlp"),
+           default="pre", outputs=(("enter", _like_first), ("exit", _like_first))),
+    Family("ffn", "register_ffns", FeedForward, "ffn", True, default="mlp",
+           outputs=(("forward", _like_first),)),
     Family("tokenizer", "register_tokenizers", Tokenizer, None, False),
     Family("task", "register_tasks", Task, None, False),
 )
