@@ -180,6 +180,10 @@ class GenerationOptions:
     use_cache: bool = _opt(True, help="Keep each layer's keys and values (off: recompute "
                            "everything each step; slow, for comparison).", kind="bool",
                            cli="--cache/--no-cache")
+    compile: bool = _opt(False, help="Compile the prefill and the decoding step with "
+                         "torch.compile (static KV cache, one graph for every step; the first "
+                         "call compiles, later calls reuse it).", kind="bool",
+                         cli="--compile/--no-compile")
     stop_tokens: int | Sequence[int] | None = _opt(None, help="Token id(s) that end a row.",
                                                    kind="tokens", optional=True)
     prefix_length: int | None = _opt(None, help="Prefix LMs: how many leading tokens attend "
@@ -434,6 +438,8 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     ids, padding = _as_batch(model, ids, attention_mask, pad)  # (B, T), (B, T) True = real or None
     if o.use_cache:
         require(model.spec, "supports_kv_cache", "generation with a KV cache")
+    if o.compile:
+        _check_compile(model, o)
     start = None if model.spec.arch == "decoder" else _start_id(model, tokenizer, o, pad)
     if o.num_beams > 1:  # the tokens are known only once the search is over: then yielded
         found = _beam_search(model, ids, padding, o, start, pad)
@@ -443,6 +449,14 @@ def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor
     stops = torch.as_tensor(o.stop_list(), dtype=torch.long, device=ids.device)
     # everything above ran now, so bad options raise here, not at the first next()
     return _run(model, steps, choose, stops, ids.size(0), o.max_new_tokens, pad, ids.device)
+
+
+def _check_compile(model, o: GenerationOptions) -> None:
+    """``compile=True``: refuse (a ZooError naming the option) what compiled decoding does not
+    cover, before any work (:func:`zoo.compiled.check_compilable`)."""
+    from . import compiled
+
+    compiled.check_compilable(model, use_cache=o.use_cache, num_beams=o.num_beams)
 
 
 def _start_id(model, tokenizer, o: GenerationOptions, pad: int) -> int:
@@ -465,6 +479,10 @@ def _logits(model, ids, padding, o: GenerationOptions, start: int | None):
             raise ZooError(f"prompt ({T0}) + max_new_tokens ({n}) exceeds max_len {max_len}",
                            where="generate.max_new_tokens",
                            fix=f"ask for at most {max(max_len - T0 + 1, 0)} new tokens")
+        if o.compile:
+            from . import compiled  # torch.compile is imported only when asked for
+
+            return finite_steps(compiled.decoder_logits(model, ids, padding, n), model)
         return finite_steps(_decoder_logits(model, ids, padding, o.use_cache, o.prefix_length,
                                             _make_head(model, n), n), model)
     if n > max_len:
@@ -751,6 +769,8 @@ def _beam_generate(model, ids, max_new_tokens, tokenizer, pad, attention_mask=No
     ids, padding = _as_batch(model, ids, attention_mask, pad)
     if o.use_cache:
         require(model.spec, "supports_kv_cache", "generation with a KV cache")
+    if o.compile:
+        _check_compile(model, o)
     start = None if model.spec.arch == "decoder" else _start_id(model, tokenizer, o, pad)
     return _beam_search(model, ids, padding, o, start, pad).sequences
 

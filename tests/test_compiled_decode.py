@@ -1,0 +1,148 @@
+"""Compiled decoding (zoo.compiled, ``generate(..., compile=True)``): the same tokens as eager
+decoding, one graph for every step (no recompiles), compiled once per model and shape.
+
+Compiling on a CPU costs ~10-40 s per graph, so the gpt_tiny model and its graphs are shared by a
+module fixture; every gpt_tiny test below that uses the shape ``(1, 16)`` + up to 48 tokens (one
+capacity bucket) runs on those same two graphs.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import zoo
+from zoo import compiled
+from zoo.errors import ZooError
+
+pytestmark = pytest.mark.slow  # each new model or shape compiles for tens of seconds on a CPU
+
+T0, N = 16, 24
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    model = zoo.build("gpt_tiny", seed=0).eval()
+    ids = torch.randint(0, model.spec.vocab_size, (1, T0), generator=torch.Generator().manual_seed(3))
+    out = model.generate(ids, N, compile=True)  # compiles the prefill and the decoding step
+    return model, ids, out
+
+
+def dynamo_graphs() -> int:
+    """Graphs Dynamo has produced in this process (its own counter, independent of zoo's)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def test_compiled_tokens_equal_eager_tokens(tiny):
+    model, ids, out = tiny
+    eager = model.generate(ids, N)
+    assert out.shape == (1, T0 + N)
+    assert torch.equal(out, eager)
+
+
+def test_every_decoding_step_runs_one_graph_without_recompiling(tiny):
+    model, ids, _ = tiny
+    cs = compiled.last_steps(model)
+    graphs, decode_calls = dynamo_graphs(), cs.calls["decode"]
+    out = model.generate(ids, 40, compile=True)  # 39 decoding steps, same capacity bucket (64)
+    assert cs.calls["decode"] - decode_calls == 39
+    assert cs.compiles == {"prefill": 1, "decode": 1} and cs.recompiles == 0
+    assert dynamo_graphs() == graphs  # Dynamo's own counter agrees: no graph was compiled
+    assert torch.equal(out, model.generate(ids, 40))
+
+
+def test_a_second_call_reuses_the_graphs_and_the_cache(tiny):
+    model, ids, out = tiny
+    cs = compiled.last_steps(model)
+    seconds = dict(cs.compile_seconds)
+    graphs = dynamo_graphs()
+    again = model.generate(ids, N, compile=True)
+    assert compiled.last_steps(model) is cs  # the same compiled steps, kept on the model
+    assert cs.compile_seconds == seconds and dynamo_graphs() == graphs
+    assert torch.equal(again, out)
+
+
+def test_eager_choices_run_on_the_compiled_logits(tiny):
+    """Sampling, top-k/top-p, the repetition penalty and stop tokens stay eager, on the compiled
+    step's logits: the same tokens as eager decoding with the same seed, and no new graph."""
+    model, ids, out = tiny
+    cs = compiled.last_steps(model)
+    opts = dict(do_sample=True, temperature=0.8, top_k=50, top_p=0.9, seed=7,
+                repetition_penalty=1.3)
+    assert torch.equal(model.generate(ids, N, compile=True, **opts), model.generate(ids, N, **opts))
+    stop = int(out[0, T0 + 5])
+    a = model.generate(ids, N, compile=True, stop_tokens=[stop], pad_id=0)
+    assert torch.equal(a, model.generate(ids, N, stop_tokens=[stop], pad_id=0))
+    assert cs.recompiles == 0
+
+
+def test_streaming_compiled(tiny):
+    model, ids, out = tiny
+    steps = list(zoo.generate.stream(model, ids, N, compile=True))
+    assert torch.equal(torch.stack(steps, dim=1), out[:, T0:])
+
+
+def test_llama_family_compiled_matches_eager_and_transformers():
+    """A converted Llama (RoPE, GQA, RMSNorm, SwiGLU): a left-padded batch of two prompts gives
+    the same tokens compiled as eager, and the unpadded row the tokens of transformers' own
+    greedy ``generate`` on the same weights."""
+    from convert_cases import llama
+
+    hf = llama()
+    model = zoo.convert.from_transformers(hf).eval()
+    g = torch.Generator().manual_seed(5)
+    long, short = torch.randint(3, 101, (12,), generator=g).tolist(), torch.randint(3, 101, (7,), generator=g).tolist()
+    batch = [long, short]  # left-padded by generate
+    comp = model.generate(batch, 20, compile=True, pad_id=0)
+    assert torch.equal(comp, model.generate(batch, 20, pad_id=0))
+    ids = torch.tensor([long])
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, min_new_tokens=20,
+                      do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(ids, 20, compile=True), ref)
+    assert compiled.last_steps(model).recompiles == 0
+
+
+def test_zoo_run_compile_prints_the_eager_text():
+    from zoo.cli import cli
+
+    runner = CliRunner()
+    args = ["run", "poet_gpt", "--prompt", "春眠不觉晓", "-n", "12"]
+    eager = runner.invoke(cli, args)
+    comp = runner.invoke(cli, args + ["--compile"])
+    assert eager.exit_code == 0, eager.output
+    assert comp.exit_code == 0, comp.output
+    assert comp.output == eager.output and len(comp.output.strip()) > len("春眠不觉晓")
+
+
+@pytest.mark.parametrize("preset, options, where", [
+    ("gpt_tiny", dict(num_beams=2), "generate.compile"),
+    ("gpt_tiny", dict(use_cache=False), "generate.compile"),
+    ("t5_tiny", {}, "generate.compile"),
+    ("prefix_lm_tiny", {}, "decoder.mask"),
+])
+def test_what_cannot_be_compiled_is_refused_by_name(preset, options, where):
+    model = zoo.build(preset, seed=0).eval()
+    with pytest.raises(ZooError) as err:
+        model.generate([[1, 2, 3]], 4, compile=True, **options)
+    assert err.value.where == where
+    assert "compile" in str(err.value).lower() or "compile" in (err.value.fix or "")
+
+
+def test_forward_hooks_are_refused(tiny):
+    model, ids, _ = tiny
+    handle = model.decoder.blocks[0].register_forward_hook(lambda *a: None)
+    try:
+        with pytest.raises(ZooError, match="hooks on decoder.blocks.0"):
+            model.generate(ids, 4, compile=True)
+    finally:
+        handle.remove()
+
+
+def test_capacity_buckets():
+    assert compiled.capacity_bucket(10, 256) == 64
+    assert compiled.capacity_bucket(65, 256) == 128
+    assert compiled.capacity_bucket(200, 256) == 256
+    assert compiled.capacity_bucket(200, 210) == 210  # never beyond max_len
