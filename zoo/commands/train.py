@@ -1,6 +1,8 @@
 """``zoo train SPEC_OR_CHECKPOINT --data FILE --objective clm|mlm|prefix_lm|seq2seq --steps N --out DIR``.
 
-Runs :func:`zoo.train.train`.  The same command trains data-parallel under ``torchrun
+Runs :func:`zoo.train.train`; ``--compile`` trains through ``torch.compile``.  Every log line of
+``metrics.jsonl`` (and the progress bar) carries tokens/s and the MFU against a matmul peak measured
+at the start (:mod:`zoo.train.mfu`).  The same command trains data-parallel under ``torchrun
 --nproc_per_node=N -m zoo.cli train ...`` (or ``torchrun --nproc_per_node=N $(which zoo) train ...``).
 """
 import os
@@ -50,13 +52,16 @@ _D = TrainConfig()
               help="Override a spec field (YAML value), e.g. --set num_layers=2.")
 @click.option("--device", help="cpu, cuda, cuda:1 [cuda if available]")
 @click.option("--no-bf16", is_flag=True, help="Train in float32 on CUDA too.")
+@click.option("--compile", "use_compile", is_flag=True, help="Train through torch.compile(model): "
+              "generated kernels for the forward and backward (the first step compiles; "
+              "checkpoints are the same).")
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out.")
 @click.option("--overwrite", is_flag=True, help="Start over even if --out holds a run.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs still go to metrics.jsonl).")
 def command(source, data, objective, steps, out, batch_size, grad_accum, block_size, window_starts,
             mask_prob, mask_token_frac, lr, warmup,
             weight_decay, grad_clip, holdout, eval_every, save_every, log_every, seed, tokenizer, fit_vocab,
-            sets, device, no_bf16, resume, overwrite, no_progress):
+            sets, device, no_bf16, use_compile, resume, overwrite, no_progress):
     """Train SPEC_OR_CHECKPOINT (a spec/preset, or a checkpoint to fine-tune) on --data."""
     knobs = {k: v for k, v in dict(batch_size=batch_size, grad_accum=grad_accum, block_size=block_size,
                                    window_starts=window_starts, mask_prob=mask_prob,
@@ -67,6 +72,8 @@ def command(source, data, objective, steps, out, batch_size, grad_accum, block_s
                                    seed=seed, tokenizer=tokenizer).items() if v is not None}
     if no_bf16:
         knobs["bf16"] = False
+    if use_compile:
+        knobs["compile"] = True
     if no_progress:
         knobs["progress"] = False
     model = source
@@ -93,7 +100,11 @@ def outcome(result) -> str:
     train_loss = next((r["loss"] for r in reversed(result.history) if "loss" in r), None)
     parts = [f"training loss {train_loss:.4f}"] if train_loss is not None else []
     parts += [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-              for k, v in result.final.items() if k not in ("wall_time_s", "steps")]
+              for k, v in result.final.items()
+              if k not in ("wall_time_s", "steps", "mfu", "train_tokens_per_s")]
+    if "mfu" in result.final:
+        parts.append(f"{result.final['train_tokens_per_s']:,.0f} tokens/s, MFU "
+                     f"{100 * result.final['mfu']:.1f}%")
     if not result.interrupted:
         return f"finished {done} in {result.wall_time:.0f} s: {', '.join(parts) or 'no measures'}"
     total = next((r["steps_left"] + r["step"] for r in result.history

@@ -68,6 +68,7 @@ class TrainConfig:
                                   # random tokens, half left as they are (BERT: 0.8 = 80/10/10)
     seed: int = 0
     bf16: bool = True             # autocast to bfloat16 on CUDA (ignored on CPU)
+    compile: bool = False         # train through torch.compile(model) (forward and backward)
     tokenizer: str = "char"       # for a fresh model: "char" (vocabulary from the data) or "byte"
     keep_best: bool = False       # also save the model with the lowest held-out loss to out/best/
     progress: bool = True
@@ -128,7 +129,7 @@ class TrainConfig:
         number("mask_token_frac", 0, 1,
                fix="0.8 is BERT's 80/10/10; 1.0 replaces every picked token by <mask>")
         integer("seed", 0, MAX_SEED, fix=f"pass a seed in [0, {MAX_SEED}] (2**32 - 1)")
-        for name in ("bf16", "keep_best", "progress"):
+        for name in ("bf16", "compile", "keep_best", "progress"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, f"must be true or false, got {short(getattr(self, name))}",
                     fix="pass a bool")

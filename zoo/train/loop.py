@@ -4,6 +4,16 @@ logging, evaluating and saving, until ``steps`` are done or a signal asks it to 
 Determinism: the model is initialised from ``seed``, every step's batch is drawn from a generator
 seeded by ``(seed, step)`` and dropout is re-seeded per step, so a run is reproducible and a resumed
 run takes exactly the steps an uninterrupted one would.  bf16 autocast on CUDA; float32 on CPU.
+
+Speed: every log line carries ``tokens_per_s`` and ``mfu``, the model FLOPs utilisation of the
+optimizer steps against the matmul peak measured at the start (:mod:`zoo.train.mfu`; the start
+record names the peak).  ``compile=True`` (``zoo train --compile``) runs the loss through
+``torch.compile(model)``: the forward and its backward become generated kernels (elementwise work
+fused into few loops, no Python between operators); the saved, evaluated model is the plain one
+(the compiled module shares its parameters), so checkpoints are unchanged.  The first compiled step
+compiles (its time is logged as ``first_step_s``, not counted in the MFU); PyTorch caches the
+generated code on disk (``TORCHINDUCTOR_CACHE_DIR``, by default under the system temp folder), so a
+second run of the same shapes compiles faster.
 """
 from __future__ import annotations
 
@@ -36,6 +46,7 @@ from .config import ARCH_FOR, TrainConfig, TrainResult
 from .dist import Dist, setup_dist
 from .evaluate import evaluate, exact_match_rate
 from .metrics import RunLog, plot_history
+from .mfu import machine_peak, step_flops
 from .objectives import Objective, Seq2SeqObjective, slice_batch, to_device, trim
 from .optim import lr_at, make_optimizer
 from .prepare import data_fingerprint, prepare
@@ -69,12 +80,17 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
     state = read_state(out) if resume else None  # (meta, tensors, optimizer json)
     cfg, data = _configure(config, explicit, state, data, out, overwrite)
     run = _set_up(model, data, cfg, state, dist, out, tokenizer, fit_vocab)
+    peak = machine_peak(dist.device, torch.bfloat16 if run.autocast is not contextlib.nullcontext
+                        else next(run.net.parameters()).dtype)
     log = RunLog(out, enabled=dist.main, resumed_at=run.step if state else None,
                  progress=cfg.progress, total=cfg.steps, desc=f"{cfg.objective} {run.spec.name}",
-                 callback=callback)
+                 callback=callback, peak_flops=peak["peak_flops"])
     log.add({"event": "start", "step": run.step, "world_size": dist.world, "device": str(dist.device),
              "params": sum(p.numel() for p in run.net.parameters()), "spec": run.spec.name,
-             **run.info}, notify=False)
+             "compile": cfg.compile, "peak_gflops": peak["peak_flops"] / 1e9,
+             "peak_method": peak["peak_method"], **run.info}, notify=False)
+    log.note(f"MFU is measured against a matmul peak of {peak['peak_flops'] / 1e9:,.1f} GFLOP/s "
+             f"({peak['peak_method']}{', per rank' if dist.world > 1 else ''})")
     del state  # the saved tensors now live in the model and optimizer: free the copies
 
     t0 = t_est = time.perf_counter()
@@ -88,8 +104,14 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
         while run.step < cfg.steps:
             if dist.main and run.step == first + 1:  # time from the end of the first (warm-up) step
                 t_est = time.perf_counter()
-            loss, gnorm, lr, n_tokens = optimizer_step(run)
+            t_step = time.perf_counter()
+            loss, gnorm, lr, n_tokens, flops = _first_step(run) if run.step == first and cfg.compile \
+                else optimizer_step(run)
+            step_s = time.perf_counter() - t_step
             run.step += 1
+            if cfg.compile and run.step == first + 1 and dist.main:  # it compiled: not an MFU sample
+                log.add({"event": "compiled", "step": run.step, "first_step_s": step_s}, notify=False)
+                flops = step_s = 0
             if dist.main and run.step == first + 1 + ESTIMATE_STEPS and run.step < cfg.steps:
                 log.estimate(run.step, (time.perf_counter() - t_est) / ESTIMATE_STEPS, cfg)
             run.tokens_seen += n_tokens
@@ -97,7 +119,8 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
             last = run.step == cfg.steps
             if dist.main:
                 rec = log.train_step(run.step, loss, n_tokens, due=run.step % cfg.log_every == 0 or last,
-                                     lr=lr, grad_norm=gnorm, elapsed_s=elapsed())
+                                     flops=flops, step_s=step_s, lr=lr, grad_norm=gnorm,
+                                     elapsed_s=elapsed())
                 if run.step % cfg.eval_every == 0 or last:
                     rec = {**(rec or {"step": run.step}), **_evaluate_and_keep_best(run)}
                 if rec is not None:
@@ -118,6 +141,7 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
     final = dict(run.last_eval)
     if dist.main and not interrupted:
         final.update(_final_metrics(run, wall))
+        final.update(log.totals())
         log.add({"event": "end", "step": run.step, **final}, notify=False)
         try:
             plot_history(log.history, out / "loss.png", title=f"{run.spec.name} ({cfg.objective})")
@@ -130,6 +154,18 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
 
 
 # ====================================================================== setting a run up
+def prepare_run(model: Any, data: Any, *, out: str | os.PathLike, config: TrainConfig | None = None,
+                tokenizer: Any = None, fit_vocab: bool = False, device: Any = None,
+                **knobs: Any) -> "Run":
+    """A run set up exactly as :func:`train` sets one up (model, tokenizer, objective, AdamW,
+    ``torch.compile`` when asked), without the loop: for benchmarks and tests that time or inspect
+    :func:`optimizer_step` itself.  ``out`` is only checked and remembered (nothing is written)."""
+    _check_arguments(data, out, False, True, fit_vocab, config, None, tokenizer)
+    out = Path(out)
+    cfg, data = _configure(config, knobs, None, data, out, overwrite=True)
+    return _set_up(model, data, cfg, None, setup_dist(device), out, tokenizer, fit_vocab)
+
+
 def _check_arguments(data, out, resume, overwrite, fit_vocab, config, callback, tokenizer) -> None:
     """Type checks of :func:`train`'s own arguments, before any work (the knobs are checked by
     :meth:`TrainConfig.validate`).  A data path must be a regular file: a FIFO or a device would
@@ -277,6 +313,8 @@ def _set_up(source, data, cfg: TrainConfig, state, dist: Dist, out: Path, tokeni
     ddp = net
     if dist.world > 1:
         ddp = DDP(net, device_ids=[dist.device.index] if dist.device.type == "cuda" else None)
+    if cfg.compile:
+        ddp = _compile(ddp)
     autocast = contextlib.nullcontext
     if cfg.bf16 and dist.device.type == "cuda":
         autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16)  # noqa: E731
@@ -310,10 +348,10 @@ def batch_generator(cfg: TrainConfig, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
 
 
-def optimizer_step(run: Run) -> tuple[float, float, float, int]:
+def optimizer_step(run: Run) -> tuple[float, float, float, int, int]:
     """One update: draw the global batch, run this rank's share in ``grad_accum`` micro-batches,
     clip, step.  Returns ``(mean loss per predicted token over all ranks, grad norm, lr, tokens in
-    the global batch)``."""
+    the global batch, training FLOPs of this rank's micro-batches)``."""
     cfg, dist, net = run.cfg, run.dist, run.net
     lr = lr_at(run.step, cfg)
     for g in run.opt.param_groups:
@@ -324,8 +362,10 @@ def optimizer_step(run: Run) -> tuple[float, float, float, int]:
     per_rank = run.micro * cfg.grad_accum
     mine = slice_batch(batch, dist.rank * per_rank, (dist.rank + 1) * per_rank)
     loss_sum = 0.0
+    flops = 0
     for a in range(cfg.grad_accum):
         mb = to_device(trim(slice_batch(mine, a * run.micro, (a + 1) * run.micro)), dist.device)
+        flops += step_flops(run.spec, mb)
         sync = a == cfg.grad_accum - 1 or dist.world == 1  # DDP all-reduces on the last one only
         with contextlib.nullcontext() if sync else run.ddp.no_sync():
             with run.autocast():
@@ -343,8 +383,33 @@ def optimizer_step(run: Run) -> tuple[float, float, float, int]:
             [p.grad.norm() for p in net.parameters() if p.grad is not None])))
     run.opt.step()
     run.opt.zero_grad(set_to_none=True)
-    return dist.sum(loss_sum) / max(1, n_global), gnorm, lr, int(batch["labels"].numel())
+    return dist.sum(loss_sum) / max(1, n_global), gnorm, lr, int(batch["labels"].numel()), flops
 
+
+def _compile(module: nn.Module) -> nn.Module:
+    """``torch.compile(module)``, or a :class:`ZooError` saying why this PyTorch cannot."""
+    import torch._dynamo
+
+    if not torch._dynamo.is_dynamo_supported():
+        raise ZooError(f"torch.compile is not supported by this Python / PyTorch "
+                       f"({torch.__version__})", where="train.compile",
+                       fix="train without --compile, or use a Python version PyTorch compiles on")
+    return torch.compile(module)
+
+
+def _first_step(run: Run):
+    """The first step of a compiled run (it compiles): a compiler failure becomes a
+    :class:`TrainError` with the fix, before anything is saved."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    try:
+        return optimizer_step(run)
+    except BackendCompilerFailed as exc:
+        raise TrainError(f"torch.compile could not compile the model: "
+                         f"{short(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}",
+                         where="train.compile",
+                         fix="train without --compile (the same run, eager), or install a C++ "
+                             "compiler (inductor needs one on the CPU)") from exc
 
 def _evaluate_and_keep_best(run: Run) -> dict:
     """Evaluate on the held-out set; with ``keep_best``, save a new best model to ``out/best``."""

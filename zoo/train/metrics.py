@@ -1,9 +1,11 @@
 """Metrics: ``out/metrics.jsonl`` (one JSON object per line), the progress bar, the user's callback
 and the loss plot.
 
-A record is a start event (run facts), a log line (mean train loss over the last ``log_every``
-steps, learning rate, gradient norm, tokens/s), an evaluation (``eval_loss``, ...) or the end event
-(final metrics).  On resume, records after the saved step are dropped: those steps are redone.
+A record is a start event (run facts, the matmul peak MFU is measured against), a log line (mean
+train loss over the last ``log_every`` steps, learning rate, gradient norm, tokens/s, ``step_s``
+(seconds per optimizer step) and ``mfu`` (the model FLOPs of those steps over their own time and
+the peak, see :mod:`zoo.train.mfu`), an
+evaluation (``eval_loss``, ...) or the end event (final metrics, with the run's ``mfu``).  On resume, records after the saved step are dropped: those steps are redone.
 """
 from __future__ import annotations
 
@@ -24,11 +26,14 @@ class RunLog:
     callback.  A log that is not ``enabled`` (ranks other than 0) keeps and writes nothing."""
 
     def __init__(self, out: Path, *, enabled: bool, resumed_at: int | None, progress: bool,
-                 total: int, desc: str, callback=None):
+                 total: int, desc: str, callback=None, peak_flops: float | None = None):
         self.out, self.enabled, self.callback = out, enabled, callback
+        self.peak_flops = peak_flops
         self.history: list[dict] = []
         self.bar = None
         self._loss, self._tokens, self._steps = 0.0, 0, 0  # sums over the current log window
+        self._flops, self._step_s, self._timed = 0, 0.0, 0  # model FLOPs, step seconds, timed steps
+        self._run_flops, self._run_step_s, self._run_tokens = 0, 0.0, 0  # ... and this whole run
         self._t = time.perf_counter()
         if not enabled:
             return
@@ -56,12 +61,21 @@ class RunLog:
         if notify and self.callback is not None:
             self.callback(rec)
 
-    def train_step(self, step: int, loss: float, tokens: int, *, due: bool, **fields) -> dict | None:
-        """Count one optimizer step; when ``due``, return the log record of the window (mean loss,
-        tokens/s and ``fields``) and start a new window."""
+    def train_step(self, step: int, loss: float, tokens: int, *, due: bool, flops: int = 0,
+                   step_s: float = 0.0, **fields) -> dict | None:
+        """Count one optimizer step (``flops`` model FLOPs done in ``step_s`` seconds; both 0 for a
+        step that is not a speed sample, such as the one that compiles); when ``due``, return the
+        log record of the window (mean loss, tokens/s, ``mfu`` and ``fields``) and start a new
+        window."""
         self._loss += loss
         self._tokens += tokens
         self._steps += 1
+        self._flops += flops
+        self._step_s += step_s
+        if step_s:
+            self._timed += 1
+            self._run_flops, self._run_step_s = self._run_flops + flops, self._run_step_s + step_s
+            self._run_tokens += tokens
         if self.bar is not None:
             self.bar.update(1)
         if not due:
@@ -69,9 +83,29 @@ class RunLog:
         dt = time.perf_counter() - self._t
         rec = {"step": step, "loss": self._loss / self._steps, **fields,
                "tokens_per_s": self._tokens / max(dt, 1e-9)}
+        if self._timed:
+            rec["step_s"] = self._step_s / self._timed  # seconds per optimizer step
+            if self.peak_flops:
+                rec["mfu"] = self._flops / self._step_s / self.peak_flops
         self._loss = self._tokens = self._steps = 0
+        self._flops, self._step_s, self._timed = 0, 0.0, 0
         self._t = time.perf_counter()
         return rec
+
+    def totals(self) -> dict:
+        """The run's speed over its timed optimizer steps (this process): ``train_tokens_per_s``
+        and ``mfu`` (empty when no step was timed)."""
+        if not self._run_step_s:
+            return {}
+        out = {"train_tokens_per_s": self._run_tokens / self._run_step_s}
+        if self.peak_flops:
+            out["mfu"] = self._run_flops / self._run_step_s / self.peak_flops
+        return out
+
+    def note(self, text: str) -> None:
+        """A line for the person watching (stderr, above the bar); only when the bar is shown."""
+        if self.enabled and self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
 
     def estimate(self, step: int, per_step: float, cfg) -> dict | None:
         """Record and print (stderr, above the bar) how long the run will take, from ``per_step``
@@ -100,6 +134,8 @@ class RunLog:
         post = {"loss": f"{rec.get('loss', loss):.3f}"}
         if "tokens_per_s" in rec:
             post["tok/s"] = f"{rec['tokens_per_s']:.0f}"
+        if "mfu" in rec:
+            post["MFU"] = f"{100 * rec['mfu']:.1f}%"
         if last_eval:
             post["eval"] = f"{last_eval.get('eval_loss', math.nan):.3f}"
         self.bar.set_postfix(post, refresh=False)
