@@ -130,3 +130,38 @@ def test_yaml_is_loaded_safely(tmp_path):
     f.write_text("arch: !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(zoo.SpecError, match="invalid YAML"):
         zoo.spec(str(f))
+
+
+def test_the_component_fields_of_model_spec_are_the_family_table():
+    """One field per spec family, derived from its row (name, type, default None), in table order
+    before ``head``: adding a family row adds the field without a line in zoo/spec.py."""
+    import dataclasses
+    import importlib
+    import typing
+
+    from zoo.components import SPEC_FAMILIES, Family, FeedForward
+
+    spec_mod = importlib.import_module("zoo.spec")
+    names = [f.name for f in dataclasses.fields(spec_mod.ModelSpec)]
+    fams = [f.field for f in SPEC_FAMILIES]
+    start = names.index(fams[0])
+    assert names[start:start + len(fams) + 1] == fams + ["head"]
+    hints = typing.get_type_hints(spec_mod.ModelSpec)
+    for fam in SPEC_FAMILIES:
+        assert hints[fam.field] == spec_mod.component_field_type(fam)
+        assert spec_mod.ModelSpec.__dataclass_fields__[fam.field].default is None
+    assert hints["mask"] == (tuple[spec_mod.ComponentSpec, ...] | None)
+    assert hints["attention"] == (spec_mod.ComponentSpec | None)
+
+    # a row added to the table: the class built the same way has its field, before head
+    gate = Family("gate", "register_gates", FeedForward, "gate", True, default="identity")
+    spec_mod_families = spec_mod.SPEC_FAMILIES
+    try:
+        spec_mod.SPEC_FAMILIES = spec_mod_families + (gate,)
+        probe = type("Probe", (), {"__annotations__": {"name": "str", "head": "int | None"},
+                                   "name": "x", "head": None})
+        probe = dataclasses.dataclass(frozen=True)(spec_mod._family_fields(probe))
+    finally:
+        spec_mod.SPEC_FAMILIES = spec_mod_families
+    assert [f.name for f in dataclasses.fields(probe)] == ["name"] + fams + ["gate", "head"]
+    assert probe().gate is None and probe.__annotations__["gate"] == (spec_mod.ComponentSpec | None)

@@ -66,3 +66,35 @@ def test_a_new_family_row_reaches_the_form_the_yaml_and_both_languages(router_fa
     assert [c[0] for c in router.choices] == ["top1", "top2"]
     i = tr.components.index(router)
     assert tr.updates("zh")[i]["label"] == "router（组件）"
+
+
+def test_the_forms_boxes_are_the_specs_basic_settings(monkeypatch):
+    """The Build form's scalar boxes are the settings ModelSpec declares basic (zoo.spec.basic /
+    per_stack(basic=True)), each a box of its annotated type: declaring one more basic is a box in
+    the form, written into the YAML and read back, labelled in both languages, with no line in ui/."""
+    import dataclasses
+
+    from zoo import spec as spec_mod
+
+    declared = [f.name for f in dataclasses.fields(zoo.ModelSpec) if f.metadata.get("basic")]
+    assert set(build_tab.scalar_fields()) == set(declared) == set(spec_mod.BASIC_FIELDS)
+    assert build_tab.scalar_fields()[0] == "name"  # the text box first, then the numbers in order
+    assert build_tab.form_fields()[1:1 + len(declared)] == build_tab.scalar_fields()
+    # head_dim (int | None, derived when left out) declared basic as well
+    monkeypatch.setattr(spec_mod, "BASIC_FIELDS", spec_mod.BASIC_FIELDS + ("head_dim",))
+    assert "head_dim" in build_tab.form_fields()
+    assert build_tab.scalar_kind("head_dim") == (int, True)
+    text = build_tab.preset_yaml("gpt_tiny")
+    assert build_tab.form_values(text)["head_dim"] == 0  # derived: shown as 0
+    text = build_tab.set_field(text, "head_dim", 16.0)  # a number box gives a float
+    assert yaml.safe_load(text)["head_dim"] == 16 and build_tab.form_values(text)["head_dim"] == 16
+    assert "head_dim" not in yaml.safe_load(build_tab.set_field(text, "head_dim", 0))  # 0: derived again
+    assert i18n.t("build.head_dim", "en") == "head dim" and i18n.t("build.head_dim", "zh") == "head_dim（规格字段）"
+    tr = Translator("en")
+    with gr.Blocks():
+        with gr.Tab("build"):
+            parts = build_tab.build(tr, gr.State("en"))
+    box = parts["fields"]["head_dim"]
+    assert isinstance(box, gr.Number) and box.elem_id == "build-head_dim" and box.minimum == 0
+    assert isinstance(parts["fields"]["name"], gr.Textbox) and parts["fields"]["num_heads"].minimum == 1
+    assert parts["fields"]["dropout"].maximum == 0.99 and parts["fields"]["num_kv_heads"].maximum == 32

@@ -28,9 +28,24 @@ from .common import (LIMITS, check_name, check_spec_limits, check_value, error_b
                      raw, runs_dir, safe_markdown, shown_path)
 from .i18n import format_error, t
 
-#: the form's scalar fields (each a number or text box; ``build.<field>`` is its label)
-SCALARS = ("name", "vocab_size", "max_len", "d_model", "num_layers", "num_heads", "num_kv_heads", "d_ff",
-           "dropout")
+
+
+def scalar_kind(field: str) -> tuple[type, bool]:
+    """(``int``, ``float`` or ``str``, optional?) of a spec field, from ModelSpec's annotation: an
+    optional size (``int | None``, derived when left out) shows 0 for "derived"."""
+    tp = typing.get_type_hints(zoo.ModelSpec)[field]
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    return (args[0] if args else tp), bool(args)
+
+
+def scalar_fields() -> tuple[str, ...]:
+    """The form's scalar fields: the spec's basic settings (``zoo.spec.basic`` /
+    ``per_stack(basic=True)`` in ModelSpec's declaration, :data:`zoo.spec.BASIC_FIELDS`), text boxes
+    first, then number boxes, each in declaration order; ``build.<field>`` is the label.  Read when
+    called: a setting declared basic is a box here without a line changed in ``ui/``."""
+    from zoo import spec
+
+    return tuple(sorted(spec.BASIC_FIELDS, key=lambda f: scalar_kind(f)[0] is not str))
 _DEFAULT_MASK = {"encoder": "bidirectional", "decoder": "causal"}
 
 
@@ -49,7 +64,7 @@ def component_fields() -> dict[str, str]:
 
 def form_fields() -> tuple[str, ...]:
     """Every field of the form, in layout order: the architecture, the scalars, the components."""
-    return ("arch",) + SCALARS + tuple(component_fields())
+    return ("arch",) + scalar_fields() + tuple(component_fields())
 
 
 def _children(fam) -> list:
@@ -86,15 +101,15 @@ def _kind_of(entry: Any) -> str | None:
 
 
 def _set_scalar(raw: dict, field: str, value: Any) -> None:
-    if field in ("num_kv_heads", "d_ff"):  # 0 or empty: derived from the other sizes
-        if value in (None, 0, "") or (isinstance(value, float) and value == 0):
-            raw.pop(field, None)
-        else:
-            raw[field] = int(value)
-    elif field == "dropout":
-        raw[field] = float(value) if value is not None else 0.0
-    elif field == "name":
+    """Write a scalar as its annotated type (:func:`scalar_kind`); 0 or empty for an optional size
+    leaves it out (derived from the other sizes)."""
+    kind, optional = scalar_kind(field)
+    if optional and (value in (None, 0, "") or (isinstance(value, float) and value == 0)):
+        raw.pop(field, None)
+    elif kind is str:
         raw[field] = str(value or "")
+    elif kind is float:
+        raw[field] = float(value) if value is not None else 0.0
     else:
         raw[field] = int(value) if value is not None else value
 
@@ -145,7 +160,7 @@ def set_field(text: str, field: str, value: Any) -> str:
     families = {f.field: f for f in form_families()}
     if field == "arch":
         _set_arch(raw, value)
-    elif field in SCALARS:
+    elif field in scalar_fields():
         _set_scalar(raw, field, value)
     elif field in families:
         _set_component(raw, families[field], value)
@@ -207,9 +222,9 @@ def form_values(text: str) -> dict[str, Any] | None:
         spec = _parse(text)
     except ZooError:
         return None
-    values = {"arch": spec.arch, "name": spec.name, "vocab_size": spec.vocab_size, "max_len": spec.max_len,
-              "d_model": spec.d_model, "num_layers": spec.num_layers, "num_heads": spec.num_heads,
-              "num_kv_heads": spec.num_kv_heads or 0, "d_ff": spec.d_ff or 0, "dropout": spec.dropout}
+    values = {"arch": spec.arch}
+    for f in scalar_fields():  # an optional size left to be derived shows 0
+        values[f] = getattr(spec, f) if getattr(spec, f) is not None or not scalar_kind(f)[1] else 0
     for fam in form_families():  # the first entry's kind (a composed mask shows its first rule)
         chosen = _chosen(spec, fam)
         values[fam.field] = chosen[0].kind if chosen else fam.default
@@ -585,18 +600,20 @@ def _form(tr, values: dict) -> dict:
     fields: dict[str, Any] = {}
     fields["arch"] = tr.add(gr.Dropdown(list(ARCHS), value=values.get("arch"), label=tr("build.arch"),
                                         elem_id="build-arch"), label="build.arch")
-    fields["name"] = tr.add(gr.Textbox(values.get("name"), label=tr("build.name"), elem_id="build-name"),
-                            label="build.name")
-    with gr.Row():
-        for f in ("vocab_size", "max_len", "d_model"):
-            fields[f] = _number(tr, values, f, precision=0, minimum=1, maximum=LIMITS[f])
-    with gr.Row():
-        for f, lim in (("num_layers", "num_layers"), ("num_heads", "num_heads"), ("num_kv_heads", "num_heads")):
-            fields[f] = _number(tr, values, f, precision=0, minimum=0 if f == "num_kv_heads" else 1,
-                                maximum=LIMITS[lim])
-    with gr.Row():
-        fields["d_ff"] = _number(tr, values, "d_ff", precision=0, minimum=0, maximum=LIMITS["d_ff"])
-        fields["dropout"] = _number(tr, values, "dropout", minimum=0, maximum=0.99, step=0.05)
+    texts = [f for f in scalar_fields() if scalar_kind(f)[0] is str]
+    numbers = [f for f in scalar_fields() if f not in texts]
+    for f in texts:
+        fields[f] = tr.add(gr.Textbox(values.get(f), label=tr(f"build.{f}"), elem_id=f"build-{f}"),
+                           label=f"build.{f}")
+    for i in range(0, len(numbers), 3):  # three to a row; bounds from the UI's LIMITS
+        with gr.Row():
+            for f in numbers[i:i + 3]:
+                kind, optional = scalar_kind(f)
+                if kind is float:
+                    fields[f] = _number(tr, values, f, minimum=0, maximum=LIMITS.get(f), step=0.05)
+                else:
+                    fields[f] = _number(tr, values, f, precision=0, minimum=0 if optional else 1,
+                                        maximum=LIMITS.get(f))
     choices = registry_choices()
     with gr.Row():
         for f in component_fields():

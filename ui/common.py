@@ -33,10 +33,12 @@ log = logging.getLogger("zoo.ui")
 
 #: Upper bounds on what a browser may ask for.  Generous for the tiny and small models this UI is for,
 #: small enough that no single request can exhaust a laptop.
-LIMITS: dict[str, int] = {
+LIMITS: dict[str, float] = {
     "num_layers": 24,
     "d_model": 1024,
     "num_heads": 32,
+    "num_kv_heads": 32,
+    "dropout": 0.99,
     "d_ff": 8192,
     "vocab_size": 65536,
     "max_len": 4096,

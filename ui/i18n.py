@@ -501,9 +501,20 @@ def option_strings() -> dict[str, tuple[str, str]]:
     return out
 
 
+def basic_strings() -> dict[str, tuple[str, str]]:
+    """``build.<field>`` -> (English, 中文) for every basic spec setting the Build form shows
+    (:data:`zoo.spec.BASIC_FIELDS`) that has no label in :data:`STRINGS` yet (labelled by its name
+    until translated)."""
+    from zoo.spec import BASIC_FIELDS
+
+    return {f"build.{f}": (f.replace("_", " "), f"{f}（规格字段）") for f in BASIC_FIELDS
+            if f"build.{f}" not in STRINGS}
+
+
 def all_strings() -> dict[str, tuple[str, str]]:
-    """Every key :func:`t` knows: :data:`STRINGS`, the family labels and new generation options."""
-    return {**family_strings(), **option_strings(), **STRINGS}
+    """Every key :func:`t` knows: :data:`STRINGS`, the family labels, new generation options and
+    new basic spec settings."""
+    return {**family_strings(), **option_strings(), **basic_strings(), **STRINGS}
 
 
 def family_word_zh(word: str) -> str:
@@ -519,7 +530,8 @@ def t(key: str, lang: Any = DEFAULT, **fmt: Any) -> str:
     """The text of ``key`` in ``lang``, formatted with ``fmt``.  An unknown key is a programming
     error and raises KeyError (tests walk every key)."""
     pair = STRINGS.get(key) or family_strings().get(key) or \
-        (option_strings().get(key) if key.startswith("run.") else None)
+        (option_strings().get(key) if key.startswith("run.") else None) or \
+        (basic_strings().get(key) if key.startswith("build.") else None)
     if pair is None:
         raise KeyError(key)
     en, zh = pair

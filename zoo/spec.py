@@ -191,34 +191,73 @@ class HeadSpec:
 _NO_DEFAULT = object()
 
 
-def per_stack(default: Any = _NO_DEFAULT, *, quiet: bool = False) -> Any:
+def per_stack(default: Any = _NO_DEFAULT, *, quiet: bool = False, basic: bool = False) -> Any:
     """A :class:`ModelSpec` field that an ``encoder:`` / ``decoder:`` section may override.
 
     Declaring the field is all a new per-stack setting needs: its type (the annotation) is what the
     parser checks, :data:`STACK_FIELDS` lists it, and :class:`StackSpec` (what the layers are built
     from) carries it resolved for each stack.  ``quiet``: a flag written out only when set, so the
-    specs written before it existed stay as they were."""
-    meta = {"per_stack": True, "quiet": quiet}
+    specs written before it existed stay as they were.  ``basic``: see :func:`basic`."""
+    meta = {"per_stack": True, "quiet": quiet, "basic": basic}
     if default is _NO_DEFAULT:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
+def basic(default: Any = _NO_DEFAULT) -> Any:
+    """A model-wide :class:`ModelSpec` field that is one of the *basic* settings: the name and the
+    sizes a newcomer sets first (the UI's Build form shows exactly these, as :data:`BASIC_FIELDS`,
+    each as a box of its annotated type).  A per-stack one is ``per_stack(..., basic=True)``."""
+    meta = {"basic": True}
+    if default is _NO_DEFAULT:
+        return dataclasses.field(metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def component_field_type(family: Any) -> Any:
+    """The :class:`ModelSpec` field type of a spec family (a row of :data:`zoo.components.FAMILIES`):
+    one validated entry, or a tuple of them for a family whose rules compose (``many``); None when
+    the spec has none (a family without a default left out)."""
+    return (tuple[ComponentSpec, ...] if family.many else ComponentSpec) | None
+
+
+def _family_fields(cls: type) -> type:
+    """Give the class (before ``@dataclass``) one field per spec family of the family table, in
+    the table's order, before ``head``: ``attention: ComponentSpec | None = None``, ...  The family
+    row is the declaration: its field name, its type (:func:`component_field_type`), its parsing
+    (:func:`parse_component`, its ``default`` when the spec leaves it out) and its per-stack
+    override all follow from it, so adding a family touches no line here."""
+    annotations: dict[str, Any] = {}
+    for name, tp in cls.__dict__.get("__annotations__", {}).items():
+        if name == "head":
+            for family in SPEC_FAMILIES:
+                annotations[family.field] = component_field_type(family)
+                setattr(cls, family.field, None)
+        annotations[name] = tp
+    cls.__annotations__ = annotations
+    return cls
+
+
 @dataclass(frozen=True)
+@_family_fields
 class ModelSpec:
-    """A validated model description.  Build it with :func:`parse_spec` (or ``zoo.spec(...)``)."""
+    """A validated model description.  Build it with :func:`parse_spec` (or ``zoo.spec(...)``).
+
+    Besides the fields written below it has one field per spec family of the family table
+    (:data:`zoo.components.FAMILIES`: ``attention``, ``mask``, ``positions``, ``norm``,
+    ``placement``, ``ffn``, ...), placed before ``head`` by :func:`_family_fields`."""
 
     arch: str
-    vocab_size: int
-    d_model: int
-    num_layers: int = per_stack()
-    num_heads: int = per_stack()
-    name: str = "model"
-    max_len: int = 512
-    num_kv_heads: int | None = per_stack(None)  # None: num_heads
+    vocab_size: int = basic()
+    d_model: int = basic()
+    num_layers: int = per_stack(basic=True)
+    num_heads: int = per_stack(basic=True)
+    name: str = basic("model")
+    max_len: int = basic(512)
+    num_kv_heads: int | None = per_stack(None, basic=True)  # None: num_heads
     head_dim: int | None = per_stack(None)  # None: d_model // num_heads
-    d_ff: int | None = per_stack(None)  # None: 4 * d_model
-    dropout: float = per_stack(0.0)
+    d_ff: int | None = per_stack(None, basic=True)  # None: 4 * d_model
+    dropout: float = per_stack(0.0, basic=True)
     attn_scale: float | None = per_stack(None)  # None: 1 / sqrt(head_dim)
     qkv_bias: bool = per_stack(True)
     out_bias: bool = per_stack(True)
@@ -234,13 +273,7 @@ class ModelSpec:
     qk_norm: bool = per_stack(False, quiet=True)  # the norm type, per head, on q and k (Qwen3)
     parallel_residual: bool = per_stack(False, quiet=True)  # x + attn(n1(x)) + ffn(n2(x)) (GPT-J)
     mask_pattern: tuple[tuple[ComponentSpec, ...], ...] | None = per_stack(None)  # layer i: [i % len]
-    # one field per spec family of the family table (zoo.components.FAMILIES), all per stack
-    attention: ComponentSpec | None = None
-    mask: tuple[ComponentSpec, ...] | None = None
-    positions: ComponentSpec | None = None
-    norm: ComponentSpec | None = None
-    placement: ComponentSpec | None = None
-    ffn: ComponentSpec | None = None
+    # (here: one field per spec family of the family table, from _family_fields)
     head: HeadSpec | None = None
     encoder: tuple[tuple[str, Any], ...] = ()  # overrides, as sorted (field, value) pairs
     decoder: tuple[tuple[str, Any], ...] = ()
@@ -300,6 +333,9 @@ class ModelSpec:
         """A new spec with some fields overridden (validated like a fresh spec)."""
         return parse_spec(self.to_dict(), **overrides)
 
+
+#: The basic settings (:func:`basic`), in declaration order: the name and the sizes.
+BASIC_FIELDS = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.metadata.get("basic"))
 
 #: Fields an ``encoder:`` / ``decoder:`` section may override: the :func:`per_stack` fields and the
 #: field of every per-stack component family (from the family table, :data:`zoo.components.FAMILIES`;
@@ -477,9 +513,10 @@ def _validate(raw: dict, registry) -> ModelSpec:
             raise SpecError(f"must be a positive integer, got {values[key]}", where=key)
     _check_shared(values, raw)
 
-    # components shared by both stacks
+    # components shared by both stacks (a family without a default, left out: none)
     for key, family in _COMPONENT_FIELDS.items():
-        values[key] = parse_component(family, raw.get(key, _DEFAULTS[key]), key, registry)
+        if key in raw or key in _DEFAULTS:
+            values[key] = parse_component(family, raw.get(key, _DEFAULTS.get(key)), key, registry)
     values["norm"], values["placement"] = _parse_norm(raw.get("norm", _DEFAULTS["norm"]), "norm",
                                                       registry)
     default_mask = {"encoder": "bidirectional", "decoder": "causal", "encoder_decoder": None}[arch]
