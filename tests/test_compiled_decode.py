@@ -146,3 +146,44 @@ def test_capacity_buckets():
     assert compiled.capacity_bucket(65, 256) == 128
     assert compiled.capacity_bucket(200, 256) == 256
     assert compiled.capacity_bucket(200, 210) == 210  # never beyond max_len
+
+
+def test_bench_reports_compiled_against_eager_decoding(tiny):
+    """``zoo.bench(compile=True)``: the generate row times compiled decoding, paired with eager;
+    the report carries both rates and the recompile count (the fixture's graphs are reused: the
+    same (1, 16) + 24 shape)."""
+    from zoo.bench import bench
+
+    model, _, _ = tiny
+    graphs = dynamo_graphs()
+    report = bench(model, tasks=("generate",), compile=True, prompt_len=T0, new_tokens=N,
+                   warmup=0, repeats=6, peak=1.0, bandwidth=1.0)
+    dc = report.decode_compiled
+    assert dc["graphs"] == {"prefill": 1, "decode": 1} and dc["recompiles"] == 0
+    assert dc["recompiles_while_timed"] == 0 and dynamo_graphs() == graphs
+    assert len(dc["compiled_s"]) == len(dc["eager_s"]) == 3
+    (row,) = report.results
+    assert row.task == "generate" and row.median_s == pytest.approx(sorted(dc["compiled_s"])[1])
+    assert dc["speedup"] == pytest.approx(
+        sorted(dc["eager_s"])[1] / sorted(dc["compiled_s"])[1])
+    assert "compiled decoding:" in report.table() and "recompiles 0" in report.table()
+
+
+def test_zoo_bench_compile_prints_compiled_vs_eager():
+    from zoo.cli import cli
+
+    r = CliRunner().invoke(cli, ["bench", "gpt_tiny", "--task", "generate", "--compile",
+                                 "--prompt-len", str(T0), "--new-tokens", str(N), "-r", "6",
+                                 "--warmup", "0"])
+    assert r.exit_code == 0, r.output
+    assert "compiled decoding:" in r.output and "recompiles 0" in r.output
+
+
+def test_bench_compile_of_an_uncompilable_model_says_why():
+    from zoo.bench import bench
+
+    model = zoo.build("t5_tiny", seed=0)
+    report = bench(model, tasks=("generate",), compile=True, prompt_len=8, new_tokens=4,
+                   warmup=0, repeats=3, peak=1.0, bandwidth=1.0)
+    assert "decoder-only" in report.decode_compiled["refused"]
+    assert "not available" in report.table()

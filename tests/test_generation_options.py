@@ -68,7 +68,7 @@ def test_zoo_run_has_one_flag_per_cli_field_and_passes_them_through(monkeypatch)
     params = {p.name for p in run_command.params}
     assert declared <= params
     assert declared == {"max_new_tokens", "do_sample", "temperature", "top_k", "top_p",
-                        "repetition_penalty", "seed", "use_cache", "num_beams", "length_penalty",
+                        "repetition_penalty", "seed", "use_cache", "compile", "num_beams", "length_penalty",
                         "early_stopping", "no_repeat_ngram_size"}
     seen = {}
     real = zoo.generate.generate

@@ -27,6 +27,13 @@ CPU can do ~50 FLOPs in the time it reads 4 bytes: the step waits on memory, it 
 (:func:`memory_bandwidth`); the ``% roofline`` column says how close decoding gets.  A prefill
 (the prompt's forward) multiplies a whole ``T x D`` block by each weight, reusing every byte ``T``
 times: it is *compute-bound* and judged by the fraction of the matmul peak.
+
+Under ``compile=True`` (``zoo bench --compile``) the forward and the training step time the
+``torch.compile``'d model, and decoding times ``generate(..., compile=True)`` (:mod:`zoo.compiled`:
+the prefill and the static-cache decoding step compiled, one graph for every step) **paired** with
+eager decoding (alternating calls): the report gives both tokens/s, their ratio, the graphs compiled
+and the recompiles counted over the timed calls (0 when every step runs the same graph), and the
+first call's compile time.
 """
 from __future__ import annotations
 
@@ -96,6 +103,25 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 10,
         if len(times) >= 10 * max(repeats, 1):
             break
     return Timing(times)
+
+
+def time_paired(fns: dict[str, Callable[[], Any]], *, warmup: int = 1, repeats: int = 5,
+                device: torch.device | str = "cpu") -> dict[str, Timing]:
+    """Time several functions against each other: ``warmup`` calls of each, then ``repeats``
+    rounds calling each once, in an order that alternates between rounds, so a noisy neighbour
+    (or the CPU's clock) hits every contestant alike.  One :class:`Timing` per name."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    names, times = list(fns), {k: [] for k in fns}
+    for r in range(repeats):
+        for k in (names if r % 2 == 0 else names[::-1]):
+            synchronize(device)
+            t0 = time.perf_counter()
+            fns[k]()
+            synchronize(device)
+            times[k].append(time.perf_counter() - t0)
+    return {k: Timing(v) for k, v in times.items()}
 
 
 def matmul_peak(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
@@ -322,6 +348,8 @@ class Report:
     bandwidth_gbs: float | None = None
     precision: str = ""
     results: list[Result] = field(default_factory=list)
+    #: compiled decoding (``compile=True``): eager vs compiled tokens/s, graphs, recompiles
+    decode_compiled: dict | None = None
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k != "results"}
@@ -356,6 +384,15 @@ class Report:
                                           for i, (c, w) in enumerate(zip(row, widths))))
             if j == 0:
                 lines.append("  " + "  ".join("-" * w for w in widths))
+        dc = self.decode_compiled
+        if dc and dc.get("refused"):
+            lines.append(f"compiled decoding: not available ({dc['refused']}); generate is eager")
+        elif dc:
+            lines.append(
+                f"compiled decoding: {dc['compiled_tokens_per_s']:,.0f} tokens/s vs eager "
+                f"{dc['eager_tokens_per_s']:,.0f} tokens/s = {dc['speedup']:.2f}x (paired, "
+                f"{dc['repeats']} rounds); graphs {dc['graphs']}, recompiles {dc['recompiles']}; "
+                "first call " + ", ".join(f"{k} {v:.1f} s" for k, v in dc["compile_s"].items()))
         return "\n".join(lines)
 
 
@@ -382,7 +419,8 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
     judged by the fraction of the memory roofline (``bandwidth``; both measured here when None).
 
     ``seq_len`` is clipped to the spec's ``max_len``.  ``compile=True`` wraps the model in
-    ``torch.compile`` (compilation happens in an untimed first call).  The training step updates
+    ``torch.compile`` (compilation happens in an untimed first call) and decodes with
+    ``generate(..., compile=True)``, timed against eager decoding (``Report.decode_compiled``).  The training step updates
     ``model``'s weights in place: benchmark a throw-away model.
     """
     spec = getattr(model, "spec", None)
@@ -414,7 +452,11 @@ def bench(model: torch.nn.Module, *, batch: int = 1, seq_len: int = 128, prompt_
         if "prefill" in tasks and decodes:
             report.results.append(b.prefill(prompt))
         if "generate" in tasks and decodes:
-            report.results.append(b.generate(prompt, n_new))
+            if compile:
+                result, report.decode_compiled = b.generate_compiled(prompt, n_new)
+                report.results.append(result)
+            else:
+                report.results.append(b.generate(prompt, n_new))
         if "train" in tasks:
             report.results.append(b.train(train_batch or max(batch, 8), T))
     finally:
@@ -484,6 +526,42 @@ class _Bench:
         return Result("generate", f"{B}x{P}+{n_new}", t.median, t.min, t.spread, B * n_new, None,
                       self.peak, len(t.times), bytes_read=generate_bytes(m, P, n_new, B),
                       bandwidth_gbs=self.bandwidth, steps=n_new)
+
+    def generate_compiled(self, prompt: torch.Tensor, n_new: int) -> tuple[Result, dict]:
+        """Greedy decoding with ``compile=True`` (:mod:`zoo.compiled`) paired with eager decoding:
+        the compiled :class:`Result` (the table's ``generate`` row) and the comparison.  A model
+        compiled decoding refuses (an encoder-decoder, a non-causal mask) is timed eagerly, and
+        the reason reported."""
+        from . import compiled
+
+        m = self.model
+        m.eval()
+        try:
+            compiled.check_compilable(m)
+        except ZooError as exc:
+            return self.generate(prompt, n_new), {"refused": str(exc)}
+        B, P = prompt.shape
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            m.generate(prompt, n_new, do_sample=False, compile=True)  # compiles
+            first = time.perf_counter() - t0
+            cs = compiled.last_steps(m)
+            graphs = dict(cs.compiles)
+            t = time_paired({"compiled": lambda: m.generate(prompt, n_new, do_sample=False,
+                                                            compile=True),
+                             "eager": lambda: m.generate(prompt, n_new, do_sample=False)},
+                            warmup=max(1, self.warmup // 2), repeats=max(3, self.repeats // 2),
+                            device=self.dev)
+        tc, te = t["compiled"], t["eager"]
+        result = Result("generate", f"{B}x{P}+{n_new}", tc.median, tc.min, tc.spread, B * n_new,
+                        None, self.peak, len(tc.times), bytes_read=generate_bytes(m, P, n_new, B),
+                        bandwidth_gbs=self.bandwidth, steps=n_new)
+        return result, dict(
+            compiled_tokens_per_s=B * n_new / tc.median, eager_tokens_per_s=B * n_new / te.median,
+            speedup=te.median / tc.median, compiled_s=tc.times, eager_s=te.times,
+            repeats=len(tc.times), graphs=dict(cs.compiles),
+            recompiles=cs.recompiles, recompiles_while_timed=sum(cs.compiles.values()) - sum(graphs.values()),
+            first_call_s=first, compile_s=dict(cs.compile_seconds))
 
     def train(self, tb: int, T: int) -> Result:
         self.model.train()
