@@ -40,6 +40,11 @@ cache each call rotates its new keys with its own ``S``: keys cached before the 
 ``original_max_len`` keep the frequencies they were rotated with, exactly as transformers'
 ``generate`` does (a full forward of the same tokens rotates every key with the final ``S``).
 
+``pattern_base`` gives layers their own base by the spec's ``mask_pattern``: entry ``j`` is the base of
+plain (unscaled) RoPE for the layers of rule group ``j``, or null for the settings above.  Gemma 3's
+local (sliding-window) layers turn with base 10 000 while its global layers use 1 000 000, scaled
+linearly in the larger models: the local layers see only a short window, so fast pairs suffice there.
+
 Under a KV cache the keys are rotated *before* they are cached, with their absolute positions, so the
 new queries (rotated at their own offsets) meet them exactly as in a full forward pass.
 """
@@ -71,6 +76,7 @@ class RopeConfig:
     truncate: bool = True          # yarn: round the ramp's ends to whole pairs
     short_factor: tuple[float, ...] = ()  # longrope: pair i's divisor up to original_max_len
     long_factor: tuple[float, ...] = ()   # longrope: pair i's divisor beyond it
+    pattern_base: tuple[float | None, ...] = ()  # per mask_pattern group: a plain-RoPE base, or null
 
     def __post_init__(self):
         if self.base <= 1:
@@ -86,6 +92,8 @@ class RopeConfig:
                 and min(self.short_factor + self.long_factor) > 0):
             raise ValueError("longrope scaling needs short_factor and long_factor: one positive number per "
                              "rotated pair each, of the same length")
+        if any(b is not None and b <= 1 for b in self.pattern_base):
+            raise ValueError(f"pattern_base entries must be > 1 or null, got {list(self.pattern_base)}")
         if (self.short_factor or self.long_factor) and self.scaling != "longrope":
             raise ValueError("short_factor and long_factor are longrope's; set scaling: longrope or drop them")
 
@@ -182,15 +190,34 @@ class Rope(PositionScheme):
             raise zoo.SpecError(f"longrope needs one factor per rotated pair ({self.rot_dim // 2}), got "
                                 f"{len(config.short_factor)}", where="positions.short_factor",
                                 fix=f"give {self.rot_dim // 2} short_factor and long_factor entries")
+        groups = len(ctx.mask_pattern or ())
+        if config.pattern_base and len(config.pattern_base) != groups:
+            raise zoo.SpecError(f"pattern_base has {len(config.pattern_base)} entries for {groups} mask_pattern "
+                                f"groups", where="positions.pattern_base",
+                                fix="give one entry (a base, or null) per mask_pattern group")
+        # group j -> the plain-RoPE config of its layers (groups keeping the main settings are absent)
+        self.group_configs = {j: RopeConfig(base=b, interleaved=config.interleaved, fraction=config.fraction)
+                              for j, b in enumerate(config.pattern_base) if b is not None}
 
     def qk_state(self, pos):
-        """cos/sin tables ``(B|1, 1, T, rot_dim/2)`` (float32), shared by every layer."""
-        ang = rope_angles(pos, self.rot_dim, config=self.config)[:, None]  # (B|1, 1, T, rot/2)
-        scale = rope_scale(self.config)
+        """cos/sin tables ``(B|1, 1, T, rot_dim/2)`` (float32), shared by every layer; with
+        ``pattern_base`` a third entry holds the tables of each group with its own base."""
+        main = self._tables(pos, self.config)
+        if not self.group_configs:
+            return main
+        return (*main, {j: self._tables(pos, c) for j, c in self.group_configs.items()})
+
+    def group_state(self, state, group: int):
+        """The tables of the layers of ``mask_pattern`` group ``group`` (the stack asks once per group)."""
+        return state[2].get(group, state[:2]) if len(state) == 3 else state
+
+    def _tables(self, pos, config):
+        ang = rope_angles(pos, self.rot_dim, config=config)[:, None]  # (B|1, 1, T, rot/2)
+        scale = rope_scale(config)
         return (ang.cos(), ang.sin()) if scale == 1.0 else (ang.cos() * scale, ang.sin() * scale)
 
     def rotate(self, q, k, state):
-        cos, sin = state
+        cos, sin = state[0], state[1]  # a group's own tables arrive through group_state
         return self._rotate_one(q, cos, sin), self._rotate_one(k, cos, sin)
 
     def _rotate_one(self, x, cos, sin):

@@ -426,6 +426,8 @@ class Stack(nn.Module):
         # static facts, so forward never inspects component types
         self.plain_causal = all(type(m).is_causal for m in self.masks)
         self.rotates = type(self.positions).acts_on_qk
+        # a scheme with tables per mask_pattern group (rope's pattern_base: Gemma 3) hands each its own
+        self.group_rot = self.rotates and hasattr(self.positions, "group_state")
         self.biases = type(self.positions).acts_on_scores
         self.fused_causal = registry.get("attention", st.attention.kind).capabilities.fused_causal
         self.num_layers = st.num_layers
@@ -479,11 +481,12 @@ class Stack(nn.Module):
         per_layer = [a]
         if len(self.pattern):  # mask_pattern: one set of attention arguments per rule group
             per_layer = []
-            for rules, plain in zip(self.pattern, self.pattern_plain):
+            for j, (rules, plain) in enumerate(zip(self.pattern, self.pattern_plain)):
                 m, causal = self.build_mask(mctx, rules, plain)
+                rot = self.positions.group_state(a.rot_state, j) if self.group_rot else a.rot_state
                 per_layer.append(AttnArgs.make(T, offset + T, x.device, mask=m, is_causal=causal,
                                                fused_causal=self.fused_causal, bias=a.bias,
-                                               rotary=a.rotary, rot_state=a.rot_state))
+                                               rotary=a.rotary, rot_state=rot))
         for i, block in enumerate(self.blocks):
             x = block(x, per_layer[i % len(per_layer)], cross, cache.layers[i] if cache is not None else None)
         if cache is not None:
