@@ -1,0 +1,149 @@
+"""Batched generation: 16 prompts of mixed lengths at once, zoo against transformers (issue 27, item 4).
+
+Not a test: a script that prints a table.  It builds a Hugging Face causal LM from a config (random
+weights, nothing downloaded), converts it with ``zoo.convert.from_transformers`` so both run *the
+same weights*, and generates greedily from 16 prompts whose lengths are spread over 8..256 tokens,
+64 new tokens each:
+
+- ``zoo``  ``model.generate(rows, 64)``: the ragged rows are left-padded inside, one static KV cache
+  of ``256 + 64`` slots per row, one forward per step for the whole batch;
+- ``hf``   ``hf.generate(ids, attention_mask=mask, max_new_tokens=64, min_new_tokens=64)`` on the
+  same left-padded batch (transformers derives each row's positions from the mask, as zoo does).
+
+Both must give the same tokens, and the same tokens as 16 single-prompt zoo runs (checked first).
+Runs alternate and the median of ``--repeats`` is kept.  Target: zoo >= 1.5x hf in total tokens/s.
+
+Rows that finish early (an end-of-sequence token) do **not** stop costing compute in zoo: the batch
+keeps its shape to the end, a finished row is fed its pad token, and its logits are computed and
+thrown away.  The second table measures what that costs: with an ``eos_id`` chosen so that rows
+stop at different steps, the time per generated (kept) token against the same batch run without
+stopping.  Compacting the batch (``cache.reorder`` on the live rows, as beam search already does)
+would remove it; see the closing note of issue 27.
+
+    python benchmarks/batched_generate.py [--family llama|gpt2] [--shape tiny|small] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+SHAPES = {  # d_model, layers, heads, kv heads, d_ff, vocab
+    "tiny": (128, 4, 4, 2, 344, 1024),
+    "small": (512, 8, 8, 4, 1376, 32000),
+}
+PROMPTS, NEW, MIN_LEN, MAX_LEN = 16, 64, 8, 256
+
+
+def hf_model(family: str, shape: str):
+    d, L, h, kv, ff, V = SHAPES[shape]
+    torch.manual_seed(0)
+    if family == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(hidden_size=d, num_hidden_layers=L, num_attention_heads=h, num_key_value_heads=kv,
+                          intermediate_size=ff, vocab_size=V, max_position_embeddings=MAX_LEN + NEW,
+                          bos_token_id=None, eos_token_id=None, pad_token_id=0, tie_word_embeddings=False)
+        return LlamaForCausalLM(cfg).eval()
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=d, n_layer=L, n_head=h, vocab_size=V, n_positions=MAX_LEN + NEW,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                     eos_token_id=None, pad_token_id=0)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def mixed_prompts(vocab: int, n: int = PROMPTS, lo: int = MIN_LEN, hi: int = MAX_LEN, seed: int = 0):
+    """``n`` prompts with lengths spread evenly over ``lo..hi`` (shuffled), ids in ``1..vocab-1``."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.linspace(lo, hi, n).round().long()[torch.randperm(n, generator=g)].tolist()
+    return [torch.randint(1, vocab, (t,), generator=g).tolist() for t in lengths]
+
+
+def left_padded(rows, pad: int = 0):
+    from zoo.generate import left_pad
+
+    ids, mask = left_pad(rows, pad)
+    return ids, mask.long()
+
+
+def hf_generate(hf, ids, mask, new, eos=None):
+    return hf.generate(ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=None if eos else new,
+                       do_sample=False, pad_token_id=0, eos_token_id=eos)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", choices=["llama", "gpt2"], default="llama")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    import zoo.convert
+
+    hf = hf_model(args.family, args.shape)
+    z = zoo.convert.from_transformers(hf).eval()
+    rows = mixed_prompts(hf.config.vocab_size)
+    ids, mask = left_padded(rows)
+    T = ids.size(1)
+    with torch.inference_mode():
+        zb = z.generate(rows, NEW)
+        hb = hf_generate(hf, ids, mask, NEW)
+        singles = [z.generate(r, NEW)[0, len(r):] for r in rows]
+    same_hf = torch.equal(zb[:, T:], hb[:, T:])
+    same_single = all(torch.equal(zb[i, T:], s) for i, s in enumerate(singles))
+    print(f"{args.family}-{args.shape}: {PROMPTS} prompts of {min(map(len, rows))}..{max(map(len, rows))} "
+          f"tokens, {NEW} new each; same tokens as transformers: {same_hf}; as {PROMPTS} single runs: "
+          f"{same_single}")
+    times = {"zoo": [], "hf": []}
+    for _ in range(args.repeats):  # alternate, so that a change of load hits both alike
+        for name in ("zoo", "hf"):
+            t = time.perf_counter()
+            with torch.inference_mode():
+                z.generate(rows, NEW) if name == "zoo" else hf_generate(hf, ids, mask, NEW)
+            times[name].append(time.perf_counter() - t)
+    tokens = PROMPTS * NEW
+    med = {k: statistics.median(v) for k, v in times.items()}
+    for k in ("zoo", "hf"):
+        print(f"  {k:4s} {med[k]:7.3f} s   {tokens / med[k]:8.1f} new tokens/s   "
+              f"(runs: {', '.join(f'{x:.3f}' for x in times[k])})")
+    ratio = med["hf"] / med["zoo"]
+    print(f"  zoo / transformers tokens/s = {ratio:.2f}x   (target >= 1.5x)")
+
+    # what finished rows cost: stop rows at an eos id that appears at different steps
+    ref = zb[:, T:]
+    eos = int(ref[0, NEW // 4])  # a token row 0 emits a quarter of the way in; others stop elsewhere
+    with torch.inference_mode():
+        stopped = z.generate(rows, NEW, stop_tokens=eos)
+    kept = int(sum(int((r == eos).nonzero()[0, 0]) + 1 if bool((r == eos).any()) else NEW
+                   for r in stopped[:, T:]))
+    steps_run = stopped.size(1) - T
+    te = []
+    tf = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        with torch.inference_mode():
+            z.generate(rows, NEW, stop_tokens=eos)
+        te.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        with torch.inference_mode():
+            z.generate(rows, steps_run)
+        tf.append(time.perf_counter() - t)
+    e, f = statistics.median(te), statistics.median(tf)
+    print(f"  with eos {eos}: {kept} of {PROMPTS * steps_run} row-steps kept over {steps_run} steps; "
+          f"time {e:.3f} s vs {f:.3f} s for the same steps without stopping ({e / f:.2f}x): a finished "
+          f"row costs as much as a live one, {1 - kept / (PROMPTS * steps_run):.0%} of this batch's "
+          "row-steps were thrown away")
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, torch threads "
+          f"{torch.get_num_threads()}")
+    return {"ratio": ratio, "same_hf": same_hf, "same_single": same_single,
+            "wasted": 1 - kept / (PROMPTS * steps_run)}
+
+
+if __name__ == "__main__":
+    main()
