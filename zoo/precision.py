@@ -238,7 +238,7 @@ def quantize_int4(model: nn.Module, group_size: int = 128, *, allow_slow: bool =
     where = "quantize_int4"
     if isinstance(group_size, bool) or group_size not in INT4_GROUP_SIZES:
         raise ZooError(f"group_size must be one of {sorted(INT4_GROUP_SIZES)}, got {group_size!r}",
-                       where=f"{where}.group_size", options=sorted(INT4_GROUP_SIZES),
+                       where=f"{where}.group_size", options=[str(g) for g in INT4_GROUP_SIZES],
                        fix="pass group_size=128 (4.25 bits a weight) or 32 (5 bits, closer to "
                            "float32)")
     p = next(model.parameters(), None)
