@@ -374,3 +374,14 @@ def test_dequantised_values_match_an_independent_dequantiser(tmp_path, qtype):
         ref = dq.dequantize(raw, int(t.tensor_type), torch.float32).reshape(ours.shape)
         assert torch.isfinite(ours).all() and ours.std() > 0
         torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+
+
+def test_a_file_over_the_memory_budget_is_refused_before_dequantising(tmp_path, monkeypatch):
+    import zoo.convert.gguf as G
+
+    path = write_gguf(tmp_path / "m.gguf", "llama", hf_model("llama"), Q.Q8_0)
+    calls = []
+    monkeypatch.setattr(G, "dequantize", lambda *a, **k: calls.append(a) or torch.zeros(1))
+    with pytest.raises(ConvertError, match="needs about .* GiB .* more than the budget") as e:
+        from_gguf(path, budget=1_000_000)  # the model is ~1.3M parameters: 10.8 MB in float32, twice
+    assert "bfloat16" in e.value.fix and calls == []

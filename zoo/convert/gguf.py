@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from ..budget import resolve_budget
 from ..build import resolve_dtype
 from ..tokenizers import tokenizer as make_tokenizer
 from ..trust import open_read, short, user_path
@@ -461,11 +462,15 @@ def special_names(g: GGUFFile) -> dict[str, str]:
 
 # ---------------------------------------------------------------------- the front door
 def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "sdpa",
-              tokenizer: bool = True) -> torch.nn.Module:
+              tokenizer: bool = True, budget: Any = None) -> torch.nn.Module:
     """A zoo model from a GGUF file (see the module docstring): dequantised to ``dtype`` (default
     float32), the tokenizer as ``model.tokenizer`` and a chat template, when the file has one, as
     ``model.chat_template``.  ``model.convert_info`` lists the storage types met
-    (``quant_types``: name -> tensor count).  Offline; transformers is not needed."""
+    (``quant_types``: name -> tensor count).  Offline; transformers is not needed.
+
+    ``budget`` (bytes; default: the memory available, see :mod:`zoo.budget`): converting holds
+    the dequantised tensors and the model at once, about twice the model's size in ``dtype``; a
+    file that needs more is refused before anything is dequantised."""
     dt = resolve_dtype(dtype) or torch.float32
     g = GGUFFile(path)
     config, arch, permuted = hf_config(g)
@@ -485,7 +490,15 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
     meta = {hf: torch.empty(shape, device="meta") for hf, (_, shape, _) in plan.items()}
     spec, st, _ = _convert(meta)
     check_shapes(spec, st)
-    state = {hf: _apply(dequantize(g, name, torch.float32), fn) for hf, (name, _, fn) in plan.items()}
+    limit, why = resolve_budget(budget)
+    need = 2 * sum(t.numel() for t in meta.values()) * torch.empty((), dtype=dt).element_size()
+    if need > limit:
+        raise ConvertError(f"dequantising this file needs about {need / 2**30:.1f} GiB (the tensors in "
+                           f"{str(dt).replace('torch.', '')} and the model), more than the budget of "
+                           f"{limit / 2**30:.1f} GiB ({why})", where=f"gguf:{Path(g.path).name}",
+                           fix="pass dtype='bfloat16' (zoo convert --dtype bfloat16), a larger budget=, "
+                               "or convert on a machine with more memory")
+    state = {hf: _apply(dequantize(g, name, dt), fn) for hf, (name, _, fn) in plan.items()}
     spec, st, dropped = _convert(state)
     model = assemble(spec, st, dt)
     from gguf import GGMLQuantizationType
