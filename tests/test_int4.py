@@ -146,5 +146,10 @@ def test_zoo_bench_int4(tmp_path):
                                    "--repeats", "1", "--warmup", "0", "--json"])
     assert res.exit_code == 0, res.output
     assert '"precision": "int4"' in res.output
+    res = CliRunner().invoke(cli, ["bench", "gpt_tiny", "--task", "generate", "--int4",
+                                   "--vs-float32", "--new-tokens", "3", "--prompt-len", "4",
+                                   "--repeats", "1", "--warmup", "0"])
+    assert res.exit_code == 0, res.output
+    assert "int4 decoding:" in res.output and "vs float32" in res.output
     res = CliRunner().invoke(cli, ["bench", "gpt_tiny", "--int4", "--int8"])
     assert isinstance(res.exception, ZooError) and "pick one" in str(res.exception)

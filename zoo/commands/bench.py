@@ -1,4 +1,5 @@
 """``zoo bench SPEC_OR_CHECKPOINT``: time forward, greedy generation and a training step."""
+import copy
 import json
 
 import click
@@ -28,13 +29,16 @@ from zoo.commands import parse_sets
               help="int4 weights in groups (CPU; zoo.precision.quantize_int4); training is skipped.")
 @click.option("--group-size", type=click.Choice(["32", "64", "128", "256"]), default="128",
               show_default=True, help="--int4: inputs per (scale, zero) group.")
+@click.option("--vs-float32", is_flag=True,
+              help="With --int8 / --int4: also decode with the float32 weights, alternating rounds, "
+                   "and print the tokens/s ratio (paired).")
 @click.option("--threads", type=int, default=None, help="torch.set_num_threads for CPU runs.")
 @click.option("--compile", "use_compile", is_flag=True, help="Time the torch.compile'd model.")
 @click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
               help="Override a spec field (YAML value), e.g. --set num_layers=2.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats, warmup, tasks,
-            device, dtype, int8, int4, group_size, threads, use_compile, sets, as_json):
+            device, dtype, int8, int4, group_size, vs_float32, threads, use_compile, sets, as_json):
     """Time SOURCE (a spec, preset or checkpoint) on this machine.
 
     Reports the median and spread of warm, synchronised repeats; tokens/s; GFLOP/s (FLOPs counted by
@@ -48,7 +52,7 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
     Example:  zoo bench gpt_tiny --batch 4 --seq-len 256
               zoo bench runs/gpt --device cuda --dtype bfloat16 --compile
               zoo bench gpt2 --task generate --int8
-              zoo bench gpt2 --task generate --int4 --group-size 32
+              zoo bench gpt2 --task generate --int4 --group-size 32 --vs-float32
     """
     import torch
     from zoo.bench import TASKS, bench
@@ -68,6 +72,10 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
     overrides = parse_sets(sets)
     model = zoo.load_or_build(source, device=device, dtype=dtype, **overrides)
     tasks = tuple(tasks) or TASKS
+    if vs_float32 and not (int8 or int4):
+        raise zoo.ZooError("--vs-float32 compares quantized weights with float32 ones",
+                           where="zoo bench", fix="add --int8 or --int4")
+    reference = copy.deepcopy(model).float() if vs_float32 else None
     if int8:
         from zoo.precision import quantize_int8
 
@@ -81,7 +89,46 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
     report = bench(model, batch=batch, seq_len=seq_len, prompt_len=prompt_len, new_tokens=new_tokens,
                    train_batch=train_batch, warmup=warmup, repeats=repeats,
                    tasks=tasks, compile=use_compile)
+    ratio = paired_decode(reference, model, prompt_len, new_tokens, max(3, repeats // 2)) \
+        if reference is not None else None
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(json.dumps({**report.to_dict(), **({"vs_float32": ratio} if ratio else {})},
+                              indent=2))
     else:
         click.echo(report.table())
+        if ratio:
+            click.echo(f"{model.quantized} decoding: {ratio['quantized_tokens_per_s']:,.1f} tokens/s "
+                       f"vs float32 {ratio['float32_tokens_per_s']:,.1f} = {ratio['speedup']:.2f}x "
+                       f"(paired median of {ratio['rounds']} alternating rounds, batch 1, "
+                       f"{prompt_len} + {new_tokens} tokens)")
+
+
+def paired_decode(reference, quantized, prompt_len: int, new_tokens: int, rounds: int) -> dict:
+    """Greedy decoding with the float32 and the quantized weights, alternating (who goes first
+    alternates too), one warm-up each: tokens/s medians and the median per-round ratio."""
+    import statistics
+    import time
+
+    import torch
+    from zoo.bench import greedy, random_ids
+
+    spec = quantized.spec
+    prompt = random_ids(spec, 1, min(prompt_len, spec.max_len - new_tokens), "cpu",
+                        torch.Generator().manual_seed(0))
+    src = prompt if spec.arch == "encoder_decoder" else None
+    start = prompt[:, :1] if src is not None else prompt
+    calls = {"float32": lambda: greedy(reference, start, new_tokens, src),
+             "quantized": lambda: greedy(quantized, start, new_tokens, src)}
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    with torch.inference_mode():
+        for fn in calls.values():
+            fn()
+        for r in range(rounds):
+            for k in (list(calls) if r % 2 == 0 else list(calls)[::-1]):
+                t0 = time.perf_counter()
+                calls[k]()
+                times[k].append(time.perf_counter() - t0)
+    return {"float32_tokens_per_s": new_tokens / statistics.median(times["float32"]),
+            "quantized_tokens_per_s": new_tokens / statistics.median(times["quantized"]),
+            "speedup": statistics.median(f / q for f, q in zip(times["float32"], times["quantized"])),
+            "rounds": rounds}
