@@ -457,3 +457,19 @@ def test_output_made_before_a_switch_follows_the_language(page):
     page.locator("#lang-switch label", has_text="English").click()
     expect(table).to_contain_text("parameters")
     expect(table).not_to_contain_text("参数量")
+
+
+def test_an_error_on_the_page_follows_the_language(page):
+    """issue 23: a tab's error box made in English reads in Chinese after the switch (the box keeps
+    the error's parts and words them again), and back."""
+    page.locator("button[role=tab]", has_text="Run").click()
+    choose(page, "run-checkpoint", "../../etc/passwd")
+    page.locator("#run-go").click()
+    box = page.locator("#run-error")
+    expect(box).to_contain_text("not a checkpoint name")
+    page.locator("#lang-switch label", has_text="中文").click()
+    expect(box).to_contain_text("'../../etc/passwd' 不是检查点名称")
+    expect(box).to_contain_text("修改建议: 请从列表中选择名称")
+    page.screenshot(path=str(SHOTS / "switch_after_error.png"), full_page=True)
+    page.locator("#lang-switch label", has_text="English").click()
+    expect(box).to_contain_text("Fix: pick a name from the list")

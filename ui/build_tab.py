@@ -24,8 +24,8 @@ from zoo.errors import SpecError, ZooError
 from zoo.spec import yaml_to_dict
 from zoo.summary import parameter_table
 
-from .common import (LIMITS, check_name, check_spec_limits, check_value, error_box, handler, inline_errors,
-                     raw, runs_dir, safe_markdown, shown_path)
+from .common import (LIMITS, check_name, check_spec_limits, check_value, error_box, error_outputs, handler,
+                     inline_errors, raw, runs_dir, safe_markdown, shown_path)
 from .i18n import format_error, t
 
 
@@ -527,14 +527,14 @@ def build(tr, lang_state) -> dict:
     _wire_form(ui)
     _wire_validation(ui, lang_state, tr)
 
-    @inline_errors(2)
+    @inline_errors(2, kept=True)
     def save_ui(text, name, seed, lang):
         kept = raw(save_model)(text, name, seed, lang)
         return saved_message(lang, kept), kept
 
     ui["saved_event"] = ui["save_btn"].click(
         save_ui, inputs=[ui["code"], ui["save_name"], ui["seed"], lang_state],
-        outputs=[ui["saved"], ui["saved_kept"], ui["save_error"]], api_name="save_ui",
+        outputs=[ui["saved"], ui["saved_kept"], *error_outputs(ui["save_error"])], api_name="save_ui",
         api_visibility="private", concurrency_limit=2)
 
     def save_api(text: str, name: str, seed: int = 0, lang: str = "en") -> str:
@@ -741,7 +741,7 @@ def _save_area(tr, ui: dict) -> None:
                                 value="build.save")
     ui["saved"] = gr.Markdown(elem_id="build-saved")
     ui["saved_kept"] = gr.State(None)  # what was saved: the message is worded again on a switch
-    ui["save_error"] = error_box("build-error")
+    ui["save_error"] = error_box("build-error", tr)  # its message follows a language switch
 
 
 # ---------------------------------------------------------------------- wiring

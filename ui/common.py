@@ -132,14 +132,50 @@ def error_markdown(exc: BaseException, lang: str = "en") -> str:
     return f"**✗ {t('err.title', lang)}**  \n" + "  \n".join(lines)
 
 
-def inline_errors(n_outputs: int, lang_arg: str = "lang"):
+def error_record(exc: BaseException) -> dict:
+    """What an error box keeps of an error to word it again in another language: its parts
+    (where / what / valid options / fix as raised), or the kind of an internal error."""
+    if not isinstance(exc, ZooError):
+        return {"internal": type(exc).__name__}
+    return {"where": exc.where, "what": getattr(exc, "what", None) or str(exc),
+            "options": [str(o) for o in exc.options or ()], "fix": exc.fix}
+
+
+def error_again(lang: str, record: dict | None) -> str | None:
+    """An error box's Markdown in ``lang`` from :func:`error_record` (None when the box is empty):
+    the headings and the UI's own messages in the new language (:func:`~zoo.ui.i18n.retranslate`),
+    the engine's English translated as when it was raised."""
+    from types import SimpleNamespace
+
+    from .i18n import retranslate
+
+    if not record:
+        return None
+    if "internal" in record:
+        return f"**✗ {t('err.title', lang)}**  \n" + t("err.internal", lang, kind=record["internal"])
+    return error_markdown(SimpleNamespace(where=record["where"], what=retranslate(record["what"], lang),
+                                          options=record["options"], fix=retranslate(record["fix"], lang)),
+                          lang)
+
+
+def error_outputs(box) -> list:
+    """The outputs an ``inline_errors(n, kept=True)`` function writes after its ``n`` values: the
+    box's kept record (:func:`error_box` with a translator), then the box."""
+    return [box.zoo_kept, box]
+
+
+def inline_errors(n_outputs: int, lang_arg: str = "lang", kept: bool = False):
     """Decorate a tab's main event function whose outputs are ``n_outputs`` components followed by
     the tab's error box (a ``gr.Markdown``).  The function returns (or yields) the ``n_outputs``
     values; the decorator appends ``""`` (clearing an old error) or, on a ``ZooError``, leaves the
     outputs as they were and fills the box with where / problem / fix.  The message stays on the
     page until the next action: no toast that vanishes, no other tab's stale message, no red badge
     without a text.  Other exceptions become a short "something went wrong" (traceback in the log).
-    Wrapped functions call the plain (undecorated) handlers: ``raw(run)``."""
+    Wrapped functions call the plain (undecorated) handlers: ``raw(run)``.
+
+    ``kept``: the box of :func:`error_box` made with a translator, wired as ``outputs=[...,
+    *error_outputs(box)]``: the function also writes the error's record (:func:`error_record`, None
+    when it succeeds) before the box, and a language switch words the message again."""
     import inspect
 
     def deco(fn):
@@ -157,11 +193,11 @@ def inline_errors(n_outputs: int, lang_arg: str = "lang"):
             else:
                 log.exception("UI handler %s failed", fn.__name__)
                 box = f"**✗ {t('err.title', lang)}**  \n" + t("err.internal", lang, kind=type(exc).__name__)
-            return tuple([gr.skip()] * n_outputs + [box])
+            return tuple([gr.skip()] * n_outputs + ([error_record(exc)] if kept else []) + [box])
 
         def ok(values):
             values = values if isinstance(values, tuple) else (values,)
-            return tuple(values) + ("",)
+            return tuple(values) + ((None,) if kept else ()) + ("",)
 
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
@@ -188,11 +224,17 @@ def raw(fn: Callable) -> Callable:
     return getattr(fn, "__wrapped__", fn)
 
 
-def error_box(elem_id: str):
-    """The error box of a tab (empty until an action fails)."""
+def error_box(elem_id: str, tr=None):
+    """The error box of a tab (empty until an action fails).  With the translator ``tr``, the box
+    keeps the record of its error (``box.zoo_kept``, a ``gr.State``) and a language switch words the
+    message again in the new language (:func:`error_again`); wire it with :func:`error_outputs`."""
     import gradio as gr
 
-    return gr.Markdown("", elem_id=elem_id, elem_classes=["zoo-error"])
+    box = gr.Markdown("", elem_id=elem_id, elem_classes=["zoo-error"])
+    if tr is not None:
+        box.zoo_kept = gr.State(None)
+        tr.keep([box], error_again, [box.zoo_kept])
+    return box
 
 
 # ---------------------------------------------------------------------- limits

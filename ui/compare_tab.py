@@ -20,7 +20,7 @@ import zoo
 from zoo.errors import SpecError, ZooError
 
 from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, error_box,
-                     handler, inline_errors, load_checkpoint, raw)
+                     error_outputs, handler, inline_errors, load_checkpoint, raw)
 from .i18n import t
 
 PRESET, CKPT = "preset: ", "checkpoint: "
@@ -227,7 +227,7 @@ def build(tr, lang_state) -> dict:
         prompt = tr.add(gr.Textbox("", label=tr("compare.prompt"), elem_id="cmp-prompt", scale=3,
                                    max_length=LIMITS["text_chars"]), label="compare.prompt")
         go = tr.add(gr.Button(tr("compare.go"), variant="primary", elem_id="cmp-go"), value="compare.go")
-    error = error_box("cmp-error")
+    error = error_box("cmp-error", tr)  # its message follows a language switch
     table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), tr("compare.a"), tr("compare.b")],
                                 label=tr("compare.table"), interactive=False, wrap=True, elem_id="cmp-table",
                                 column_widths=["22%", "39%", "39%"]),
@@ -236,13 +236,13 @@ def build(tr, lang_state) -> dict:
     kept = gr.State(None)  # the last comparison as data: drawn again on a language switch
     tr.keep([table, spec_diff], redraw, [kept])
 
-    @inline_errors(3)
+    @inline_errors(3, kept=True)
     def compare_ui(a, oa, b, ob, n, text, lang):
         data = measure(a, oa, b, ob, n, text, lang)
         return (*redraw(lang, data), data)
 
     go.click(compare_ui, inputs=[src_a, over_a, src_b, over_b, seq, prompt, lang_state],
-             outputs=[table, spec_diff, kept, error], concurrency_limit=2, api_visibility="private")
+             outputs=[table, spec_diff, kept, *error_outputs(error)], concurrency_limit=2, api_visibility="private")
 
     def compare_api(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int = 32,
                     prompt: str = "", lang: str = "en") -> tuple[list, str]:

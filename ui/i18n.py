@@ -611,6 +611,44 @@ def translate_error_text(text: str | None, lang: Any = DEFAULT) -> str | None:
     return text
 
 
+_FIELD = re.compile(r"\{(\w+)(?:[:!][^}]*)?\}")
+_PATTERNS: list = []
+
+
+def _template_patterns() -> list:
+    """(literal length, regex of one language's text of a key, key) for every key of
+    :data:`STRINGS`, the most literal first: its fields become groups, so a text made by :func:`t`
+    in one language can be made again in the other."""
+    if not _PATTERNS:
+        for key, pair in STRINGS.items():
+            for text in pair:
+                parts, regex, seen = _FIELD.split(text), "", set()
+                for i, part in enumerate(parts):
+                    if i % 2 == 0:
+                        regex += re.escape(part)
+                    else:
+                        regex += f"(?P={part})" if part in seen else f"(?P<{part}>.+?)"
+                        seen.add(part)
+                _PATTERNS.append((len(_FIELD.sub("", text)), re.compile(regex + "$", re.S), key))
+        _PATTERNS.sort(key=lambda p: -p[0])  # the most literal text first: "{h} key/value heads"
+    return _PATTERNS                         # before "{h} heads"
+
+
+def retranslate(text: str | None, lang: Any = DEFAULT) -> str | None:
+    """A text the UI made with :func:`t` in either language, made again in ``lang`` with the same
+    values (``'x' is not a checkpoint name`` <-> ``'x' 不是检查点名称``); any other text unchanged
+    (the engine's English is translated by :func:`translate_error_text`).  For a message kept on the
+    page across a language switch."""
+    if not text:
+        return text
+    for _, pattern, key in _template_patterns():
+        m = pattern.match(text)
+        if m:
+            target = STRINGS[key][1 if lang_code(lang) == "zh" else 0]
+            return _FIELD.sub(lambda f: m.group(f.group(1)), target)
+    return text
+
+
 def format_error(exc: BaseException, lang: Any = DEFAULT) -> str:
     """A ``ZooError`` as plain text with localised headings (where / problem / options / fix); the
     common problems and fixes are translated too (:func:`translate_error_text`).  A server path in

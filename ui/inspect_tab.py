@@ -24,7 +24,7 @@ import torch
 import zoo
 from zoo.errors import ZooError
 
-from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, error_box, handler,
+from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
                      inline_errors, load_checkpoint, raw, safe_markdown)
 from .i18n import t
 
@@ -448,7 +448,7 @@ def _attention_layout(tr) -> dict:
                             label="inspect.head")
         ui["go_inspect"] = tr.add(gr.Button(tr("inspect.go"), variant="primary", elem_id="inspect-go"),
                                   value="inspect.go")
-    ui["error"] = error_box("inspect-error")
+    ui["error"] = error_box("inspect-error", tr)  # its message follows a language switch
     ui["next"] = gr.Markdown(elem_id="inspect-next")
     ui["kept"] = gr.State(None)  # the last run's heatmap data and next-token line (see redraw)
     tr.add(gr.Markdown(f"**{tr('inspect.heatmap')}**"), value="**{inspect.heatmap}**")
@@ -504,7 +504,7 @@ def _round_index(payload) -> float:  # Gradio's rounding, without its bounds che
     return gr.Number.round_to_precision(payload, 0)
 
 
-@inline_errors(3)  # a bad name typed into the box: the tab's error box
+@inline_errors(3, kept=True)  # a bad name typed into the box: the tab's error box
 def on_checkpoint(name, stack_now, lang):
     """A checkpoint chosen: its stacks, and the layer / head sliders sized for the shown stack."""
     import gradio as gr
@@ -519,7 +519,7 @@ def on_checkpoint(name, stack_now, lang):
             gr.update(maximum=max(n_heads - 1, 1), value=0, interactive=n_heads > 1))
 
 
-@inline_errors(6)
+@inline_errors(6, kept=True)
 def on_inspect(name, txt, s, l, h, lang):
     """One traced run: heatmap data, grid, mask and position figures, the next-token line, and what
     a language switch needs to word the heatmap and the line again (:func:`redraw`).  (The figures
@@ -551,11 +551,13 @@ def _wire_attention(ui: dict, lang_state) -> None:
     import gradio as gr
 
     selectors = dict(inputs=[ui["checkpoint"], ui["stack"], lang_state],
-                     outputs=[ui["stack"], ui["layer"], ui["head"], ui["error"]], api_visibility="private")
+                     outputs=[ui["stack"], ui["layer"], ui["head"], *error_outputs(ui["error"])],
+                     api_visibility="private")
     ui["checkpoint"].change(on_checkpoint, **selectors)
     ui["refresh"].click(on_refresh, inputs=[ui["checkpoint"]], outputs=[ui["checkpoint"]], api_visibility="private")
     run = dict(inputs=[ui[k] for k in ("checkpoint", "text", "stack", "layer", "head")] + [lang_state],
-               outputs=[ui[k] for k in ("grid", "maskfig", "posfig", "heat", "next", "kept", "error")],
+               outputs=[ui[k] for k in ("grid", "maskfig", "posfig", "heat", "next", "kept")]
+               + error_outputs(ui["error"]),
                concurrency_limit=2, concurrency_id="inspect", api_visibility="private")
     ui["go_inspect"].click(on_inspect, **run)
     for w in (ui["layer"], ui["head"]):

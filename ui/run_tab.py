@@ -25,7 +25,7 @@ from zoo.commands.run import DEFAULT_NEW_TOKENS, new_token_room, prompt_tokens
 from zoo.convert import certificate_text
 
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
-                     default_checkpoint, error_box, handler, inline_errors, load_checkpoint, raw,
+                     default_checkpoint, error_box, error_outputs, handler, inline_errors, load_checkpoint, raw,
                      safe_markdown, shown_paths)
 from .i18n import STRINGS, t
 
@@ -229,7 +229,7 @@ def _layout(tr) -> dict:
             ui["examples"] = _examples(tr, ui, names)
             ui.update(_generation_controls(tr, first))
             ui["go"] = tr.add(gr.Button(tr("run.go"), variant="primary", elem_id="run-go"), value="run.go")
-            ui["error"] = error_box("run-error")
+            ui["error"] = error_box("run-error", tr)  # its message follows a language switch
             ui["output"] = tr.add(gr.Textbox(label=tr("run.output"), lines=6, interactive=False,
                                              elem_id="run-output"), label="run.output")
             ui["speed"] = gr.Markdown("", elem_id="run-speed")  # tokens/s against the roofline
@@ -326,7 +326,7 @@ def _generation_controls(tr, first: str | None) -> dict:
 
 
 # ---------------------------------------------------------------------- handlers of the page
-@inline_errors(4)
+@inline_errors(4, kept=True)
 def run_ui(name, text, lang, *values):
     """The Run button: streams (output, fill-mask table, notes and speed line, kept data) into the
     page.  ``values``: the generation controls, in :func:`ui_options` order.  The kept data (the
@@ -388,7 +388,7 @@ def note_lines(notes: list[str], lang: str = "en") -> str:
     return "".join(f"⚠ {t('run.note', lang)}: {safe_markdown(n)}  \n" for n in notes)
 
 
-@inline_errors(2)
+@inline_errors(2, kept=True)
 def on_checkpoint(name, lang):
     """A checkpoint chosen: its card, and "max new tokens" sized for it."""
     import gradio as gr
@@ -425,7 +425,7 @@ def _wire(ui: dict, lang_state, tr) -> None:
     while another one streams stops the old one (which would overwrite the new output)."""
     ckpt, card, error, examples = ui["checkpoint"], ui["card"], ui["error"], ui["examples"]
     inputs = [ckpt, ui["prompt"], lang_state] + [ui[name] for name, _ in ui_options()]
-    outputs = [ui["output"], ui["fills"], ui["speed"], ui["kept"], error]
+    outputs = [ui["output"], ui["fills"], ui["speed"], ui["kept"], *error_outputs(error)]
     generate = dict(concurrency_limit=4, concurrency_id="generate", api_visibility="private")
     runs = []  # the example's run
     shown = [ui["fills"]] + [ui[name] for name, _ in ui_options()]
@@ -433,14 +433,14 @@ def _wire(ui: dict, lang_state, tr) -> None:
         picked = examples.click(pick_example, inputs=[examples], outputs=[ckpt, ui["prompt"]],
                                 api_visibility="private")
         example_run = picked.then(
-            on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], error],
+            on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], *error_outputs(error)],
             api_visibility="private").then(
             fits_checkpoint, inputs=[ckpt], outputs=shown, api_visibility="private").then(
             None, js=SHOW_OUTPUT_JS).then(run_ui, inputs=inputs, outputs=outputs, **generate)
         example_run.then(None, js=SHOW_OUTPUT_JS)  # once more: the card and table may have moved it
         runs.append(example_run)  # (a js-only event is not queued, so it cannot be cancelled)
     ui["refresh"].click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
-    ckpt.change(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], error],
+    ckpt.change(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], *error_outputs(error)],
                 api_visibility="private")
     # a language switch: the card's own lines, and the last run's table and lines, in the new language
     tr.keep([card], card_again, [ckpt])

@@ -1,0 +1,106 @@
+"""A language switch draws what is already on the page again in the new language (issue 23), through
+one mechanism: a tab registers its outputs with the data its handler kept (``Translator.keep``), and
+the switch (``Translator.switch``) merges each redraw with the component's label update.  Handler
+level here; tests/test_ui_browser.py sees it in Chromium."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+gr = pytest.importorskip("gradio")
+
+from zoo.ui import common, i18n, run_tab  # noqa: E402
+from zoo.ui.i18n import STRINGS, Translator, retranslate, t  # noqa: E402
+
+from ui_support import make_checkpoints  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    import os
+
+    ckpts = tmp_path_factory.mktemp("ckpts")
+    make_checkpoints(ckpts)
+    old = {k: os.environ.get(k) for k in ("ZOO_CHECKPOINTS", "ZOO_RUNS")}
+    os.environ["ZOO_CHECKPOINTS"], os.environ["ZOO_RUNS"] = str(ckpts), str(tmp_path_factory.mktemp("runs"))
+    from zoo.ui.app import build_app
+
+    try:
+        yield build_app()
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def test_one_update_per_component_labels_and_redraws_merged():
+    tr = Translator("en")
+    with gr.Blocks():
+        box = tr.add(gr.Dataframe(headers=["a"], label=tr("run.output")), label="run.output",
+                     headers=("run.fill_header",))
+        line = gr.Markdown("")
+        kept = gr.State(None)
+        tr.keep([box, line], lambda lang, k: None if k is None else (f"table {lang}", t("run.note", lang)), [kept])
+    assert tr.switch_outputs == [box, line] and tr.switch_inputs == [kept]
+    labels_only = tr.switch("zh", [None])  # nothing kept yet: the label (and headers) only
+    assert labels_only[0]["label"] == t("run.output", "zh") and labels_only[0]["headers"] == ["位置"]
+    assert "value" not in labels_only[0] and "value" not in labels_only[1]
+    both = tr.switch("zh", [{"any": 1}])
+    assert both[0]["label"] == t("run.output", "zh") and both[0]["value"] == "table zh"
+    assert "headers" not in both[0]  # a drawn table carries its own headers
+    assert both[1]["value"] == t("run.note", "zh")
+
+
+def test_the_apps_switch_writes_each_component_once_and_reads_every_kept_state(app):
+    tr = app.zoo_translator
+    ids = [id(c) for c in tr.switch_outputs]
+    assert len(ids) == len(set(ids))
+    kept = {id(c) for c in tr.switch_inputs}
+    for elem in ("run-speed", "run-fill", "cmp-diff", "verify-summary", "inspect-next", "build-saved",
+                 "run-error", "inspect-error", "cmp-error", "build-error", "exp-status"):
+        assert any(getattr(c, "elem_id", None) == elem for c in tr.switch_outputs), elem
+    assert len(kept) == len(tr.switch_inputs)
+
+
+def test_a_run_made_in_english_is_drawn_in_chinese(app):
+    tr = app.zoo_translator
+    *_, last = run_tab.run_ui("ui_gpt", "abc", "en", *[w.value for w in _run_controls(app)])
+    out, _, speed, kept, _, error = last
+    assert "tokens/s" in speed and error == ""
+    state = next(inputs[0] for outputs, _, inputs in tr.kept
+                 if _by_elem(tr.switch_outputs, "run-speed") in outputs)
+    values = [kept if c is state else None for c in tr.switch_inputs]
+    updates = dict(zip(map(id, tr.switch_outputs), tr.switch("zh", values)))
+    drawn = updates[id(_by_elem(tr.switch_outputs, "run-speed"))]["value"]
+    assert "tokens/s" not in drawn and re.search(r"每秒 [\d.]+ 个 token", drawn), drawn
+
+
+def test_an_error_box_is_worded_again_in_the_new_language():
+    *_, last = run_tab.run_ui("../../etc/passwd", "abc", "en")
+    record, box = last[-2:]
+    assert "not a checkpoint name" in box and record["where"] == "checkpoint"
+    zh = common.error_again("zh", record)
+    assert "不是检查点名称" in zh and "位置: checkpoint" in zh and "请从列表中选择名称" in zh
+    assert common.error_again("en", record) == box  # and back, the same text as raised
+    assert common.error_again("zh", None) is None
+
+
+@pytest.mark.parametrize("key", [k for k, (en, _) in STRINGS.items() if "{" in en])
+def test_every_message_with_values_is_made_again_in_the_other_language(key):
+    fields = re.findall(r"\{(\w+)", STRINGS[key][0])
+    values = {f: f"<{f}>" for f in fields}
+    plain = lambda text: re.sub(r"\{(\w+)[^}]*\}", r"{\1}", text)  # noqa: E731 - no number formats
+    en, zh = (plain(x).format(**values) for x in STRINGS[key])
+    assert retranslate(en, "zh") == zh and retranslate(zh, "en") == en
+
+
+def _by_elem(components, elem_id):
+    for c in components:
+        if getattr(c, "elem_id", None) == elem_id:
+            return c
+    raise KeyError(elem_id)
+
+
+def _run_controls(app):
+    return [b for b in app.blocks.values() if getattr(b, "elem_id", None) in
+            {f"run-{n.replace('_', '-')}" for n, _ in run_tab.ui_options()}]
