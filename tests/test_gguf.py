@@ -63,14 +63,14 @@ K_BLOCKS = {Q.Q2_K: (84, [(80, 2e-3), (82, 2e-3)]), Q.Q3_K: (110, [(108, 5e-4)])
 
 
 def random_blocks(shape, qtype, rng) -> np.ndarray:
-    """``(rows, cols / 256 * block bytes)`` uint8: random K-quant blocks of a ``shape`` tensor."""
+    """``(*rows, cols / 256 * block bytes)`` uint8: random K-quant blocks of a ``shape`` tensor."""
     size, factors = K_BLOCKS[qtype]
-    rows, cols = shape
-    blocks = rng.integers(0, 256, (rows * cols // 256, size), dtype=np.uint8)
+    *rows, cols = shape
+    blocks = rng.integers(0, 256, (int(np.prod(rows)) * cols // 256, size), dtype=np.uint8)
     for at, scale in factors:
         f = (rng.uniform(0.2, 1.0, blocks.shape[0]) * scale).astype(np.float16)
         blocks[:, at:at + 2] = f.view(np.uint8).reshape(-1, 2)
-    return blocks.reshape(rows, cols // 256 * size)
+    return blocks.reshape(*rows, cols // 256 * size)
 
 
 def write_gguf(path, arch: str, hf, qtype, *, tokenizer="llama", template=TEMPLATE, extra=None, skip=(),
@@ -122,15 +122,40 @@ def write_gguf(path, arch: str, hf, qtype, *, tokenizer="llama", template=TEMPLA
         w.add_pad_token_id(len(toks) - 1)
     if template is not None:
         w.add_chat_template(template)
+    if arch in ("qwen2moe", "qwen3moe"):
+        w.add_expert_count(c.num_experts)
+        w.add_expert_used_count(c.num_experts_per_tok)
+        w.add_expert_feed_forward_length(c.moe_intermediate_size)
+        if arch == "qwen2moe":
+            w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
     for key, value in (extra or {}).items():
         w.add_key_value(key, value[0], value[1])
     names = gguf.get_tensor_name_map(getattr(gguf.MODEL_ARCH, arch.upper()), hf.config.num_hidden_layers)
     rng = np.random.default_rng(0)
-    for k, v in hf.state_dict().items():
+    state = {}
+    for k, v in hf.state_dict().items():  # llama.cpp splits the fused experts, keeps the shared gate 1-D
+        if k.endswith("experts.gate_up_proj"):
+            F = v.shape[1] // 2
+            state[k.replace("experts.gate_up_proj", "GATE_EXPS.weight")] = v[:, :F]
+            state[k.replace("experts.gate_up_proj", "UP_EXPS.weight")] = v[:, F:]
+        elif k.endswith("experts.down_proj"):
+            state[k.replace("experts.down_proj", "DOWN_EXPS.weight")] = v
+        elif k.endswith("shared_expert_gate.weight"):
+            state[k] = v.reshape(-1)
+        else:
+            state[k] = v
+    for k, v in state.items():
         base, suffix = k.rsplit(".", 1)
+        if base.endswith(("GATE_EXPS", "UP_EXPS", "DOWN_EXPS")):
+            i = base.split(".")[2]
+            gname = f"blk.{i}.ffn_{base.rsplit('.', 1)[1].split('_')[0].lower()}_exps.{suffix}"
+            names_ok = True
+        else:
+            names_ok = False
         if base.endswith(("attn.bias", "attn.masked_bias")) or "rotary" in base:
             continue
-        gname = names.get_name(base) + "." + suffix
+        if not names_ok:
+            gname = names.get_name(base) + "." + suffix
         if gname in skip:
             continue
         a = v.detach().float().numpy()
@@ -140,12 +165,12 @@ def write_gguf(path, arch: str, hf, qtype, *, tokenizer="llama", template=TEMPLA
         if arch == "gpt2" and gname.endswith(("attn_qkv.weight", "attn_output.weight", "ffn_up.weight",
                                               "ffn_down.weight")):
             a = a.T.copy()  # Conv1D (in, out) -> llama.cpp's (out, in)
-        if a.ndim == 2 and qtype == Q.F16:
+        if a.ndim >= 2 and qtype == Q.F16:
             w.add_tensor(gname, a.astype(np.float16))
-        elif a.ndim == 2 and qtype in K_BLOCKS:
+        elif a.ndim >= 2 and qtype in K_BLOCKS:
             qa = random_blocks(a.shape, qtype, rng)
             w.add_tensor(gname, qa, raw_shape=qa.shape, raw_dtype=qtype)
-        elif a.ndim == 2 and qtype != Q.F32:
+        elif a.ndim >= 2 and qtype != Q.F32:
             qa = gguf.quants.quantize(a, qtype)
             w.add_tensor(gname, qa, raw_shape=qa.shape, raw_dtype=qtype)
         else:
@@ -175,6 +200,14 @@ def hf_model(arch: str, seed: int = 0):
     elif arch == "phi3":
         m = T.Phi3ForCausalLM(T.Phi3Config(num_attention_heads=4, num_key_value_heads=4, pad_token_id=0,
                                            tie_word_embeddings=False, **common))
+    elif arch == "qwen2moe":  # transformers' loader keeps moe widths 1408 / 5632 (its config's defaults)
+        m = T.Qwen2MoeForCausalLM(T.Qwen2MoeConfig(num_attention_heads=4, num_key_value_heads=2, num_experts=4,
+                                                   num_experts_per_tok=2, tie_word_embeddings=False,
+                                                   **dict(common, num_hidden_layers=1)))
+    elif arch == "qwen3moe":  # ... and 768; head_dim from attention.key_length
+        m = T.Qwen3MoeForCausalLM(T.Qwen3MoeConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                                   num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                                                   tie_word_embeddings=False, **common))
     elif arch == "gpt2":  # transformers' loader keeps n_positions=1024 and n_inner = 4 * n_embd
         m = T.GPT2LMHeadModel(T.GPT2Config(n_embd=256, n_layer=2, n_head=4, n_positions=1024,
                                            vocab_size=len(bpe_vocab()[0])))
@@ -185,7 +218,8 @@ def hf_model(arch: str, seed: int = 0):
     return m.eval()
 
 
-TOKENIZER = {"llama": "llama", "qwen2": "gpt2", "qwen3": "llama", "phi3": "llama", "gpt2": "gpt2"}
+TOKENIZER = {"llama": "llama", "qwen2": "gpt2", "qwen3": "llama", "phi3": "llama", "gpt2": "gpt2",
+             "qwen2moe": "llama", "qwen3moe": "llama"}
 
 
 def both(tmp_path, arch, qtype, **kw):
@@ -208,8 +242,9 @@ def max_diff(ref, model, vocab: int) -> float:
 
 
 QUANTS = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
-CASES = [("llama", q) for q in QUANTS] + [(a, q) for a in ("qwen2", "qwen3", "phi3", "gpt2")
-                                          for q in (Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q6_K)]
+CASES = [("llama", q) for q in QUANTS] + [(a, q) for a in ("qwen2", "qwen3", "phi3", "gpt2", "qwen3moe")
+                                          for q in (Q.F16, Q.Q8_0, Q.Q4_0, Q.Q4_K, Q.Q6_K)] + \
+    [("qwen2moe", q) for q in (Q.F16, Q.Q8_0, Q.Q4_0)]  # expert width 1408: no 256-blocks (K-quants)
 
 
 @pytest.mark.parametrize("arch, qtype", CASES, ids=[f"{a}-{q.name}" for a, q in CASES])

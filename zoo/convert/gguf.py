@@ -30,7 +30,8 @@ fallback; merges given or recovered from the scores) or ``gpt2`` (byte-level BPE
 ``tokenizers`` JSON, the ``hf`` tokenizer, stored inside the checkpoint by ``zoo.save``.  A chat
 template in the metadata is kept (``model.chat_template``; see zoo/chat.py).
 
-Supported: the architectures transformers' own GGUF loader reads *and* zoo converts — see
+Supported: the architectures transformers' own GGUF loader reads *and* zoo converts (llama, qwen2,
+qwen3, phi3, gpt2 and the mixtures of experts qwen2moe, qwen3moe) — see
 :data:`ARCHS` and docs/GGUF_AND_CHAT.md — in the quantisation types of :data:`QUANT_TYPES`.
 """
 from __future__ import annotations
@@ -95,6 +96,21 @@ LLAMA_TENSORS = {
     "blk.{i}.ffn_down": "model.layers.{i}.mlp.down_proj",
 }
 PHI3_TENSORS = {**LLAMA_TENSORS, "blk.{i}.ffn_up": "model.layers.{i}.mlp.gate_up_proj"}  # fused gate|up
+#: Mixtures of experts (Qwen2-MoE, Qwen3-MoE): the router, the experts stacked ``(E, F, D)`` and
+#: Qwen2-MoE's shared expert.  A name starting with "=" is taken whole (transformers' fused expert
+#: tensors have no ``.weight``); gate and up experts are joined into ``gate_up_proj`` (E, 2F, D).
+MOE_TENSORS = {**{k: v for k, v in LLAMA_TENSORS.items() if "ffn_" not in k or "ffn_norm" in k},
+               "blk.{i}.ffn_gate_inp": "model.layers.{i}.mlp.gate",
+               "blk.{i}.ffn_gate_exps": "=model.layers.{i}.mlp.experts.gate_up_proj",
+               "blk.{i}.ffn_up_exps": "=model.layers.{i}.mlp.experts.gate_up_proj",
+               "blk.{i}.ffn_down_exps": "=model.layers.{i}.mlp.experts.down_proj",
+               "blk.{i}.ffn_gate_shexp": "model.layers.{i}.mlp.shared_expert.gate_proj",
+               "blk.{i}.ffn_up_shexp": "model.layers.{i}.mlp.shared_expert.up_proj",
+               "blk.{i}.ffn_down_shexp": "model.layers.{i}.mlp.shared_expert.down_proj",
+               "blk.{i}.ffn_gate_inp_shexp": "model.layers.{i}.mlp.shared_expert_gate"}
+MOE_KEYS = {**DECODER_KEYS, "expert_count": "num_experts", "expert_used_count": "num_experts_per_tok",
+            "expert_feed_forward_length": "moe_intermediate_size",
+            "expert_shared_feed_forward_length": "shared_expert_intermediate_size"}
 #: GPT-2; the names marked in GPT2_TRANSPOSED were stored (out, in) by llama.cpp, Conv1D is (in, out).
 GPT2_TENSORS = {
     "token_embd": "transformer.wte",
@@ -119,7 +135,14 @@ ARCHS = {
     "qwen3": ("qwen3", DECODER_KEYS, LLAMA_TENSORS, False),
     "phi3": ("phi3", DECODER_KEYS, PHI3_TENSORS, False),
     "gpt2": ("gpt2", GPT2_KEYS, GPT2_TENSORS, False),
+    "qwen2moe": ("qwen2_moe", MOE_KEYS, MOE_TENSORS, False),
+    "qwen3moe": ("qwen3_moe", MOE_KEYS, MOE_TENSORS, False),
 }
+#: Config values llama.cpp fixes per architecture rather than writing them in the file.
+ARCH_CONFIG = {"qwen2moe": {"norm_topk_prob": False, "qkv_bias": True},  # softmax top-k, not renormalised
+               "qwen3moe": {"norm_topk_prob": True}}  # llama.cpp renormalises Qwen3-MoE's top-k
+#: Keys read only when present (the rest of an architecture's keys are required).
+OPTIONAL = {"n_inner", "rope_theta", "shared_expert_intermediate_size", "intermediate_size"}
 #: Metadata keys under ``{arch}.`` zoo understands without copying them.
 KNOWN_EXTRA = {"rope.dimension_count", "attention.key_length", "attention.value_length",
                "vocab_size", "rope.scaling.type"}
@@ -223,7 +246,7 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
                                    fix=_fix("zoo builds one attention shape for every layer"))
             config[hf] = int(heads[0])
         else:
-            v = g.get(full, int, None if hf == "n_inner" else ..., lo=1)
+            v = g.get(full, int, None if hf in OPTIONAL else ..., lo=1)
             if v is not None:
                 config[hf] = v
     for key, what in REFUSED.items():
@@ -259,6 +282,11 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
                            fix=_fix("whose partial rotary factor zoo reads exactly"))
     config["head_dim"] = hd
     config["hidden_act"] = "silu"
+    config.update(ARCH_CONFIG.get(arch, {}))
+    if arch == "qwen2moe":  # the shared expert is there or not
+        config.setdefault("shared_expert_intermediate_size", 0)
+    if "moe_intermediate_size" in config:  # the dense width is unused in an all-expert stack
+        config.setdefault("intermediate_size", config["moe_intermediate_size"])
     config["attention_bias"] = "blk.0.attn_output.bias" in g.tensors
     config.setdefault("rope_theta", 10000.0)
     if arch == "llama" and "blk.0.attn_q.bias" in g.tensors and not config["attention_bias"]:
@@ -272,6 +300,9 @@ def _name_table(table: dict[str, str], layers: int) -> dict[str, str]:
     out = {}
     for gg, hf in table.items():
         for i in (range(layers) if "{i}" in gg else (None,)):
+            if hf.startswith("="):  # a fused tensor named without .weight
+                out[gg.format(i=i) + ".weight"] = hf[1:].format(i=i)
+                continue
             for suffix in (".weight", ".bias"):
                 out[gg.format(i=i) + suffix] = hf.format(i=i) + suffix
     return out
@@ -308,6 +339,19 @@ def tensor_plan(g: GGUFFile, config: dict, arch: str, permuted: bool) -> dict[st
                                fix="re-quantise the model with llama-quantize to one of the listed types, or "
                                    "convert the original float checkpoint")
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # ggml: innermost dimension first
+        if name.endswith("ffn_gate_inp_shexp.weight") and len(shape) == 1:
+            plan[names[name]] = ((name,), (1, *shape), ("row", None))  # (D,) -> transformers' (1, D)
+            continue
+        if name.endswith(("ffn_gate_exps.weight", "ffn_up_exps.weight")):
+            first = name.endswith("ffn_gate_exps.weight")  # gate rows first, then up: (E, 2F, D)
+            other = name.replace("ffn_gate_exps", "ffn_up_exps") if first else \
+                name.replace("ffn_up_exps", "ffn_gate_exps")
+            if other not in g.tensors:
+                raise ConvertError(f"'{name}' has no partner '{other}'", where=f"gguf:{name}",
+                                   fix="pass an intact GGUF file")
+            pair = (name, other) if first else (other, name)
+            plan[names[name]] = (pair, (shape[0], 2 * shape[1], *shape[2:]), ("cat1", None))
+            continue
         fn = None
         if permuted and name.endswith(("attn_q.weight", "attn_q.bias")):
             fn = ("unpermute", config["num_attention_heads"])
@@ -315,7 +359,7 @@ def tensor_plan(g: GGUFFile, config: dict, arch: str, permuted: bool) -> dict[st
             fn = ("unpermute", config["num_key_value_heads"])
         elif arch == "gpt2" and name.endswith(GPT2_TRANSPOSED):
             fn, shape = ("t", None), shape[::-1]
-        plan[names[name]] = (name, shape, fn)
+        plan[names[name]] = ((name,), shape, fn)
     return plan
 
 
@@ -336,11 +380,18 @@ def dequantize(g: GGUFFile, name: str, dtype: torch.dtype) -> torch.Tensor:
     return out.to(dtype)
 
 
-def _apply(t: torch.Tensor, fn) -> torch.Tensor:
+def _apply(ts: list[torch.Tensor], fn) -> torch.Tensor:
+    """One transformers tensor from its GGUF tensor(s): as stored, transposed (GPT-2's Conv1D),
+    un-permuted (llama's q/k), the gate and up experts joined, or a vector made a row."""
+    t = ts[0]
     if fn is None:
         return t
     if fn[0] == "t":
         return t.t()
+    if fn[0] == "cat1":
+        return torch.cat(ts, dim=1)  # (E, F, D) + (E, F, D) -> (E, 2F, D)
+    if fn[0] == "row":
+        return t.unsqueeze(0)
     return unpermute(t, fn[1])
 
 
@@ -498,7 +549,7 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
                            f"{limit / 2**30:.1f} GiB ({why})", where=f"gguf:{Path(g.path).name}",
                            fix="pass dtype='bfloat16' (zoo convert --dtype bfloat16), a larger budget=, "
                                "or convert on a machine with more memory")
-    state = {hf: _apply(dequantize(g, name, dt), fn) for hf, (name, _, fn) in plan.items()}
+    state = {hf: _apply([dequantize(g, n, dt) for n in names], fn) for hf, (names, _, fn) in plan.items()}
     spec, st, dropped = _convert(state)
     model = assemble(spec, st, dt)
     from gguf import GGMLQuantizationType
