@@ -12,10 +12,11 @@ and what came back.
 **How.**  :func:`install` puts a :class:`Checked` wrapper in front of each contract method of a
 component *instance* (an instance attribute shadowing the class's ``forward`` / ``enter`` /
 ``rotate`` ...; the class, the state-dict keys and ``type(module)`` are unchanged, and
-:func:`uninstall` removes it).  A wrapper checks a call only when its inputs have a shape (and
-dtype, device, keyword flags) it has not seen before, and passes every later call of that shape
-straight through: the cost of a checked forward is one small key per component call, the check
-itself is paid once per new shape.  Finiteness is checked on those same calls, for float32 and
+:func:`uninstall` removes it).  A wrapper checks a call only when its inputs are new to it --
+the first argument's shape, dtype and device, the other tensors' rank and size to a power of two
+(so attention under a KV cache, whose keys grow by one each step, is checked at key lengths 1, 2, 4,
+8, ...), the keyword flags -- and passes every later call straight through: a checked forward pays
+one small key per component call (about 2 us), the check itself is paid once per new shape.  Finiteness is checked on those same calls, for float32 and
 float64 outputs (in float16 / bfloat16 an overflow is a property of the dtype, not a broken
 plugin); a non-finite output is blamed on the component only when its inputs and its own weights
 were finite (NaN weights are :mod:`zoo.health`'s business).
