@@ -21,7 +21,7 @@ Experts left idle stop learning, so training adds the load-balancing loss of Swi
 (Fedus et al., 2021) as transformers computes it: ``E · Σ_e f_e · P_e`` with ``f_e`` the tokens
 sent to expert ``e`` per token and ``P_e`` its mean router probability; it is ``top_k`` for a
 uniform router and grows as routing collapses.  Each forward leaves it in ``aux_loss`` (times ``aux_loss_coef``) and the tokens per
-expert in ``expert_counts``, for the trainer and for ``zoo.trace``.
+expert in ``expert_counts`` (each token's experts in ``routing``), for the trainer and for ``zoo.trace``.
 """
 from __future__ import annotations
 
@@ -78,6 +78,7 @@ class MoE(FeedForward):
                                          for n, io in (("gate", (D, S)), ("up", (D, S)), ("down", (S, D)))})
         self.aux_loss: torch.Tensor | None = None  # of the last forward
         self.expert_counts: torch.Tensor | None = None  # (E,) tokens routed to each expert, last forward
+        self.routing: torch.Tensor | None = None  # (B, T, k) the experts of each token, last forward
 
     def forward(self, x):
         B, T, D = x.shape
@@ -100,6 +101,7 @@ class MoE(FeedForward):
             shared = s["down"](F.silu(s["gate"](xf)) * s["up"](xf))
             out = out + torch.sigmoid(self.shared_gate(xf)) * shared
         self.expert_counts = counts.detach()
+        self.routing = expert.detach().view(B, T, k)  # for zoo.trace's router statistics
         # Switch Transformer's balance: E * sum_e (tokens to e per token) * (mean probability of e)
         self.aux_loss = self.config.aux_loss_coef * E * (counts.to(probs.dtype) / (B * T) * probs.mean(0)).sum()
         return out.view(B, T, D)

@@ -190,7 +190,7 @@ class Rope(PositionScheme):
             raise zoo.SpecError(f"longrope needs one factor per rotated pair ({self.rot_dim // 2}), got "
                                 f"{len(config.short_factor)}", where="positions.short_factor",
                                 fix=f"give {self.rot_dim // 2} short_factor and long_factor entries")
-        groups = len(ctx.mask_pattern or ())
+        groups = len(getattr(ctx, "mask_pattern", None) or ())  # a bare BuildContext (plots) has none
         if config.pattern_base and len(config.pattern_base) != groups:
             raise zoo.SpecError(f"pattern_base has {len(config.pattern_base)} entries for {groups} mask_pattern "
                                 f"groups", where="positions.pattern_base",

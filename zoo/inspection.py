@@ -22,6 +22,8 @@ What is captured (``S`` is the stack, ``encoder`` or ``decoder``; ``p = S.blocks
 ``p.A.out``                        the sub-layer output after the output projection (editable)
 ``p.resid_attn`` / ``resid_cross`` the residual stream after each sub-layer (editable)
 ``p.ffn.out`` / ``p.resid_ffn``    feed-forward output and the residual stream after it (editable)
+``p.ffn.experts``                  mixture of experts: the experts each token went to ``(B, T, k)``
+``p.ffn.expert_counts``            mixture of experts: tokens per expert ``(E,)``, padding excluded
 ``NORM.in_rms`` / ``NORM.out_rms`` per-token RMS entering / leaving every norm layer ``(B, T)``
 ``S.output``                       the stack's final hidden states
 =================================  ==============================================================
@@ -91,6 +93,16 @@ class Trace:
         kind = "cross" if cross else "attn"
         return torch.stack([self.acts[n] for n in self.names(f"{stack}.blocks.*.{kind}.weights")])
 
+    def expert_counts(self, stack: str | None = None) -> torch.Tensor:
+        """Router statistics of a mixture-of-experts model: tokens sent to each expert, per layer,
+        ``(L, E)`` (each real token counts once per expert it chose: rows sum to tokens x top_k)."""
+        stack = stack or self.model.spec.roles[-1]
+        names = self.names(f"{stack}.blocks.*.ffn.expert_counts")
+        if not names:
+            raise ZooError(f"the {stack} stack has no mixture-of-experts layer", where="trace.expert_counts",
+                           fix="router statistics exist for models whose ffn is a mixture of experts (moe)")
+        return torch.stack([self.acts[n] for n in names])
+
     def summary(self, batch: int = 0, top_k: int = 5) -> dict[str, Any]:
         """Compact, JSON-ready numbers for one batch row: attention weights per layer and head, the
         residual stream's norm per position after every sub-layer, norm statistics, and the top
@@ -101,6 +113,9 @@ class Trace:
             out["attention"][name] = _round(self.acts[name][batch])
         for name in self.names("*.resid_*"):
             out["residual_norms"][name] = _round(self.acts[name][batch].norm(dim=-1))
+        counts = self.names("*.ffn.expert_counts")
+        if counts:  # router statistics of the whole batch
+            out["expert_counts"] = {name: self.acts[name].tolist() for name in counts}
         if self.logits is not None and self.logits.dim() == 3:
             probs = self.logits[batch, -1].float().softmax(-1)
             p, i = probs.topk(min(top_k, probs.numel()))
@@ -202,6 +217,7 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
     check_trace(model, ids, tgt_ids)  # what it keeps fits?
     all_edits = _all_edits(model.spec, edits, ablate, patch)
     rec = _Recording(all_edits)
+    rec.real = forward_kwargs.get("attention_mask")  # router statistics count real tokens only
     try:
         rec.install(model)
         if model.spec.arch == "encoder_decoder":
@@ -259,6 +275,7 @@ class _Recording:
         self.swaps: list[nn.Module] = []  # attention layers whose run_kernel is a recorder
         self.wrapped: list[nn.Module] = []  # placements whose exit is wrapped
         self.stack = None  # the stack whose embeddings ran last (names the token embeddings)
+        self.real: Any = None  # (B, T) 1 for real tokens (the traced attention_mask), or None
 
     def edited(self, name: str, x: torch.Tensor) -> torch.Tensor:
         if name in self.edits:
@@ -317,6 +334,9 @@ class _Recording:
                                                        self.edits)
             self.handles.append(module.register_forward_hook(
                 lambda m, a, out, n=f"{p}.{sub}.out": self.edited(n, out)))
+            if sub == "ffn" and hasattr(module, "routing"):  # a mixture of experts: its router's choices
+                self.handles.append(module.register_forward_hook(
+                    lambda m, a, out, n=f"{p}.ffn": self._router(n, m)))
             placement = getattr(block, res)
             orig = placement.exit
 
@@ -325,6 +345,16 @@ class _Recording:
 
             placement.exit = exit_
             self.wrapped.append(placement)
+
+    def _router(self, name: str, moe: nn.Module) -> None:
+        """``experts (B, T, k)`` the module routed each token to, and the tokens per expert ``(E,)``
+        over the real tokens (the traced ``attention_mask``; every position without one)."""
+        experts = moe.routing  # (B, T, k)
+        self.acts[f"{name}.experts"] = experts
+        real = self.real
+        if real is not None and torch.as_tensor(real).shape == experts.shape[:2]:
+            experts = experts[torch.as_tensor(real, device=experts.device).bool()]  # (N_real, k)
+        self.acts[f"{name}.expert_counts"] = torch.bincount(experts.reshape(-1), minlength=moe.expert_counts.numel())
 
     def remove(self) -> None:
         for h in self.handles:
