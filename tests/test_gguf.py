@@ -293,10 +293,27 @@ def test_convert_cli_then_run_and_the_template_travels(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(ids), direct(ids))
     assert loaded.tokenizer.encode("hello world") == direct.tokenizer.encode("hello world")
-    assert direct.chat_template == TEMPLATE
     from zoo.chat import template_of
 
-    assert template_of(loaded)["template"] == TEMPLATE
+    assert template_of(direct)["template"] == template_of(loaded)["template"] == TEMPLATE
+    assert template_of(loaded)["special_tokens"] == {"bos_token": "<s>", "eos_token": "<|im_end|>",
+                                                     "pad_token": "<unk>"}
+
+
+def test_the_chat_prompt_equals_transformers_gguf_tokenizer_apply_chat_template(tmp_path):
+    import zoo.chat
+
+    tpl = "{{ bos_token }}" + TEMPLATE + "{{ eos_token if not add_generation_prompt }}"
+    write_gguf(tmp_path / "m.gguf", "llama", hf_model("llama"), Q.Q8_0, template=tpl)
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="m.gguf")
+    model = from_gguf(tmp_path / "m.gguf")
+    msgs = [{"role": "user", "content": "hello world"}, {"role": "assistant", "content": "the hello"},
+            {"role": "user", "content": "héllo"}]
+    for gen in (True, False):
+        want = ref.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+        assert zoo.chat.prompt(model, msgs, add_generation_prompt=gen) == want
+        assert model.tokenizer.encode(want) == list(ref.apply_chat_template(
+            msgs, tokenize=True, add_generation_prompt=gen, return_dict=False))
 
 
 def test_dtype_is_honoured(tmp_path):

@@ -566,6 +566,6 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
         if text is not None:
             model.tokenizer = make_tokenizer("hf", json=text, **special_names(g))
     template = g.get("tokenizer.chat_template", str, None)
-    if template is not None:
-        model.chat_template = template
+    if template is not None:  # with the special-token strings a template reads (bos_token, ...)
+        model.chat_template = {"template": template, "special_tokens": special_names(g)}
     return model
