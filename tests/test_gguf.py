@@ -437,3 +437,14 @@ def test_a_file_over_the_memory_budget_is_refused_before_dequantising(tmp_path, 
     with pytest.raises(ConvertError, match="needs about .* GiB .* more than the budget") as e:
         from_gguf(path, budget=1_000_000)  # the model is ~1.3M parameters: 10.8 MB in float32, twice
     assert "bfloat16" in e.value.fix and calls == []
+
+
+def test_weights_that_decode_to_nan_are_refused_unless_allowed(tmp_path):
+    hf = hf_model("llama")
+    with torch.no_grad():
+        hf.model.norm.weight[3] = float("nan")  # an F32 tensor in every file
+    path = write_gguf(tmp_path / "m.gguf", "llama", hf, Q.Q8_0)
+    with pytest.raises(ConvertError, match="NaN or infinity") as e:
+        from_gguf(path)
+    assert e.value.where == "gguf:output_norm.weight"
+    assert from_gguf(path, allow_nonfinite=True).convert_info["nonfinite"] == ["output_norm.weight"]

@@ -33,7 +33,8 @@ def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify, allow_nonf
     if gguf:  # a GGUF file: no transformers folder to certify against
         from zoo.convert import from_gguf
 
-        model = from_gguf(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer)
+        model = from_gguf(hf_dir, attention=attention, dtype=dtype, tokenizer=not no_tokenizer,
+                          allow_nonfinite=allow_nonfinite)
     else:
         if certify is None:
             certify = importlib.util.find_spec("transformers") is not None

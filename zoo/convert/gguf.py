@@ -513,7 +513,7 @@ def special_names(g: GGUFFile) -> dict[str, str]:
 
 # ---------------------------------------------------------------------- the front door
 def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "sdpa",
-              tokenizer: bool = True, budget: Any = None) -> torch.nn.Module:
+              tokenizer: bool = True, budget: Any = None, allow_nonfinite: bool = False) -> torch.nn.Module:
     """A zoo model from a GGUF file (see the module docstring): dequantised to ``dtype`` (default
     float32), the tokenizer as ``model.tokenizer`` and a chat template, when the file has one, as
     ``model.chat_template``.  ``model.convert_info`` lists the storage types met
@@ -521,7 +521,8 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
 
     ``budget`` (bytes; default: the memory available, see :mod:`zoo.budget`): converting holds
     the dequantised tensors and the model at once, about twice the model's size in ``dtype``; a
-    file that needs more is refused before anything is dequantised."""
+    file that needs more is refused before anything is dequantised.  Tensors holding NaN or
+    infinity (a damaged scale decodes to one) are refused unless ``allow_nonfinite``."""
     dt = resolve_dtype(dtype) or torch.float32
     g = GGUFFile(path)
     config, arch, permuted = hf_config(g)
@@ -550,6 +551,12 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
                            fix="pass dtype='bfloat16' (zoo convert --dtype bfloat16), a larger budget=, "
                                "or convert on a machine with more memory")
     state = {hf: _apply([dequantize(g, n, dt) for n in names], fn) for hf, (names, _, fn) in plan.items()}
+    nonfinite = sorted(plan[hf][0][0] for hf, t in state.items() if not bool(torch.isfinite(t).all()))
+    if nonfinite and not allow_nonfinite:
+        raise ConvertError(f"{len(nonfinite)} tensor(s) decode to NaN or infinity: {short(nonfinite)}",
+                           where=f"gguf:{nonfinite[0]}",
+                           fix="download the file again, or pass allow_nonfinite=True (zoo convert "
+                               "--allow-nonfinite) to convert it as it is")
     spec, st, dropped = _convert(state)
     model = assemble(spec, st, dt)
     from gguf import GGMLQuantizationType
@@ -560,7 +567,8 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
         counts[q] = counts.get(q, 0) + 1
     model.convert_info = {"source": Path(g.path).name, "model_type": config["model_type"],
                           "architectures": [f"gguf:{arch}"], "dropped": dropped, "quant_types": counts,
-                          "gguf_name": g.get("general.name", str, None)}
+                          "gguf_name": g.get("general.name", str, None),
+                          **({"nonfinite": nonfinite} if nonfinite else {})}
     if tokenizer:
         text = tokenizer_json(g, arch)
         if text is not None:
