@@ -448,3 +448,13 @@ def test_weights_that_decode_to_nan_are_refused_unless_allowed(tmp_path):
         from_gguf(path)
     assert e.value.where == "gguf:output_norm.weight"
     assert from_gguf(path, allow_nonfinite=True).convert_info["nonfinite"] == ["output_norm.weight"]
+
+
+@pytest.mark.parametrize("arch, qtype", [("llama", Q.Q4_K), ("qwen3moe", Q.Q8_0), ("gpt2", Q.Q6_K)])
+def test_greedy_generation_equals_transformers_generate(tmp_path, arch, qtype):
+    ref, model, _ = both(tmp_path, arch, qtype)
+    ids = torch.randint(5, model.spec.vocab_size, (2, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = ref.generate(ids, max_new_tokens=10, do_sample=False, eos_token_id=None, pad_token_id=0)
+    got = model.generate(ids, 10)
+    assert torch.equal(got, want)
