@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.convert import ConvertError, convert_state, from_transformers, to_transformers
+from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
 from convert_cases import TOL, _decoder, greedy, maxdiff, run  # noqa: E402
@@ -66,6 +66,9 @@ def test_family(case, tmp_path):
     assert again.spec == z.spec
     assert (again(ids) - z(ids)).abs().max() <= 1e-6
     assert zoo.convert.certificate(zoo.read_metadata(tmp_path / "m"))["max_abs_diff"] == cert["max_abs_diff"]
+    hf.save_pretrained(tmp_path / "hf")  # the folder route: config.json + safetensors
+    folder = from_pretrained(tmp_path / "hf")
+    assert folder.spec == z.spec and (folder(ids) - z(ids)).abs().max() <= 1e-6
 
 
 @pytest.mark.parametrize("case", ["gemma3", "gemma3_scaled_global_rope_softcap_bias"])

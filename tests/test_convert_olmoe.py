@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.convert import ConvertError, convert_state, from_transformers, to_transformers
+from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
 from convert_cases import TOL, _decoder, greedy, maxdiff, run  # noqa: E402
@@ -57,6 +57,9 @@ def test_family(case, tmp_path):
     assert set(sa) == set(sz) and all(torch.equal(sa[k], sz[k]) for k in sz)
     assert (again(ids) - z(ids)).abs().max() <= 1e-6  # see test_convert_modern: buffer alignment
     assert zoo.convert.certificate(zoo.read_metadata(tmp_path / "m"))["max_abs_diff"] == cert["max_abs_diff"]
+    hf.save_pretrained(tmp_path / "hf")  # the folder route: config.json + safetensors
+    folder = from_pretrained(tmp_path / "hf")
+    assert folder.spec == z.spec and (folder(ids) - z(ids)).abs().max() <= 1e-6
 
 
 @torch.no_grad()
@@ -147,3 +150,25 @@ def test_aux_loss_is_transformers_load_balancing_loss():
     logits = torch.nn.functional.linear(x.reshape(-1, 32), hf.model.layers[0].mlp.gate.weight)
     want = load_balancing_loss_func((logits,), 8, 3)
     assert abs(float(moe.aux_loss) / 0.01 - float(want)) < 1e-6
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"])
+@torch.no_grad()
+def test_moe_checkpoint_folders_convert(family, tmp_path):
+    """``save_pretrained`` writes the hub's layout, one tensor per expert (Mixtral's
+    ``block_sparse_moe.experts.{e}.w1/w3/w2``, the others' ``mlp.experts.{e}.gate/up/down_proj``),
+    not transformers' in-memory fused ``gate_up_proj``: the folder converts to the same model."""
+    from test_convert_modern import mixtral, qwen2_moe, qwen3_moe
+
+    hf = {"mixtral": mixtral, "qwen2_moe": qwen2_moe, "qwen3_moe": qwen3_moe, "olmoe": olmoe}[family]()
+    z = from_transformers(hf, certify=False)
+    hf.save_pretrained(tmp_path)
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        assert any(".experts.0." in k for k in f.keys()) and not any("gate_up_proj" in k for k in f.keys())
+    folder = from_pretrained(tmp_path)
+    assert folder.spec == z.spec
+    sa, sz = folder.state_dict(), z.state_dict()
+    assert all(torch.equal(sa[k], sz[k]) for k in sz)
+    ref, out, mask = run("decoder", hf, folder)
+    assert maxdiff(ref, out, mask) <= TOL

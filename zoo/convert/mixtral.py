@@ -24,14 +24,40 @@ def _t(t: torch.Tensor) -> torch.Tensor:
     return t.transpose(1, 2)  # (E, a, b) -> (E, b, a)
 
 
+#: the hub's one-tensor-per-expert names (what ``save_pretrained`` writes): (gate, up, down) per
+#: layout -- Mixtral's ``block_sparse_moe.experts.{e}.w1/w3/w2``, the others' ``mlp.experts.{e}.*_proj``
+PER_EXPERT = {"block_sparse_moe.": ("w1", "w3", "w2"), "mlp.": ("gate_proj", "up_proj", "down_proj")}
+
+
+def _per_expert(src: Source, st: dict, m: str, z: str, E: int) -> str:
+    """A folder's experts, one ``(F, D)`` / ``(D, F)`` matrix each, stacked into zoo's ``(E, D, F)`` /
+    ``(E, F, D)`` (``x @ W``: each transposed).  Returns the layer's prefix on disk."""
+    h = m[: -len("mlp.")]  # the layer's prefix
+    layout = next((k for k, names in PER_EXPERT.items() if src.has(f"{h}{k}experts.0.{names[0]}.weight")), "mlp.")
+    for zn, hn in zip(("w_gate", "w_up", "w_down"), PER_EXPERT[layout]):
+        st[f"{z}ffn.{zn}"] = torch.stack([src.take(f"{h}{layout}experts.{e}.{hn}.weight").t() for e in range(E)])
+    return h + layout
+
+
 def experts(src: Source, st: dict, m: str, z: str, spec: dict, entry: dict) -> None:
-    """One layer's router, experts and (Qwen2-MoE) shared expert -> zoo's ``moe`` tensors."""
+    """One layer's router, experts and (Qwen2-MoE) shared expert -> zoo's ``moe`` tensors: from
+    transformers' fused ``experts.gate_up_proj`` (a model object), or from the per-expert tensors of
+    a checkpoint folder."""
     F = spec["d_ff"]
+    if not src.has(f"{m}experts.gate_up_proj"):  # a folder (zoo convert, from_pretrained)
+        m = _per_expert(src, st, m, z, entry["experts"])
+        st[f"{z}ffn.router.weight"] = src.take(f"{m}gate.weight")
+        _shared(src, st, m, z, entry)
+        return
     halves = lambda t: [_t(t[:, :F]), _t(t[:, F:])]  # noqa: E731 - (E, 2F, D) -> 2 x (E, D, F)
     join = lambda ps: torch.cat([_t(ps[0]), _t(ps[1])], dim=1)  # noqa: E731
     st[f"{z}ffn.w_gate"], st[f"{z}ffn.w_up"] = src.pieces(f"{m}experts.gate_up_proj", halves, join)
     st[f"{z}ffn.w_down"] = src.permute(f"{m}experts.down_proj", _t, _t)
     st[f"{z}ffn.router.weight"] = src.take(f"{m}gate.weight")
+    _shared(src, st, m, z, entry)
+
+
+def _shared(src: Source, st: dict, m: str, z: str, entry: dict) -> None:
     if entry["shared_d_ff"]:
         for n in ("gate", "up", "down"):
             st[f"{z}ffn.shared.{n}.weight"] = src.take(f"{m}shared_expert.{n}_proj.weight")
