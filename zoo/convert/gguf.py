@@ -251,7 +251,8 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
                 config[hf] = v
     for key, what in REFUSED.items():
         v = g.meta.get(f"{arch}.{key}")
-        if v not in (None, 0, 0.0, 1.0) or (key == "rope.scaling.factor" and v not in (None, 1.0)):
+        off = (None, 0, 1.0) if key == "rope.scaling.factor" else (None, 0)  # values meaning "not used"
+        if v not in off:
             raise ConvertError(f"{arch}.{key}={short(v)}: zoo does not reproduce {what} from a GGUF file",
                                where=f"gguf:{arch}.{key}", fix=_fix("whose config.json zoo reads exactly"))
     scaling = g.get(f"{arch}.rope.scaling.type", str, "none")
