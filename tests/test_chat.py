@@ -181,6 +181,13 @@ def test_folder_templates_in_their_three_forms(tmp_path):
         folder_template(tmp_path)
 
 
+def test_a_broken_template_does_not_stop_the_weights_converting(tmp_path):
+    d, _, _ = hf_folder(tmp_path)
+    (d / "chat_template.jinja").write_text("{% for %}")
+    model = zoo.convert.from_pretrained(d)
+    assert template_of(model) is None and "does not parse" in model.convert_info["chat_template_error"]
+
+
 def test_chat_without_a_template_says_what_to_do(tmp_path):
     model = zoo.build("gpt_tiny")
     model.tokenizer = zoo.tokenizer("byte")

@@ -435,10 +435,13 @@ def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: 
     if tokenizer and (tj.exists() or tj.is_symlink()):  # confined to the folder, like the shards
         text = read_bytes(tj, root=path, kind="tokenizer", where="tokenizer.json", error=ConvertError)
         model.tokenizer = make_tokenizer("hf", json=text.decode("utf-8", "replace"))
-        from ..chat import folder_template  # an instruct model's chat template comes along
+        from ..chat import ChatError, folder_template  # an instruct model's chat template comes along
 
-        if (template := folder_template(path)) is not None:
-            model.chat_template = template
+        try:
+            if (template := folder_template(path)) is not None:
+                model.chat_template = template
+        except ChatError as exc:  # the weights still convert; model.chat will say why it cannot
+            model.convert_info["chat_template_error"] = str(exc)
     return model
 
 
