@@ -199,6 +199,12 @@ class Rope(PositionScheme):
         self.group_configs = {j: RopeConfig(base=b, interleaved=config.interleaved, fraction=config.fraction)
                               for j, b in enumerate(config.pattern_base) if b is not None}
 
+    @property
+    def length_dependent(self) -> bool:
+        """Whether the tables depend on the whole call's length ``max(pos) + 1`` (dynamic, longrope),
+        so a batch row computed alone (a ragged prefill) would rotate differently than in its batch."""
+        return self.config.scaling in ("dynamic", "longrope")
+
     def qk_state(self, pos):
         """cos/sin tables ``(B|1, 1, T, rot_dim/2)`` (float32), shared by every layer; with
         ``pattern_base`` a third entry holds the tables of each group with its own base."""
