@@ -226,3 +226,16 @@ def test_zoo_chat_command(tmp_path, capsys):
         main(["chat", str(tmp_path / "plain"), "-m", "hi"])
     err = capsys.readouterr().err.strip().splitlines()
     assert e.value.code == 2 and len(err) == 1 and "no chat template" in err[0] and "--template" in err[0]
+
+
+def test_a_long_conversation_gets_the_room_its_context_leaves(tmp_path):
+    d, _, _ = hf_folder(tmp_path)
+    model = zoo.convert.from_pretrained(d)  # max_len 256
+    msgs = [{"role": "user", "content": "x" * 100}]
+    n = len(model.tokenizer.encode(zoo.chat.prompt(model, msgs)))
+    pieces = list(model.chat(msgs, max_new_tokens=1000, stream=True, stop_tokens=[]))
+    assert 1 <= len(pieces) <= 256 - n + 1  # each piece is at least one token
+    with pytest.raises(zoo.ZooError, match="exceeds max_len"):  # what the cap avoids
+        model.generate(zoo.chat.prompt(model, msgs), 1000)
+    with pytest.raises(ChatError, match="reads at most 256"):
+        model.chat([{"role": "user", "content": "x" * 300}])

@@ -308,12 +308,23 @@ def chat(model, messages: Sequence[Mapping], max_new_tokens: int = 256, *, strea
          tokenizer=None, template_variables: dict | None = None, **options: Any) -> str | Iterator[str]:
     """The assistant's reply to ``messages`` (greedy unless sampling options are given; see
     :func:`zoo.generate.generate`); ``stream=True`` yields it piece by piece.  Generation stops at
-    the tokenizer's eos or an end-of-turn token (``stop_tokens=`` overrides)."""
+    the tokenizer's eos or an end-of-turn token (``stop_tokens=`` overrides), and at the model's
+    ``max_len``: a long conversation gets the room its context leaves (``max_new_tokens`` is
+    capped), and one that fills the context is a :class:`ChatError`."""
     from .generate import generate_text, stream_text
     from .tokenizers import get_tokenizer
 
     text = prompt(model, messages, tokenizer=tokenizer, **(template_variables or {}))
     tok = get_tokenizer(model, tokenizer, where="chat.tokenizer")
+    if model.spec.arch == "decoder":  # the last new token is never fed back: max_len - n + 1 fit
+        n = len(tok.encode(text))
+        room = model.spec.max_len - n + 1
+        if room < 1:
+            raise ChatError(f"the conversation is {n} tokens, the model reads at most {model.spec.max_len}",
+                            where="chat.messages", fix="start a new conversation (zoo chat: /reset) or "
+                                                       "drop its oldest turns")
+        if isinstance(max_new_tokens, int) and not isinstance(max_new_tokens, bool):
+            max_new_tokens = min(max_new_tokens, room)
     options.setdefault("stop_tokens", stop_ids(tok))
     if stream:
         return stream_text(model, text, max_new_tokens, tokenizer=tok, **options)
