@@ -153,3 +153,14 @@ def test_zoo_bench_int4(tmp_path):
     assert "int4 decoding:" in res.output and "vs float32" in res.output
     res = CliRunner().invoke(cli, ["bench", "gpt_tiny", "--int4", "--int8"])
     assert isinstance(res.exception, ZooError) and "pick one" in str(res.exception)
+
+
+def test_a_quantized_model_is_refused_by_save_before_any_file(tmp_path):
+    """Packed int4 (and int8) weights are no zoo checkpoint: zoo.save refused them only at the
+    next load before; now it refuses at once and writes nothing."""
+    from zoo.errors import CheckpointError
+
+    model = quantize_int4(zoo.build("gpt_tiny", seed=0), 32)
+    with pytest.raises(CheckpointError, match="quantize after loading"):
+        zoo.save(model, tmp_path / "m")
+    assert not (tmp_path / "m").exists()

@@ -559,6 +559,10 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     if not isinstance(spec, ModelSpec):
         raise CheckpointError("the model has no zoo spec", where="model",
                               fix="save models built by zoo.build / zoo.load")
+    if getattr(model, "quantized", None):  # zoo.precision: packed int8 / int4 weights, not loadable
+        raise CheckpointError(f"the model holds {model.quantized} weights (zoo.precision), which a "
+                              "zoo checkpoint cannot hold", where="save.model",
+                              fix="save the float model and quantize after loading")
     path = user_path(path, where="save.path", error=CheckpointError)
     folder = path.suffix != ".safetensors"
     write_target(path, where="save.path", folder=folder, error=CheckpointError)  # before any work
