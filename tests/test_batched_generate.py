@@ -73,3 +73,47 @@ def test_rows_that_stop_are_padded_and_the_rest_go_on(pair):
             assert bool((out[i, k + 1:] == 0).all())
         else:
             assert torch.equal(out[i, :out.size(1)], free[i, :out.size(1)])
+
+
+def test_ragged_prefill_is_taken_and_gives_what_the_padded_prefill_gives(pair, monkeypatch):
+    """The 16 prompts carry ~48% padding, so generate prefills them one by one and merges the
+    caches (zoo.generate._ragged_prefill); forced back to the one padded prefill, the tokens and
+    the logits of every step are the same."""
+    import zoo.generate as gen
+    from zoo.layers import KVCache
+
+    hf, z = pair
+    rows = bench.mixed_prompts(hf.config.vocab_size)
+    merged = []
+    real = KVCache.from_rows.__func__
+
+    def spy(cls, caches, lengths, capacity):
+        merged.append(list(lengths))
+        return real(cls, caches, lengths, capacity)
+
+    monkeypatch.setattr(KVCache, "from_rows", classmethod(spy))
+    with torch.inference_mode():
+        ragged = z.generate(rows, NEW)
+        ragged_steps = list(gen.stream(z, rows, 4))
+    assert merged and merged[0] == [len(r) for r in rows]
+    monkeypatch.setattr(gen, "RAGGED_MIN_PADDING", 1.01)  # never: the padded prefill
+    merged.clear()
+    with torch.inference_mode():
+        padded = z.generate(rows, NEW)
+    assert not merged
+    assert torch.equal(ragged, padded)
+    # the merged cache against the padded one, logits of the first steps (float32 tolerance)
+    ids, mask = bench.left_padded(rows)
+    head = gen._make_head(z, 4)
+    with torch.inference_mode():  # a coroutine prefills at its first next(): each under its setting
+        a = gen._decoder_logits(z, ids, mask.bool(), True, None, head, 4)
+        la = next(a)  # padded (RAGGED_MIN_PADDING is still 1.01)
+        monkeypatch.setattr(gen, "RAGGED_MIN_PADDING", 0.0)
+        merged.clear()
+        b = gen._decoder_logits(z, ids, mask.bool(), True, None, head, 4)
+        lb = next(b)  # ragged
+        assert merged
+        for step in ragged_steps:
+            torch.testing.assert_close(la, lb, atol=2e-5, rtol=1e-4)
+            la, lb = a.send(step), b.send(step)
+        torch.testing.assert_close(la, lb, atol=2e-5, rtol=1e-4)

@@ -149,6 +149,41 @@ class KVCache:
             if buf is not None and buf.size(0) == order.numel() and buf.size(0) > 1:
                 buf.copy_(buf.index_select(0, order))
 
+    @classmethod
+    def from_rows(cls, rows: list["KVCache"], lengths: list[int], capacity: int) -> "KVCache":
+        """One left-padded batch cache from the caches of prompts prefilled one by one (ragged
+        prefill, :func:`zoo.generate`): row ``i``'s ``lengths[i]`` keys land in the last slots of
+        the first ``T0 = max(lengths)``, exactly where a left-padded batch prefill would have put
+        them; the slots before are padding (``key_padding`` False, position 0, zeros).
+
+        Each row cache must hold only self-attention keys/values of one unpadded sequence counted
+        from position 0 (what a decoder's forward of that prompt alone leaves); anything else is a
+        ``ValueError`` and the caller prefills the padded batch instead."""
+        B, T0 = len(rows), max(lengths)
+        out = cls(len(rows[0].layers), capacity)
+        dev = None
+        for li, layer in enumerate(out.layers):
+            src = [r.layers[li] for r in rows]
+            if any(c.k is None or c.cross is not None or c.length != n for c, n in zip(src, lengths)):
+                raise ValueError("a row cache is not a plain self-attention cache")
+            k0 = src[0].k
+            dev = k0.device
+            layer.k = k0.new_zeros(B, k0.size(1), capacity, k0.size(3))  # (B, h_kv, capacity, hd)
+            layer.v = src[0].v.new_zeros(B, src[0].v.size(1), capacity, src[0].v.size(3))
+            for i, (c, n) in enumerate(zip(src, lengths)):
+                layer.k[i, :, T0 - n:T0].copy_(c.k[0, :, :n])
+                layer.v[i, :, T0 - n:T0].copy_(c.v[0, :, :n])
+            layer.length = T0
+        out._pos = torch.zeros(B, capacity, dtype=torch.long, device=dev)
+        out._pad = torch.zeros(B, capacity, dtype=torch.bool, device=dev)
+        for i, (r, n) in enumerate(zip(rows, lengths)):
+            if r.length != n or (r.key_padding is not None and not bool(r.key_padding.all())):
+                raise ValueError("a row cache holds padding")
+            out._pos[i, T0 - n:T0].copy_(r.key_pos[0, :n])
+            out._pad[i, T0 - n:T0] = True
+        out.length, out._plain = T0, False
+        return out
+
     def append(self, pos: torch.Tensor, key_padding: torch.Tensor | None
                ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Record the positions ``(B|1, T)`` and padding ``(B, T)`` (or None) of ``T`` new tokens;
