@@ -40,7 +40,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("input contracts", ("zoo.contract",)),
     ("layers", ("zoo.layers",)),
     ("beam search", ("zoo.beam",)),
-    ("generation", ("zoo.generate",)),
+    ("generation", ("zoo.generate", "zoo.compiled")),  # compiled: the static-cache step (issue 27)
     ("hook points", ("zoo.hooks",)),
     ("chat", ("zoo.chat",)),  # templates rendered, then generation; models.chat and io's metadata use it
     ("models", ("zoo.models",)),
