@@ -43,6 +43,38 @@ def test_compiled_tokens_equal_eager_tokens(tiny):
     assert torch.equal(out, eager)
 
 
+def assert_same_logits(model, ids, padding, steps):
+    """The logits themselves, step by step, fed the same (eager-chosen) tokens: compiled (static
+    cache, every step attending over all its slots behind a mask) against eager (the growing
+    cache).  Stronger than equal tokens: a random-weight model's argmax can survive a wrong
+    attention."""
+    from zoo import generate as g
+
+    with torch.inference_mode():
+        comp = compiled.decoder_logits(model, ids, padding, steps)
+        eager = g._decoder_logits(model, ids, padding, True, None, g._make_head(model, steps), steps)
+        a, b = next(comp), next(eager)
+        for _ in range(steps - 1):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # float32, reordered sums
+            nxt = b.argmax(-1)
+            a, b = comp.send(nxt), eager.send(nxt)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_logits_match_eager_logits_at_every_step(tiny):
+    model, ids, _ = tiny
+    assert_same_logits(model, ids, None, N)
+
+
+def test_padded_batch_with_score_bias_positions():
+    """ALiBi reads every cached key's position (StaticCache.pos, counted per row from its first
+    real token) and a left-padded batch masks its pads: logits as eager, step by step."""
+    model = zoo.build("gpt_tiny", positions="alibi", num_layers=2, seed=0).eval()
+    ids, padding = zoo.generate.left_pad([[5, 6, 7, 8, 9, 10, 11, 12, 13], [40, 41, 42]], 0)
+    assert_same_logits(model, ids, padding, 12)
+    assert compiled.last_steps(model).recompiles == 0
+
+
 def test_every_decoding_step_runs_one_graph_without_recompiling(tiny):
     model, ids, _ = tiny
     cs = compiled.last_steps(model)
