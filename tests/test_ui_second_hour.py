@@ -57,8 +57,10 @@ def test_run_tab_refuses_outside_the_contract_and_notes_a_normalised_prompt():
 
     *_, last = run_ui("numerals_t5", "abc", "zh")
     assert "numerals_t5's input contract" in last[-1] and "10086" in last[-1] and "错误" in last[-1]
-    *_, last = run_ui("numerals_t5", " 42 ", "en")
-    assert last[0] == "四十二" and "note" in last[2] and "as '42'" in last[2] and last[-1] == ""
+    steps = list(run_ui("numerals_t5", " 42 ", "en"))
+    last = steps[-1]
+    assert steps[0][-1] == "" and all(s[-1] == {"__type__": "update"} for s in steps[1:])  # cleared once
+    assert last[0] == "四十二" and "note" in last[2] and "as '42'" in last[2]
     *_, last = run_ui("poet_gpt", "hello", "en")
     assert "input contract" in last[-1]
 

@@ -202,9 +202,17 @@ def inline_errors(n_outputs: int, lang_arg: str = "lang", kept: bool = False):
         if inspect.isgeneratorfunction(fn):
             @functools.wraps(fn)
             def gen(*args, **kwargs):
+                import gradio as gr
+
+                first = True
                 try:
                     for values in fn(*args, **kwargs):
-                        yield ok(values)
+                        if first:  # the old message goes when the run starts ...
+                            yield ok(values)
+                            first = False
+                        else:  # ... and a run still streaming never wipes a newer one's message
+                            values = values if isinstance(values, tuple) else (values,)
+                            yield tuple(values) + (gr.skip(),) * (2 if kept else 1)
                 except Exception as exc:  # noqa: BLE001 - shown in the error box
                     yield fail(exc, args, kwargs)
             return gen
