@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.components import AttentionKernel, Capabilities
+from zoo.components import AttentionKernel, Capabilities, nonfinite_query_rows
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class CosineAttention(AttentionKernel):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=1.0,
             dropout_p=self.dropout_p if self.training else 0.0, enable_gqa=q.size(1) != k.size(1))
+        if attn_mask is None:  # the fused kernel would return zeros for a NaN query row
+            out = nonfinite_query_rows(out, q)
         return out, None  # (B, h, Tq, hd)
 
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.components import AttentionKernel, Capabilities
+from zoo.components import AttentionKernel, Capabilities, nonfinite_query_rows
 
 
 class HeadScaleAttention(AttentionKernel):
@@ -49,6 +49,8 @@ class HeadScaleAttention(AttentionKernel):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale,
             dropout_p=self.dropout_p if self.training else 0.0, enable_gqa=q.size(1) != k.size(1))
+        if attn_mask is None:  # the fused kernel would return zeros for a NaN query row
+            out = nonfinite_query_rows(out, q)
         return out * self.gamma.to(out.dtype)[None, :, None, None], None  # (B, h, Tq, hd)
 
 

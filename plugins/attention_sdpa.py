@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 import zoo
-from zoo.components import AttentionKernel, Capabilities
+from zoo.components import AttentionKernel, Capabilities, nonfinite_query_rows
 
 
 class SDPAttention(AttentionKernel):
@@ -31,12 +31,8 @@ class SDPAttention(AttentionKernel):
             q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale,
             dropout_p=self.dropout_p if self.training else 0.0,
             enable_gqa=q.size(1) != k.size(1))  # (B, h, Tq, hd)
-        if attn_mask is None:
-            # PyTorch's fused CPU kernel takes a query row whose scores are all NaN (a NaN in the
-            # query) for a fully masked row and returns zeros there, hiding a non-finite value in
-            # a position nobody masked; add 0 x the row's query sum (0 x NaN = NaN, 0 x inf =
-            # NaN, else 0) so it propagates as it does through the math kernel and `eager`
-            out = out.add(q.sum(-1, keepdim=True), alpha=0)  # (B, h, Tq, hd) + (B, h, Tq, 1)
+        if attn_mask is None:  # the fused kernel would return zeros for a NaN query row
+            out = nonfinite_query_rows(out, q)
         return out, None
 
 

@@ -344,3 +344,18 @@ def test_a_nan_weight_of_gpt_tiny_reaches_the_logits_and_generation_names_it():
         assert not torch.isfinite(model(ids(8))).all()
     with pytest.raises(zoo.ZooError, match=r"NaN.*decoder\.blocks\.0\.attn\.qkv\.weight"):
         model.generate(ids(4), 2)
+
+
+@pytest.mark.parametrize("name", ["sdpa", "cosine", "head_scale"])
+def test_kernels_over_the_fused_kernel_keep_a_nan_query_row_nan(name):
+    """The built-in kernels that call PyTorch's fused attention without a mask: the rows whose
+    query holds NaN or infinity come out non-finite, every other row finite (a prompt with the
+    fused causal path, and a cached step, whose single query sees every key with no mask)."""
+    kernel = zoo.get_registry().get("attention", name).make(BuildContext.for_heads(2, 16))
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 6, 16, generator=g) for _ in range(3))
+    q[1, 0, 4, 7] = float("nan")
+    q[0, 1, 5, 0] = float("inf")
+    for qq, causal in ((q, True), (q[:, :, -1:], False)):
+        out, _ = kernel(qq, k, v, is_causal=causal)
+        assert torch.equal(~torch.isfinite(out).all(-1), ~torch.isfinite(qq).all(-1))

@@ -444,6 +444,18 @@ def repeat_kv(k: torch.Tensor, v: torch.Tensor, num_heads: int) -> tuple[torch.T
     return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
 
+def nonfinite_query_rows(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``out (B, h, Tq, hd)`` with NaN in each query row where ``q (B, h, Tq, hd)`` holds NaN or
+    infinity: what softmax attention computes there, and what the math kernel and ``eager`` give.
+
+    PyTorch's fused CPU kernel (``F.scaled_dot_product_attention`` without a mask) takes a query
+    row whose scores are all NaN for a fully masked row and returns zeros there, hiding a NaN in a
+    position nobody masked (a NaN weight then gives finite logits).  A kernel calling it without a
+    mask passes its output through this: it adds 0 x the row's query sum (0 x NaN = NaN, 0 x inf =
+    NaN, else 0), one reduction and one add."""
+    return out.add(q.sum(-1, keepdim=True), alpha=0)  # (B, h, Tq, hd) + (B, h, Tq, 1)
+
+
 def causal_mask(q_len: int, k_len: int, device=None) -> torch.Tensor:
     """``(Tq, Tk)`` lower-triangular boolean mask, aligned so the last query sees the last key."""
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(k_len - q_len)
