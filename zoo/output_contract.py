@@ -16,10 +16,11 @@ component *instance* (an instance attribute shadowing the class's ``forward`` / 
 the first argument's shape, dtype and device, the other tensors' rank and size to a power of two
 (so attention under a KV cache, whose keys grow by one each step, is checked at key lengths 1, 2, 4,
 8, ...), the keyword flags -- and passes every later call straight through: a checked forward pays
-one small key per component call (about 2 us), the check itself is paid once per new shape.  Finiteness is checked on those same calls, for float32 and
-float64 outputs (in float16 / bfloat16 an overflow is a property of the dtype, not a broken
-plugin); a non-finite output is blamed on the component only when its inputs and its own weights
-were finite (NaN weights are :mod:`zoo.health`'s business).
+one small key per component call (about 2 us), the check itself is paid once per new shape.
+Finiteness is checked on those same calls, for float32 and float64 outputs (in float16 / bfloat16
+an overflow is a property of the dtype, not a broken plugin); a non-finite output is blamed on the
+component only when its inputs and its own weights were finite (NaN weights are
+:mod:`zoo.health`'s business).
 
 **Which components.**  :func:`zoo.assembly.construct` installs wrappers on the components of
 plugins *not shipped with zoo* (``which="plugins"``): a model of built-in components runs exactly as
@@ -27,9 +28,9 @@ built, at no cost.  ``which="all"`` checks the built-ins as well (the build prob
 anyone debugging with ``ZOO_CHECK_OUTPUTS=all``); ``ZOO_CHECK_OUTPUTS=off`` turns the run-time check
 off.  ``benchmarks/output_check_cost.py`` measures the cost with every component checked.
 
-**The build probe** (:func:`zoo.assembly.probe_components`) runs the freshly built model on tiny
-inputs of two lengths with every component wrapped in probing mode (:func:`checking`), where an
-exception raised inside a component also becomes a ``PluginError`` naming it.
+**The build probe** (:func:`zoo.assembly.probe_components`) runs a freshly built model that has
+such components on tiny inputs of two lengths with them wrapped in probing mode (:func:`checking`),
+where an exception raised inside a component also becomes a ``PluginError`` naming it.
 """
 from __future__ import annotations
 
