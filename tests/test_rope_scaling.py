@@ -209,3 +209,31 @@ def test_refused_options_name_their_field(make, field, value):
         convert_state({**hf.config.to_dict(), field: value}, hf.state_dict())
     assert e.value.where.startswith(f"config.{field}")
     assert e.value.fix
+
+
+def _families():
+    from convert_cases import gemma, gemma2, mistral, qwen3
+    from test_convert_modern import qwen2_moe, qwen3_moe
+    from test_convert_olmoe import olmoe
+    return {"qwen3": qwen3, "mistral": mistral, "gemma": gemma, "gemma2": gemma2, "qwen2_moe": qwen2_moe,
+            "qwen3_moe": qwen3_moe, "olmoe": olmoe}
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "longrope"])
+@pytest.mark.parametrize("family", ["qwen3", "mistral", "gemma", "gemma2", "qwen2_moe", "qwen3_moe", "olmoe"])
+@torch.no_grad()
+def test_every_llama_shaped_family_takes_both(family, kind):
+    """The other families that read their rope through zoo/convert/llama.py: padded-batch logits and
+    the round trip, with the scaling active (9 tokens past an original length of 8)."""
+    make = _families()[family]
+    head_dim = 16 if family in ("qwen3", "mistral", "gemma", "gemma2", "qwen3_moe") else 8
+    if kind == "dynamic":
+        hf = make(max_position_embeddings=8, rope_parameters={**DYNAMIC, "factor": 3.0})
+    else:
+        hf = make(rope_parameters=longrope(head_dim // 2, original_max_position_embeddings=8))
+    z = from_transformers(hf)
+    assert z.spec.stack("decoder").positions.config.scaling == kind
+    ref, out, mask = run("decoder", fresh(hf), z)
+    assert maxdiff(ref, out, mask) <= TOL and z.convert_info["parity"]["max_abs_diff"] <= TOL
+    a, b = hf.state_dict(), to_transformers(z).state_dict()
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
