@@ -112,3 +112,14 @@ def test_a_run_still_streaming_never_wipes_a_newer_message(app):  # app: its che
     steps = list(run_tab.run_ui("ui_gpt", "abc", "en", 8, 0.0, 0, 1.0))
     assert len(steps) > 2 and steps[0][-2:] == (None, "")
     assert all(s[-2:] == ({"__type__": "update"},) * 2 for s in steps[1:])
+
+
+def test_the_interpret_tabs_errors_land_in_its_box_in_the_pages_language(app):
+    """The Interpret views' errors are the tab's box (not a pop-up), kept for a switch like the others."""
+    views = [f.fn for f in app.fns.values() if getattr(f.fn, "__name__", "") == "shown"]
+    assert len(views) == 3  # lens, scores, patch
+    *_, record, box = views[0]("zh", "ui_gpt", "")
+    assert "请先输入文本" in box and "错误" in box
+    assert "type some text first" in common.error_again("en", record)
+    out, kept, record, box = views[0]("en", "ui_gpt", "abc")
+    assert box == "" and record is None and kept == {"view": "lens", "args": ["ui_gpt", "abc"]} and out

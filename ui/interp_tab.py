@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from .common import checkpoint_names, default_checkpoint, error_box, handler, load_checkpoint, check_text, raw
+from .common import (check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
+                     inline_errors, load_checkpoint, raw)
 from .i18n import t
 
 KINDS = ("induction", "previous_token", "duplicate_token")
@@ -183,6 +184,7 @@ def build(tr, lang_state) -> dict:
                                  label="interp.corrupted")
         ui["patch"] = tr.add(gr.Button(tr("interp.patch"), variant="primary", elem_id="interp-patch-go"),
                              value="interp.patch")
+    ui["error"] = error_box("interp-error", tr)  # a view's error, in the page's language (it follows a switch)
     ui["out"] = gr.HTML(elem_id="interp-out")
     ui["css"] = gr.HTML(f"<style>{CSS}</style>", visible=True, elem_id="interp-css")
     # what was asked last (the view and its inputs): a language switch draws it again in the new
@@ -191,11 +193,11 @@ def build(tr, lang_state) -> dict:
     asked = {"lens": [ui["checkpoint"], ui["text"]], "scores": [ui["checkpoint"], ui["text"], ui["kind"]],
              "patch": [ui["checkpoint"], ui["text"], ui["corrupted"]]}
     for view, inputs in asked.items():
-        def shown(*args, _view=view):
-            *values, lang = args
-            return VIEWS[_view](*values, lang=lang), {"view": _view, "args": list(values)}
-        ui[view].click(shown, inputs=inputs + [lang_state], outputs=[ui["out"], ui["kept"]],
+        @inline_errors(2, kept=True)
+        def shown(lang, *values, _view=view):
+            return raw(VIEWS[_view])(*values, lang=lang), {"view": _view, "args": list(values)}
+        ui[view].click(shown, inputs=[lang_state] + inputs, outputs=[ui["out"], ui["kept"],
+                                                                   *error_outputs(ui["error"])],
                        api_visibility="private")
     tr.keep([ui["out"]], redraw, [ui["kept"]])
-    ui["error"] = error_box("interp-error")
     return ui
