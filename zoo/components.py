@@ -191,6 +191,10 @@ class PositionScheme(nn.Module):
     acts_on_qk: ClassVar[bool] = False
     acts_on_scores: ClassVar[bool] = False
     capabilities: ClassVar[Capabilities] = Capabilities()
+    #: True when what a token gets depends on the length of the whole call, not only on its own
+    #: position (rope's dynamic / longrope scaling): then a batch row computed alone differs from
+    #: the same row inside its batch, and generation prefills a padded batch as one block
+    length_dependent: bool = False
 
     def __init__(self, config: Any, ctx: BuildContext):
         super().__init__()

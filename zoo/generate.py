@@ -650,8 +650,9 @@ RAGGED_MIN_PADDING = 0.25
 def _ragged_prefill(model, ids, padding, prefix_length, head, steps):
     """Prefill a left-padded batch of prompts one prompt at a time, without their padding, and
     merge the caches into the batch's (:meth:`zoo.layers.KVCache.from_rows`): ``(cache, logits (B, V))``, or
-    None where the padded prefill is used (little padding, an explicit ``prefix_length``, a cache
-    that is not plain self-attention keys/values).
+    None where the padded prefill is used (little padding, an explicit ``prefix_length``, positions
+    that depend on the call's length such as dynamic or longrope rope scaling, a cache that is not
+    plain self-attention keys/values).
 
     Why: a batch of prompts of 8..256 tokens padded to 256 spends about half of its prefill
     matmuls, and more of its attention (quadratic in the padded length), on padding.  Each prompt
@@ -660,6 +661,8 @@ def _ragged_prefill(model, ids, padding, prefix_length, head, steps):
     have had -- and each prompt's first token is the one it gets when generated alone."""
     if padding is None or prefix_length is not None or ids.size(0) < 2:
         return None
+    if getattr(model.decoder.positions, "length_dependent", False):
+        return None  # dynamic / longrope rotate by the batch's longest length: a row alone differs
     lengths = padding.sum(-1).tolist()  # real tokens per row (left padding: the last ones)
     B, T0 = ids.shape
     if 1 - sum(lengths) / (B * T0) < RAGGED_MIN_PADDING:
