@@ -27,6 +27,7 @@ forward cost, x3 for the backward) over the median time and the matmul peak meas
     python benchmarks/train_step.py --set num_layers=2 --set d_model=128 --set num_heads=4 \
         --set d_ff=512 --set vocab_size=512 --rounds 10      # a tiny GPT-2 shape
     python benchmarks/train_step.py --rounds 3 --json step.json
+    python benchmarks/train_step.py --profile --no-compile --rounds 1   # where an eager step goes
 """
 from __future__ import annotations
 
@@ -178,6 +179,30 @@ def same_function(run, nano, ids, labels) -> dict:
     return {"zoo_loss": z.item(), "nano_loss": n.item(), "max_rel_grad_diff": worst}
 
 
+#: operator name -> share of the eager step it belongs to (``--profile``)
+GROUPS = (("matmul (mm, addmm, bmm)", ("aten::mm", "aten::addmm", "aten::bmm")),
+          ("attention (flash kernel, forward + backward)", ("scaled_dot_product",)),
+          ("cross-entropy (log-softmax, nll)", ("log_softmax", "nll_loss")),
+          ("GELU", ("gelu",)), ("LayerNorm", ("layer_norm",)), ("embedding backward", ("embedding",)),
+          ("AdamW and clipping", ("foreach", "addcdiv", "addcmul", "lerp", "sqrt", "norm",
+                                  "Optimizer.step")))
+
+
+def profile_shares(step) -> dict[str, float]:
+    """Share of the self CPU time of one ``step()`` per operator group (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    shares: dict[str, float] = {}
+    events = prof.key_averages()
+    total = sum(e.self_cpu_time_total for e in events)
+    for e in events:
+        group = next((g for g, keys in GROUPS if any(k in e.key for k in keys)), "other")
+        shares[group] = shares.get(group, 0.0) + e.self_cpu_time_total / total
+    return dict(sorted(shares.items(), key=lambda kv: -kv[1]))
+
+
 def cpu_clock_peak(n: int = 1024, repeats: int = 10) -> float:
     """FLOP/s of the best of ``repeats`` ``n x n`` float32 matmuls, timed by process CPU time."""
     a, b = torch.randn(n, n), torch.randn(n, n)
@@ -199,6 +224,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile one eager zoo step: where its time goes, by operator group")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="FIELD=VALUE",
                     help="override a spec field of the preset, e.g. --set num_layers=2")
     ap.add_argument("--json", default=None)
@@ -276,6 +303,10 @@ def main(argv=None):
         result["compiled_speedup"] = ratio("zoo eager", "zoo compiled")
         print(f"zoo compiled speed-up over eager (paired median): {result['compiled_speedup']:.2f}x "
               f"(target >= 1.3x); compile (first step) {compile_s:.1f} s")
+    if args.profile:
+        result["profile"] = shares = profile_shares(steps["zoo eager"])
+        print("eager zoo step, share of self CPU time (torch.profiler): "
+              + ", ".join(f"{k} {100 * v:.1f}%" for k, v in shares.items()))
     result["load"] = [load0, os.getloadavg()[0]]
     print(f"load average before / after: {load0:.2f} / {result['load'][1]:.2f}")
     if args.json:
