@@ -202,11 +202,15 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: "
+                    "torch's own choice)")
     ap.add_argument("--json", default=None, help="also write the report here")
     ap.add_argument("--compile-times", action="store_true",
                     help="measure compile time in two fresh processes (cold / warm Inductor cache)")
     ap.add_argument("--compile-once", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.compile_once:
         print(json.dumps(compile_once(args)))
         return

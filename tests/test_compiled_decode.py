@@ -173,6 +173,13 @@ def test_forward_hooks_are_refused(tiny):
         handle.remove()
 
 
+def test_release_drops_the_kept_steps():
+    model = zoo.build("gpt_tiny", num_layers=1, seed=0)
+    model.__dict__["_zoo_compiled"] = {"shape": object()}  # what compiled_steps keeps
+    assert compiled.release(model) == 1 and compiled.last_steps(model) is None
+    assert "_zoo_compiled" not in model.__dict__ and compiled.release(model) == 0
+
+
 def test_capacity_buckets():
     assert compiled.capacity_bucket(10, 256) == 64
     assert compiled.capacity_bucket(65, 256) == 128

@@ -28,6 +28,9 @@ The compiled functions and their cache are kept per model (:func:`compiled_steps
 ``generate`` call compiles nothing; :attr:`CompiledSteps.compiles` counts the graphs each function
 compiled (the recompile counter ``zoo bench --compile`` prints).
 
+The kept cache belongs to the model: two threads decoding the same model with ``compile=True`` at
+the same time would share it (do not); :func:`release` drops a model's graphs and buffers.
+
 What stays eager: choosing the next token (greedy, sampling, top-k/top-p, repetition penalty,
 vocabulary limit, stop tokens) runs on the ``(B, V)`` logits outside the graph, so every such
 option works unchanged.  What is refused with a :class:`~zoo.errors.ZooError` (see
@@ -313,6 +316,15 @@ def decoder_logits(model, ids: torch.Tensor, padding: torch.Tensor | None, steps
         sent = yield logits
         nxt = sent[0] if isinstance(sent, tuple) else sent
         logits = cs.run("decode", nxt[:, None])  # (B, V)
+
+
+def release(model) -> int:
+    """Drop ``model``'s compiled steps and their caches (the memory of the KV buffers); returns how
+    many shapes were kept.  The next ``compile=True`` call compiles again (Inductor's disk cache
+    makes that quicker)."""
+    store = model.__dict__.pop("_zoo_compiled", None) or {}
+    model.__dict__.pop("_zoo_compiled_last", None)
+    return len(store)
 
 
 def last_steps(model) -> CompiledSteps | None:

@@ -320,7 +320,7 @@ def pct(x):
 
 
 def compiled_table(rows) -> str:
-    L = ["", "#### Compiled decoding: generate(..., compile=True)", "",
+    L = ["", "", "#### Compiled decoding: generate(..., compile=True)", "",
          "| model | params | first call s | graphs | recompiles | tok/s (whole call) | eager tok/s | "
          "speedup | decode ms/token | % HBM roofline (spec) | % roofline (measured bw) | "
          "agreement with eager |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -335,7 +335,7 @@ def compiled_table(rows) -> str:
 
 
 def check_table(rows) -> str:
-    L = ["", "#### Tokens: compiled GPU decoding vs eager CPU decoding (float32, TF32 off)", ""]
+    L = ["", "", "#### Tokens: compiled GPU decoding vs eager CPU decoding (float32, TF32 off)", ""]
     for r in rows:
         L.append(f"- {r['shape']}, {r['new_tokens']} tokens: same tokens {r['same_tokens']} "
                  f"(eager on the device: {r['same_tokens_eager_device']}); agreement "
@@ -346,7 +346,7 @@ def check_table(rows) -> str:
 
 
 def train_table(rows) -> str:
-    L = ["", "#### Training step (bf16 autocast, fused AdamW)", "",
+    L = ["", "", "#### Training step (bf16 autocast, fused AdamW)", "",
          "| model | batch x seq | compile s | compiled ms | eager ms | speedup | tokens/s compiled | "
          "MFU compiled (spec) | MFU compiled (measured) | MFU eager (spec) | MFU eager (measured) |",
          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
