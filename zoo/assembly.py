@@ -182,9 +182,10 @@ def probe_components(model: nn.Module, which: str | None = None) -> None:
     mask rules, position schemes, norms, placements, feed-forward blocks.
 
     ``which`` (default: ``ZOO_CHECK_OUTPUTS``, else ``"plugins"``) chooses the components held to
-    their contract, as for the run-time check: by default those of plugins not shipped with zoo,
-    so a model of built-in components (held to the contracts by zoo's own tests) skips the probe
-    and builds as fast as before; ``"all"`` probes the built-ins too; ``"off"`` nothing.
+    their contract, as for the run-time check: by default those of plugins not shipped with zoo
+    (the components :func:`construct` put the run-time check on), so a model of built-in
+    components (held to the contracts by zoo's own tests) skips the probe and builds as fast as
+    before; ``"all"`` probes the built-ins too; ``"off"`` nothing.
 
     Runs in eval mode under ``torch.no_grad`` (no dropout, no random numbers, no gradient; BatchNorm
     statistics untouched) and leaves the model's modes and its run-time wrappers as they were.  A
@@ -194,6 +195,8 @@ def probe_components(model: nn.Module, which: str | None = None) -> None:
     if which == "off":
         return
     modules = list(model.modules())
+    if which == "plugins" and not output_contract.installed(model, modules):
+        return  # no third-party component (construct put the run-time check on each): built-ins only
     tensors = [t for m in modules for t in (*m._parameters.values(), *m._buffers.values())
                if t is not None]
     if not tensors or any(t.is_meta for t in tensors):
