@@ -54,7 +54,7 @@ import torch
 
 import zoo
 from zoo.accounting import decode_bytes
-from zoo.bench import count_flops, matmul_peak, memory_bandwidth
+from zoo.bench import count_flops, matmul_peak, memory_bandwidth, time_paired
 
 SHAPES = {  # GPT-2-style decoders with random weights (the speed does not depend on the values)
     "gpt2-medium": dict(num_layers=24, d_model=1024, num_heads=16, d_ff=4096),  # 355 M
@@ -203,8 +203,10 @@ def run_compiled(shape: str, device, dtype, P: int, N: int, repeats: int, bw: fl
     cs = compiled.last_steps(model)
     eager = model.generate(prompt, N)
     first_diff, agree = _agreement(out[:, P:], eager[:, P:])
-    t_n = timed(lambda: model.generate(prompt, N, compile=True), device, max(3, repeats // 2))
-    t_e = timed(lambda: model.generate(prompt, N), device, max(2, repeats // 4))
+    t = time_paired({"compiled": lambda: model.generate(prompt, N, compile=True),
+                     "eager": lambda: model.generate(prompt, N)}, warmup=1,
+                    repeats=max(3, repeats // 2), device=device)  # alternating calls
+    t_n, t_e = t["compiled"].median, t["eager"].median
     # (1, 1) with strides (1, 1), as generate feeds it (a slice of `out` would have another
     # stride, a guard failure, and a recompile)
     tok = torch.tensor([[int(out[0, P])]], device=device)
