@@ -46,12 +46,12 @@ divides stays float32 (listed in ``model.int4_skipped``; none in any preset).
 
 **What happens on a CPU without AVX-512.**  PyTorch's int4 kernel has three paths, chosen by the
 CPU's vector unit (``torch.backends.cpu.get_cpu_capability()``): AVX-512 (the fast one), AVX2, and
-a scalar loop for everything else.  Measured on GPT-2 small (``benchmarks/int4_decode.py``, one
-thread, forcing each path with ``ATEN_CPU_CAPABILITY`` on an AVX-512 machine; float32's matmul is
-oneDNN's and keeps its own instructions): int4 decodes at ~3.6x float32's tokens/s on the AVX-512
-path, ~1.9x on the AVX2 path, and **~25x slower than float32** on the
-scalar path.  So :func:`quantize_int4` quantizes on AVX-512 and AVX2 CPUs and raises a
-:class:`ZooError` on any other (naming int8 and bfloat16 as the way to go), unless
+a scalar loop for everything else.  Measured on GPT-2 small (``benchmarks/int4_decode.py``, 1 and 2
+threads, forcing each path with ``ATEN_CPU_CAPABILITY`` on an AVX-512 machine; float32's matmul is
+oneDNN's and keeps its own instructions): int4 decodes at 3.6-5.6x float32's tokens/s on the
+AVX-512 path, 1.9-3.2x on the AVX2 path, and **12-25x slower than float32** on the scalar path.
+So :func:`quantize_int4` quantizes on AVX-512 and AVX2 CPUs and raises a :class:`ZooError` on any
+other (naming int8 and bfloat16 as the way to go), unless
 ``allow_slow=True`` asks for the slow path anyway (the results are the same).
 
 What a CPU without native support does: a bfloat16 matmul on a CPU lacking ``avx512_bf16``/AMX is
@@ -253,7 +253,7 @@ def quantize_int4(model: nn.Module, group_size: int = 128, *, allow_slow: bool =
     if not int4_fast() and not allow_slow:
         raise ZooError(f"PyTorch runs its int4 kernel on this CPU without AVX-512 or AVX2 (kernel "
                        f"capability {torch.backends.cpu.get_cpu_capability()}): its scalar loop "
-                       "decodes about 25x slower than float32", where=where,
+                       "decodes 12-25x slower than float32", where=where,
                        fix="use quantize_int8 or dtype='bfloat16', or pass allow_slow=True to "
                            "quantize anyway (the same results, slowly)")
     model.eval()
