@@ -255,10 +255,12 @@ def test_zoo_train_prints_an_estimate_then_a_meaningful_interruption(tmp_path):
         [sys.executable, "-m", "zoo.cli", "train", "gpt_tiny", "--data", str(ROOT / "data" / "poems.txt"),
          "--steps", "2000", "--out", str(out), "--fit-vocab", "--no-progress", "--log-every", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)
-    estimate = ""
+    estimate = before = ""
     deadline = time.time() + 400
     while time.time() < deadline:
         line = proc.stderr.readline()
+        if line.startswith("estimate before the first step:"):
+            before = line
         if line.startswith("estimate:"):
             estimate = line
             break
@@ -271,7 +273,10 @@ def test_zoo_train_prints_an_estimate_then_a_meaningful_interruption(tmp_path):
     import json
 
     recs = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
-    est = next(r for r in recs if r.get("event") == "estimate")
+    assert re.match(r"estimate before the first step: about \d+\.\d\d s a step \(one forward and "
+                    r"backward timed\), so 2,000 steps take about \d+", before), (before, stderr[-2000:])
+    probe, est = [r for r in recs if r.get("event") == "estimate"][:2]
+    assert probe["basis"] == "probe" and probe["step"] == 0 and probe["steps_left"] == 2000
     assert est["step"] == 3 and est["steps_left"] == 1997
     assert est["s_per_step"] * 1997 <= est["estimated_s"] <= est["s_per_step"] * 1997 * 1.2
     first = stdout.splitlines()[0]

@@ -551,3 +551,28 @@ def test_trains_on_cuda_with_bf16_autocast_and_resumes(tmp_path):
     assert not next(cpu.parameters()).is_cuda
     r2 = train(None, None, out=tmp_path / "g", resume=True, steps=90, device="cuda", progress=False)
     assert r2.step == 90 and not r2.interrupted
+
+
+def test_the_estimate_before_the_first_step_changes_nothing_of_the_run(tmp_path, monkeypatch):
+    """A run long enough gets an estimate before its first step (one timed forward and backward of
+    the coming batch, issue 23); the run is the same, loss for loss and weight for weight, as one
+    without it (the probe draws its batch from the step-seeded generator and discards its
+    gradients; dropout is on, so a probe that consumed the random stream would show)."""
+    import zoo.train.loop as loop
+
+    kw = dict(objective="clm", steps=24, batch_size=4, block_size=16, save_every=100, progress=False,
+              log_every=1, eval_every=100, holdout=0.1, lr=2e-3, warmup=2, grad_accum=2)
+    spec = _spec(dropout=0.1, vocab_size=3000)
+    with_probe = train(spec, POEMS, out=tmp_path / "a", **kw)
+    est = [r for r in read_metrics(tmp_path / "a") if r.get("event") == "estimate"]
+    assert [r["basis"] for r in est] == ["probe", "steps"]
+    assert est[0]["step"] == 0 and est[0]["steps_left"] == 24 and est[0]["s_per_step"] > 0
+    records = read_metrics(tmp_path / "a")
+    first_step = next(i for i, r in enumerate(records) if "loss" in r)
+    assert records.index(est[0]) < first_step  # printed before any step was taken
+    monkeypatch.setattr(loop, "PROBE_MIN_STEPS", 10 ** 9)  # no probe
+    without = train(spec, POEMS, out=tmp_path / "b", **kw)
+    assert [r["basis"] for r in read_metrics(tmp_path / "b") if r.get("event") == "estimate"] == ["steps"]
+    assert _losses(tmp_path / "a") == _losses(tmp_path / "b")
+    for k, v in without.model.state_dict().items():
+        assert torch.equal(with_probe.model.state_dict()[k], v), k

@@ -56,6 +56,8 @@ from .state import (STATE_FILE, check_finite, load_optimizer_tensors, model_from
 
 #: Steps timed (after the first, which warms up) for the wall-time estimate printed at the start.
 ESTIMATE_STEPS = 2
+#: A run of at least this many steps gets a first estimate before its first step (probe_step_seconds)
+PROBE_MIN_STEPS = 20
 
 
 def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str | os.PathLike,
@@ -100,6 +102,8 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
 
     interrupted = False
     first = run.step  # a resumed run estimates the steps it has left
+    if dist.main and not cfg.compile and cfg.steps - first >= PROBE_MIN_STEPS:
+        log.estimate(first, probe_step_seconds(run), cfg, before=True)
     with _Stop() as stop:
         while run.step < cfg.steps:
             if dist.main and run.step == first + 1:  # time from the end of the first (warm-up) step
@@ -346,6 +350,32 @@ def _resolve_model(source, dist: Dist):
 def batch_generator(cfg: TrainConfig, step: int) -> torch.Generator:
     """The generator that draws step ``step``'s global batch (the same on every rank)."""
     return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+
+
+def probe_step_seconds(run: Run) -> float:
+    """Seconds one optimizer step will take, timed before training starts: a forward and backward of
+    the coming step's first micro-batch, times ``grad_accum``, gradients discarded.
+
+    Nothing of the run changes: the batch of a step is drawn from a generator seeded by the step
+    (:func:`batch_generator`) and dropout is reseeded at every step, so the real first step draws
+    the same batch and the same dropout as it would without the probe.  It is the cold first pass
+    (memory allocated, kernels chosen), so it tends to run high; the estimate after the first steps
+    (:data:`ESTIMATE_STEPS`) replaces it."""
+    cfg, dist, net = run.cfg, run.dist, run.net
+    batch = run.objective.train_batch(batch_generator(cfg, run.step), cfg.batch_size)
+    per_rank = run.micro * cfg.grad_accum
+    mine = slice_batch(batch, dist.rank * per_rank, (dist.rank + 1) * per_rank)
+    mb = to_device(trim(slice_batch(mine, 0, run.micro)), dist.device)
+    t = time.perf_counter()
+    with torch.random.fork_rng(devices=[dist.device] if dist.device.type == "cuda" else []):
+        with run.autocast():
+            s, _ = run.objective.loss(net, mb)
+        s.backward()
+    if dist.device.type == "cuda":
+        torch.cuda.synchronize(dist.device)
+    seconds = (time.perf_counter() - t) * cfg.grad_accum
+    run.opt.zero_grad(set_to_none=True)
+    return seconds
 
 
 def optimizer_step(run: Run) -> tuple[float, float, float, int, int]:

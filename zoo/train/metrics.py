@@ -107,20 +107,27 @@ class RunLog:
         if self.enabled and self.bar is not None:
             self.bar.write(text, file=sys.stderr)
 
-    def estimate(self, step: int, per_step: float, cfg) -> dict | None:
+    def estimate(self, step: int, per_step: float, cfg, *, before: bool = False) -> dict | None:
         """Record and print (stderr, above the bar) how long the run will take, from ``per_step``
         seconds measured on the steps just done, with the held-out evaluations counted as
-        ``eval_batches`` forward passes every ``eval_every`` steps (about a third of a step each)."""
+        ``eval_batches`` forward passes every ``eval_every`` steps (about a third of a step each).
+        ``before``: the first estimate, printed before the first step from one timed forward and
+        backward (:func:`zoo.train.loop.probe_step_seconds`); the measured one follows."""
         if not self.enabled:
             return None
         left = cfg.steps - step
         evals = left // max(cfg.eval_every, 1) + 1
         seconds = per_step * (left + evals * cfg.eval_batches / (3 * max(cfg.grad_accum, 1)))
         rec = {"event": "estimate", "step": step, "s_per_step": per_step, "steps_left": left,
-               "estimated_s": seconds}
+               "estimated_s": seconds, "basis": "probe" if before else "steps"}
         self.add(rec)
-        text = (f"estimate: {per_step:.2f} s a step here, so the {left:,} steps left take about "
-                f"{_duration(seconds)} (Ctrl-C stops with a checkpoint; resume with --resume)")
+        if before:
+            text = (f"estimate before the first step: about {per_step:.2f} s a step (one forward and "
+                    f"backward timed), so {left:,} steps take about {_duration(seconds)}; measured "
+                    "again after the first steps")
+        else:
+            text = (f"estimate: {per_step:.2f} s a step here, so the {left:,} steps left take about "
+                    f"{_duration(seconds)} (Ctrl-C stops with a checkpoint; resume with --resume)")
         if self.bar is not None:
             self.bar.write(text, file=sys.stderr)
         else:
