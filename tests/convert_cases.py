@@ -84,6 +84,65 @@ def greedy(kind, hf, z, start_id=0, new=6):
     return ref, z.generate(src, max_new_tokens=new, decoder_start_id=start_id)
 
 
+def same(m):
+    return m
+
+
+@torch.no_grad()
+def assert_decoder_parity(hf, z, *, reset=same, check_greedy=True) -> dict:
+    """A converted decoder against its transformers model: logits on a left-padded batch within
+    ``TOL`` (and not trivially small), the parity certificate saying so, greedy tokens equal to
+    ``generate``.  ``reset(hf)`` gives a fresh transformers model where it keeps state between calls
+    (dynamic rope).  Returns the certificate."""
+    ref, out, mask = run("decoder", reset(hf), z)
+    assert ref.abs().max() > 0.5 and maxdiff(ref, out, mask) <= TOL, maxdiff(ref, out, mask)
+    cert = z.convert_info["parity"]
+    assert cert["max_abs_diff"] <= TOL and cert["top1_agreement"] == 1.0
+    if check_greedy:
+        r, o = greedy("decoder", reset(hf), z)
+        assert torch.equal(r, o)
+    return cert
+
+
+@torch.no_grad()
+def assert_back_to_transformers(hf, z, *, reset=same, atol=0.0):
+    """zoo -> transformers gives the same tensors, and (on the same kernels) the same logits, equal
+    bit for bit when ``atol`` is 0.  Returns the model made."""
+    from zoo.convert import to_transformers
+
+    back = to_transformers(z)
+    a, b = hf.state_dict(), back.state_dict()
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    back.set_attn_implementation(hf.config._attn_implementation)  # the same kernels
+    back.config._experts_implementation = getattr(hf.config, "_experts_implementation", None)
+    ids = torch.randint(3, 101, (2, 7))
+    got, want = reset(back)(ids).logits, reset(hf)(ids).logits
+    assert torch.equal(got, want) if atol == 0 else (got - want).abs().max() <= atol
+    return back
+
+
+@torch.no_grad()
+def assert_saved_and_folder(hf, z, tmp_path, cert, *, folder=True):
+    """``zoo.save`` / ``zoo.load`` keep spec, tensors, outputs (to 1e-6: zoo.load's tensors sit off
+    a 64-byte boundary in the safetensors buffer, which changes the CPU matmul's summation) and the
+    certificate; the folder route (``save_pretrained`` -> ``from_pretrained``) gives the same model."""
+    import zoo
+    from zoo.convert import from_pretrained
+
+    ids = torch.randint(3, 101, (2, 7))
+    zoo.save(z, tmp_path / "m")
+    again = zoo.load(tmp_path / "m")
+    sa, sz = again.state_dict(), z.state_dict()
+    assert again.spec == z.spec
+    assert set(sa) == set(sz) and all(torch.equal(sa[k], sz[k]) for k in sz)
+    assert (again(ids) - z(ids)).abs().max() <= 1e-6
+    assert zoo.convert.certificate(zoo.read_metadata(tmp_path / "m"))["max_abs_diff"] == cert["max_abs_diff"]
+    if folder:
+        hf.save_pretrained(tmp_path / "hf")  # config.json + safetensors
+        made = from_pretrained(tmp_path / "hf")
+        assert made.spec == z.spec and (made(ids) - z(ids)).abs().max() <= 1e-6
+
+
 # ---------------------------------------------------------------------- the families
 def _T():
     import transformers

@@ -13,7 +13,8 @@ import zoo
 from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
-from convert_cases import TOL, _decoder, greedy, maxdiff, run  # noqa: E402
+from convert_cases import (TOL, _decoder, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
+                           assert_saved_and_folder, greedy, maxdiff, run)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -37,29 +38,10 @@ def test_family(case, tmp_path):
     hf = CASES[case]()
     z = from_transformers(hf)
     assert z.spec.stack("decoder").norm.kind == "rmsnorm_qk_full" and z.spec.stack("decoder").qk_norm
-    ref, out, mask = run("decoder", hf, z)
-    assert ref.abs().max() > 0.5 and maxdiff(ref, out, mask) <= TOL, maxdiff(ref, out, mask)
-    cert = z.convert_info["parity"]
-    assert cert["max_abs_diff"] <= TOL and cert["top1_agreement"] == 1.0
-    r, o = greedy("decoder", hf, z)
-    assert torch.equal(r, o)
-    back = to_transformers(z)
+    cert = assert_decoder_parity(hf, z)
+    back = assert_back_to_transformers(hf, z)
     assert type(back).__name__ == "OlmoeForCausalLM"
-    a, b = hf.state_dict(), back.state_dict()
-    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
-    back.set_attn_implementation(hf.config._attn_implementation)  # the same kernels: bit-identical
-    back.config._experts_implementation = hf.config._experts_implementation
-    ids = torch.randint(3, 101, (2, 7))
-    assert torch.equal(back(ids).logits, hf(ids).logits)
-    zoo.save(z, tmp_path / "m")
-    again = zoo.load(tmp_path / "m")
-    sa, sz = again.state_dict(), z.state_dict()
-    assert set(sa) == set(sz) and all(torch.equal(sa[k], sz[k]) for k in sz)
-    assert (again(ids) - z(ids)).abs().max() <= 1e-6  # see test_convert_modern: buffer alignment
-    assert zoo.convert.certificate(zoo.read_metadata(tmp_path / "m"))["max_abs_diff"] == cert["max_abs_diff"]
-    hf.save_pretrained(tmp_path / "hf")  # the folder route: config.json + safetensors
-    folder = from_pretrained(tmp_path / "hf")
-    assert folder.spec == z.spec and (folder(ids) - z(ids)).abs().max() <= 1e-6
+    assert_saved_and_folder(hf, z, tmp_path, cert)
 
 
 @torch.no_grad()

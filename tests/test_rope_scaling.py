@@ -23,7 +23,9 @@ import zoo
 from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
-from convert_cases import TOL, V, _decoder, greedy, llama, maxdiff, padded, phi3, qwen2, randomize, run  # noqa: E402
+from convert_cases import (TOL, V, _decoder, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
+                           assert_saved_and_folder, greedy, llama, maxdiff, padded, phi3, qwen2,
+                           randomize, run)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -83,32 +85,16 @@ def test_family(case, tmp_path):
     z = from_transformers(hf)
     rc = z.spec.stack("decoder").positions.config
     assert rc.scaling in case
-    ref, out, mask = run("decoder", fresh(hf), z)
-    assert ref.abs().max() > 0.5 and maxdiff(ref, out, mask) <= TOL, maxdiff(ref, out, mask)
-    cert = z.convert_info["parity"]
-    assert cert["max_abs_diff"] <= TOL and cert["top1_agreement"] == 1.0
+    cert = assert_decoder_parity(hf, z, reset=fresh, check_greedy=False)
     r, o = greedy("decoder", fresh(hf), z)
     if case == "phi3_longrope_crossing":  # transformers' Phi-3 drops its cache at the switch: zoo without one
         src, am, _ = padded(left=True)
         o = z.generate(src, max_new_tokens=6, attention_mask=am, use_cache=False)
     assert torch.equal(r, o)
-    back = to_transformers(z)
-    a, b = hf.state_dict(), back.state_dict()
-    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    back = assert_back_to_transformers(hf, z, reset=fresh, atol=1e-6)
     assert back.config.rope_parameters["rope_type"] == hf.config.rope_parameters["rope_type"]
     assert back.config.max_position_embeddings == hf.config.max_position_embeddings
-    back.set_attn_implementation(hf.config._attn_implementation)
-    back.config._experts_implementation = getattr(hf.config, "_experts_implementation", None)
-    ids = torch.randint(3, 101, (2, 11))
-    assert (fresh(back)(ids).logits - fresh(hf)(ids).logits).abs().max() <= 1e-6
-    zoo.save(z, tmp_path / "m")
-    again = zoo.load(tmp_path / "m")
-    assert again.spec == z.spec
-    assert (again(ids) - z(ids)).abs().max() <= 1e-6
-    assert zoo.convert.certificate(zoo.read_metadata(tmp_path / "m"))["max_abs_diff"] == cert["max_abs_diff"]
-    hf.save_pretrained(tmp_path / "hf")  # the folder route: config.json + safetensors
-    folder = from_pretrained(tmp_path / "hf")
-    assert folder.spec == z.spec and (folder(ids) - z(ids)).abs().max() <= 1e-6
+    assert_saved_and_folder(hf, z, tmp_path, cert)
 
 
 def test_dynamic_context_is_factor_times_longer():
