@@ -13,6 +13,17 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models train fastest on one thread; on a busy machine two OpenMP threads spin-wait for
+    each other and a step can take 10x longer.  A module opts in with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

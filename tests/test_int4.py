@@ -19,16 +19,11 @@ import zoo
 from zoo.errors import ZooError
 from zoo.precision import Int4Linear, int4_supported, quantize_int4
 
-pytestmark = pytest.mark.skipif(not int4_supported(), reason="this PyTorch has no CPU int4 kernel")
+pytestmark = [pytest.mark.skipif(not int4_supported(), reason="this PyTorch has no CPU int4 kernel"),
+              pytest.mark.usefixtures("one_thread")]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def dequantized_by_hand(w: torch.Tensor, group: int) -> torch.Tensor:

@@ -23,14 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 POEMS = ROOT / "data" / "poems.txt"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models train fastest on one thread; on a busy machine two OpenMP threads spin-wait for
-    each other and a step can take 10x longer."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---------------------------------------------------------------------- Chinese numerals, by hand

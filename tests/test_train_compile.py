@@ -26,12 +26,7 @@ GPT2ISH = dict(vocab_size=64, max_len=32, d_model=32, num_layers=2, num_heads=2,
 Q = dict(batch_size=4, block_size=16, progress=False, holdout=0.2, eval_every=100, warmup=0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

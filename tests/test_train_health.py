@@ -20,12 +20,7 @@ SPEC = dict(name="t", arch="decoder", vocab_size=64, max_len=32, d_model=32, num
 Q = dict(batch_size=4, block_size=8, progress=False, holdout=0.2, eval_every=100)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _digests(out: Path) -> dict[str, str]:
