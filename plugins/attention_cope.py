@@ -64,7 +64,10 @@ class CoPEAttention(AttentionKernel):
         gates = torch.sigmoid(s)  # (B, h, Tq, Tk), 0 on masked keys
         pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=self.config.max_pos - 1)  # p_ij = Σ_{t>=j} g_it
         logits_int = torch.matmul(q, self.pos_emb.to(q.dtype).t())  # (B, h, Tq, P): q_i·E[p]
-        lo, hi = pos.floor().long(), pos.ceil().long()
+        # a NaN position (a non-finite query or key) must not become an index: index with 0 there and
+        # let the NaN travel on through frac, so it reaches the output as it does in every kernel
+        safe = torch.nan_to_num(pos, nan=0.0)
+        lo, hi = safe.floor().long(), safe.ceil().long()
         frac = pos - lo.to(pos.dtype)
         e = logits_int.gather(-1, lo) * (1 - frac) + logits_int.gather(-1, hi) * frac  # (B, h, Tq, Tk)
         weights = torch.softmax(s + e, dim=-1)  # masked keys stay -inf

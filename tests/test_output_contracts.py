@@ -336,9 +336,12 @@ def test_sdpa_lets_a_nan_query_row_through_as_the_math_kernel_does():
         torch.testing.assert_close(out[~bad], ref[~bad], rtol=1e-5, atol=1e-6)
 
 
-def test_a_nan_weight_of_gpt_tiny_reaches_the_logits_and_generation_names_it():
-    model = zoo.build("gpt_tiny", seed=0).eval()
-    assert model.spec.stack("decoder").attention.kind == "sdpa"
+@pytest.mark.parametrize("attention", ["sdpa", "cope"])
+def test_a_nan_weight_of_gpt_tiny_reaches_the_logits_and_generation_names_it(attention):
+    """cope turns its gated key counts into table indices: a NaN count once became an index (a raw
+    "index out of bounds" RuntimeError) instead of a NaN in the output."""
+    model = zoo.build("gpt_tiny", seed=0, attention=attention).eval()
+    assert model.spec.stack("decoder").attention.kind == attention
     with torch.no_grad():
         model.decoder.blocks[0].attn.qkv.weight[0, 0] = float("nan")
         assert not torch.isfinite(model(ids(8))).all()
