@@ -16,6 +16,8 @@ import dataclasses
 import re
 from typing import Any
 
+from .paths import shown_paths
+
 LANGS = {"English": "en", "中文": "zh"}
 DEFAULT = "en"
 
@@ -652,9 +654,7 @@ def retranslate(text: str | None, lang: Any = DEFAULT) -> str | None:
 def format_error(exc: BaseException, lang: Any = DEFAULT) -> str:
     """A ``ZooError`` as plain text with localised headings (where / problem / options / fix); the
     common problems and fixes are translated too (:func:`translate_error_text`).  A server path in
-    any part is named as the page names files (``runs/NAME/...``, :func:`~zoo.ui.common.shown_paths`)."""
-    from .common import shown_paths  # the page's names for the server's folders
-
+    any part is named as the page names files (``runs/NAME/...``, :func:`ui.paths.shown_paths`)."""
     where = shown_paths(getattr(exc, "where", None))
     what = shown_paths(getattr(exc, "what", None) or str(exc))
     options = [shown_paths(str(o)) for o in getattr(exc, "options", None) or ()]
