@@ -80,6 +80,16 @@ class MoE(FeedForward):
         self.expert_counts: torch.Tensor | None = None  # (E,) tokens routed to each expert, last forward
         self.routing: torch.Tensor | None = None  # (B, T, k) the experts of each token, last forward
 
+    def macs_per_token(self) -> int:
+        """Active multiply-adds per token: the router, the ``top_k`` chosen experts (gate, up and
+        down of each) and the shared expert if any -- not all ``experts`` (OLMoE: 8 of 64)."""
+        c = self.config
+        D, F_ = self.w_gate.shape[1], self.w_gate.shape[2]
+        shared = 0
+        if c.shared_d_ff:
+            shared = D + 3 * D * c.shared_d_ff  # its gate (D -> 1) and its SwiGLU
+        return D * c.experts + c.top_k * 3 * D * F_ + shared
+
     def forward(self, x):
         B, T, D = x.shape
         E, k = self.config.experts, self.config.top_k

@@ -56,10 +56,14 @@ def parameter_table(model) -> list[dict[str, Any]]:
 
 
 def ffn_macs_per_token(spec, role: str) -> int:
-    """Multiply-adds per token of one FFN block, from the shapes of its weight matrices."""
+    """Multiply-adds per token of one FFN block: what the block says it costs
+    (:meth:`zoo.components.FeedForward.macs_per_token`: its weight matrices once, or only the active
+    share of a mixture of experts), built on the meta device."""
     with torch.device("meta"):
         ffn = make_parts(spec, role, get_registry()).ffn()
-    return sum(p.numel() for p in ffn.parameters() if p.dim() >= 2)
+    if hasattr(ffn, "macs_per_token"):
+        return int(ffn.macs_per_token())
+    return sum(p.numel() for p in ffn.parameters() if p.dim() >= 2)  # a plugin not derived from FeedForward
 
 
 def stack_macs(spec, role: str, T: int, S: int | None = None, batch: int = 1) -> dict[str, int]:

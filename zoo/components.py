@@ -257,6 +257,12 @@ class FeedForward(nn.Module):
         super().__init__()
         self.config = config
 
+    def macs_per_token(self) -> int:
+        """Multiply-adds one token costs here (:mod:`zoo.accounting`, MFU): by default every weight
+        matrix once.  A block that uses only part of its weights per token (a mixture of experts:
+        the router and the k chosen experts of E) says so by overriding this."""
+        return sum(p.numel() for p in self.parameters() if p.dim() >= 2)
+
 
 class Tokenizer:
     """Text <-> ids.  Subclasses provide ``encode``, ``decode``, ``vocab_size``, ``to_json`` and the
