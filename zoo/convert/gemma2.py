@@ -42,13 +42,20 @@ def read(src: Source, attention: str):
     spec["norm"]["placement"] = "sandwich"
     if cap is not None:
         spec["attention"] = {"kind": "softcap", "cap": cap}
+    sandwich_norms(src, st, spec["num_layers"])
+    return spec, st
+
+
+def sandwich_norms(src: Source, st: dict, num_layers: int) -> None:
+    """Gemma 2 / 3's four norms per block into zoo's sandwich placement, in ``st`` (the Llama
+    mapping's state, which read ``post_attention_layernorm`` as the FFN's pre-norm): there it is the
+    attention's *post* norm, and the FFN has its own pre and post norms."""
     p = src.prefix("model.")
-    for i in range(spec["num_layers"]):  # Gemma 2's post_attention_layernorm is the *post* norm
+    for i in range(num_layers):
         h, z = f"{p}layers.{i}.", f"decoder.blocks.{i}."
         st[f"{z}attn_res.post_norm.weight"] = st.pop(f"{z}ffn_res.norm.weight")
         st[f"{z}ffn_res.norm.weight"] = src.take(f"{h}pre_feedforward_layernorm.weight")
         st[f"{z}ffn_res.post_norm.weight"] = src.take(f"{h}post_feedforward_layernorm.weight")
-    return spec, st
 
 
 def write(spec) -> dict:

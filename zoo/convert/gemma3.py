@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .core import Converter, Source, register
 from .gemma import GELUS
-from .gemma2 import _pattern
+from .gemma2 import _pattern, sandwich_norms
 from .llama import decoder_config, read_decoder, rope_parameters
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
@@ -66,12 +66,7 @@ def read(src: Source, attention: str):
     spec["norm"]["placement"] = "sandwich"
     if any(group != "causal" for group in pattern):  # local groups: their own plain-RoPE base
         spec["positions"]["pattern_base"] = [None if group == "causal" else local_base for group in pattern]
-    p = src.prefix("model.")
-    for i in range(L):  # as Gemma 2: post_attention_layernorm is the attention's *post* norm
-        h, z = f"{p}layers.{i}.", f"decoder.blocks.{i}."
-        st[f"{z}attn_res.post_norm.weight"] = st.pop(f"{z}ffn_res.norm.weight")
-        st[f"{z}ffn_res.norm.weight"] = src.take(f"{h}pre_feedforward_layernorm.weight")
-        st[f"{z}ffn_res.post_norm.weight"] = src.take(f"{h}post_feedforward_layernorm.weight")
+    sandwich_norms(src, st, L)  # as Gemma 2
     return spec, st
 
 
