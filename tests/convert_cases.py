@@ -143,6 +143,26 @@ def assert_saved_and_folder(hf, z, tmp_path, cert, *, folder=True):
         assert made.spec == z.spec and (made(ids) - z(ids)).abs().max() <= 1e-6
 
 
+def assert_preset_is_the_real_model(preset: str, hf_cls: str, config_cls: str, count: int, **config):
+    """The preset ``preset`` has the real model's shape: transformers' ``hf_cls`` built on the meta
+    device from ``config_cls(**config)`` converts to exactly the preset's spec, and both count
+    ``count`` parameters (transformers' count is the reference).  Returns the converted spec's stack."""
+    import zoo
+    from zoo.convert import convert_state
+
+    T = _T()
+    with torch.device("meta"):
+        hf = getattr(T, hf_cls)(getattr(T, config_cls)(**config))
+    spec, _, _ = convert_state(hf.config.to_dict(), hf.state_dict())
+    assert zoo.spec(spec, name=preset) == zoo.spec(preset)
+    assert hf.num_parameters() == count
+    with torch.device("meta"):
+        z = zoo.build(preset, device="meta", init=False, budget=1 << 50)
+    z.tie_weights()
+    assert z.num_parameters() == count
+    return zoo.spec(preset).stack("decoder")
+
+
 # ---------------------------------------------------------------------- the families
 def _T():
     import transformers

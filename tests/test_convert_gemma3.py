@@ -14,7 +14,7 @@ from zoo.convert import ConvertError, convert_state, from_pretrained, from_trans
 
 T = pytest.importorskip("transformers")
 from convert_cases import (TOL, _decoder, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
-                           assert_saved_and_folder, greedy, maxdiff, run)
+                           assert_preset_is_the_real_model, assert_saved_and_folder, greedy, maxdiff, run)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -130,14 +130,5 @@ def test_preset_is_the_real_model():
               rms_norm_eps=1e-6, query_pre_attn_scalar=256, sliding_window=512, sliding_window_pattern=6,
               rope_theta=1e6, rope_local_base_freq=1e4, hidden_activation="gelu_pytorch_tanh",
               final_logit_softcapping=None, attn_logit_softcapping=None, tie_word_embeddings=True)
-    with torch.device("meta"):
-        hf = T.Gemma3ForCausalLM(T.Gemma3TextConfig(**kw))
-    spec, _, _ = convert_state(hf.config.to_dict(), hf.state_dict())
-    assert zoo.spec(spec, name="gemma3_1b") == zoo.spec("gemma3_1b")
-    assert hf.num_parameters() == 999_885_952
-    with torch.device("meta"):
-        z = zoo.build("gemma3_1b", device="meta", init=False, budget=1 << 50)
-    z.tie_weights()
-    assert z.num_parameters() == 999_885_952
-    st = zoo.spec("gemma3_1b").stack("decoder")
+    st = assert_preset_is_the_real_model("gemma3_1b", "Gemma3ForCausalLM", "Gemma3TextConfig", 999_885_952, **kw)
     assert st.positions.config.pattern_base == (1e4,) * 5 + (None,) and len(st.mask_pattern) == 6

@@ -15,7 +15,7 @@ from zoo.convert import ConvertError, convert_state, from_transformers, to_trans
 
 T = pytest.importorskip("transformers")
 from convert_cases import (TOL, _decoder, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
-                           assert_saved_and_folder, greedy, llama, maxdiff, qwen2, qwen3, run)
+                           assert_preset_is_the_real_model, assert_saved_and_folder, greedy, llama, maxdiff, qwen2, qwen3, run)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -108,15 +108,7 @@ REAL = {
 @pytest.mark.parametrize("preset", list(REAL))
 def test_preset_is_the_real_model(preset):
     cls, cfg, kw, count, _ = REAL[preset]
-    with torch.device("meta"):
-        hf = getattr(T, cls)(getattr(T, cfg)(**kw))
-    spec, _, _ = convert_state(hf.config.to_dict(), hf.state_dict())
-    assert zoo.spec(spec, name=preset) == zoo.spec(preset)
-    assert hf.num_parameters() == count
-    with torch.device("meta"):
-        z = zoo.build(preset, device="meta", init=False, budget=1 << 50)
-    z.tie_weights()
-    assert z.num_parameters() == count
+    assert_preset_is_the_real_model(preset, cls, cfg, count, **kw)
 
 
 # ---------------------------------------------------------------------- the MoE block itself

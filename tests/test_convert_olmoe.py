@@ -14,7 +14,7 @@ from zoo.convert import ConvertError, convert_state, from_pretrained, from_trans
 
 T = pytest.importorskip("transformers")
 from convert_cases import (TOL, _decoder, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
-                           assert_saved_and_folder, greedy, maxdiff, run)
+                           assert_preset_is_the_real_model, assert_saved_and_folder, greedy, maxdiff, run)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -75,15 +75,7 @@ def test_preset_is_the_real_model():
               rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, num_experts=64,
               num_experts_per_tok=8, norm_topk_prob=False, router_aux_loss_coef=0.01, clip_qkv=None,
               tie_word_embeddings=False, pad_token_id=1, eos_token_id=50279)
-    with torch.device("meta"):
-        hf = T.OlmoeForCausalLM(T.OlmoeConfig(**kw))
-    spec, _, _ = convert_state(hf.config.to_dict(), hf.state_dict())
-    assert zoo.spec(spec, name="olmoe_1b_7b") == zoo.spec("olmoe_1b_7b")
-    assert hf.num_parameters() == 6_919_161_856
-    with torch.device("meta"):
-        z = zoo.build("olmoe_1b_7b", device="meta", init=False, budget=1 << 50)
-    assert z.num_parameters() == 6_919_161_856
-    c = zoo.spec("olmoe_1b_7b").stack("decoder").ffn.config
+    c = assert_preset_is_the_real_model("olmoe_1b_7b", "OlmoeForCausalLM", "OlmoeConfig", 6_919_161_856, **kw).ffn.config
     assert (c.experts, c.top_k, c.normalize) == (64, 8, False)
 
 
