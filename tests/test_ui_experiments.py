@@ -17,7 +17,10 @@ import zoo.experiment as ze  # noqa: E402
 from zoo.ui import experiments_tab as et  # noqa: E402
 from zoo.ui.common import checkpoint_names  # noqa: E402
 
-#: a tiny experiment whose quick version trains 2 variants x 2 seeds x 12 steps: seconds
+#: quick-run steps: enough that each trial trains for about a second (at 12 steps a trial went from
+#: "waiting" to "12 / 12" between two polls on a fast machine, and the mid-training check failed in CI)
+STEPS = 240
+#: a tiny experiment whose quick version trains 2 variants x 2 seeds x STEPS steps: seconds
 TINY = {"name": "ui_tiny", "title": "tiny", "claim": "none",
         "base": {"preset": "gpt_tiny", "num_layers": 1, "d_model": 16, "num_heads": 2, "d_ff": 32,
                  "max_len": 16},
@@ -26,7 +29,7 @@ TINY = {"name": "ui_tiny", "title": "tiny", "claim": "none",
         "train": {"batch_size": 8, "lr": 0.01, "warmup": 2, "eval_every": 1000, "save_every": 6,
                   "log_every": 3, "eval_batches": 1},
         "budget": {"steps": 200}, "metrics": ["train_loss", "acc"],
-        "quick": {"seeds": 2, "budget": {"steps": 12}}}
+        "quick": {"seeds": 2, "budget": {"steps": STEPS}}}
 TINY_YAML = yaml.safe_dump(TINY, allow_unicode=True, sort_keys=False)
 
 
@@ -51,7 +54,7 @@ def no_path(text: str, *roots: Path) -> None:
 
 def test_valid_yaml_summarises_the_quick_version():
     ok, err = et.validate(TINY_YAML)
-    assert err == "" and "ui_tiny" in ok and "2 variants × 2 seeds = 4 trials" in ok and "12 steps" in ok
+    assert err == "" and "ui_tiny" in ok and "2 variants × 2 seeds = 4 trials" in ok and f"{STEPS} steps" in ok
     ok_zh, _ = et.validate(TINY_YAML, "zh")
     assert "4 次试验" in ok_zh
 
@@ -85,11 +88,11 @@ def test_tiny_run_table_equals_results(runs):
     seen_training = seen_curve = False
     while et.running(name):  # poll as the tab's timer does: progress rows while it trains
         p = et.poll(name)
-        seen_training |= any(r[1] == "training" and r[2] != "12 / 12" for r in p["progress"])
+        seen_training |= any(r[1] == "training" and r[2] != f"{STEPS} / {STEPS}" for r in p["progress"])
         # a curve while the run is still going (metrics are logged every few steps, so the same
         # poll need not also catch a trial mid-way: under load the two raced)
         seen_curve |= p["curves"] is not None and p["active"]
-        time.sleep(0.3)
+        time.sleep(0.1)
     wait(name)
     assert seen_training, "no poll saw a trial training"
     assert seen_curve, "no poll during the run drew a curve"
@@ -106,7 +109,7 @@ def test_tiny_run_table_equals_results(runs):
     zh = et.table_rows(res, "zh")
     assert [row[7] for row in zh] == [{"reference": "参考", "within noise": "在噪声范围内", "better": "更好",
                                       "worse": "更差"}.get(r["verdict"], r["verdict"]) for r in ref]
-    assert [r[2] for r in p["progress"]] == ["12 / 12"] * 4
+    assert [r[2] for r in p["progress"]] == [f"{STEPS} / {STEPS}"] * 4
     assert all(r[1] == "done" for r in p["progress"]) and p["curves"] is not None and not p["active"]
     assert sorted(p["trials"]) == sorted(tr.id for tr in res.trials)
     assert "4 of 4" in p["status"]
@@ -189,7 +192,7 @@ def test_browser_run_tiny_experiment(tmp_path_factory):
         pg.locator("#exp-run").click()
         expect(pg.locator("#exp-status")).to_contain_text("4 of 4 trials", timeout=300_000)
         expect(pg.locator("#exp-table")).to_contain_text("causal", timeout=60_000)
-        expect(pg.locator("#exp-progress")).to_contain_text("12 / 12")
+        expect(pg.locator("#exp-progress")).to_contain_text(f"{STEPS} / {STEPS}")
         pg.screenshot(path=str(SHOTS / "experiments_run.png"), full_page=True)
         pg.locator("#exp-open").click()
         expect(pg.locator("#exp-opened")).to_contain_text("--")
