@@ -103,9 +103,10 @@ class MoE(FeedForward):
         token = order // k  # (N*k,) the token of each sorted pair
         counts = torch.bincount(flat, minlength=E)  # (E,)
         xs = xf.index_select(0, token)  # (N*k, D) tokens in expert order
-        y = self._experts(xs, counts) * weight.reshape(-1)[order, None].to(x.dtype)  # (N*k, D) gated
-        back = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=x.device))
-        out = y.index_select(0, back).view(B * T, k, D).sum(1)  # (N, D): each token's k experts summed
+        y = self._experts(xs, counts)  # (N*k, D) each pair through its expert
+        gate = weight.reshape(-1)[order, None].to(x.dtype)  # (N*k, 1) the gate of each sorted pair
+        y = y.mul_(gate) if _inplace_ok(y) else y * gate
+        out = torch.zeros_like(xf).index_add_(0, token, y)  # (N, D): each token's k experts summed
         if self.config.shared_d_ff:
             s = self.shared
             shared = s["down"](F.silu(s["gate"](xf)) * s["up"](xf))
@@ -123,7 +124,9 @@ class MoE(FeedForward):
         else one matmul per busy expert."""
         if xs.dtype in _GROUPED and xs.size(0) and not torch.compiler.is_compiling():
             offs = counts.cumsum(0).to(torch.int32)  # (E,) where each expert's rows end
-            h = F.silu(torch._grouped_mm(xs, self.w_gate, offs=offs)) * torch._grouped_mm(xs, self.w_up, offs=offs)
+            g = torch._grouped_mm(xs, self.w_gate, offs=offs)  # (N*k, d_ff)
+            u = torch._grouped_mm(xs, self.w_up, offs=offs)
+            h = F.silu(g, inplace=True).mul_(u) if _inplace_ok(g) else F.silu(g) * u
             return torch._grouped_mm(h, self.w_down, offs=offs)
         ys = []
         for e, (start, n) in enumerate(zip((counts.cumsum(0) - counts).tolist(), counts.tolist())):
@@ -131,6 +134,12 @@ class MoE(FeedForward):
                 h = xs[start:start + n]
                 ys.append((F.silu(h @ self.w_gate[e]) * (h @ self.w_up[e])) @ self.w_down[e])  # (n, D)
         return torch.cat(ys)
+
+
+def _inplace_ok(t: torch.Tensor) -> bool:
+    """Whether ``t`` (a fresh intermediate) may be overwritten: not when autograd will need it for
+    the backward pass (in-place there saves two (N*k, d_ff) allocations per forward, ~3%)."""
+    return not (torch.is_grad_enabled() and t.requires_grad)
 
 
 #: dtypes torch's grouped matmul takes (none on builds without it)
