@@ -14,16 +14,19 @@ context ``L``, rounded outwards, exactly as Hugging Face's ``_compute_yarn_param
 extend Qwen 2.5, DeepSeek-V3 and Llama-derived models to 4-32x their pre-training context.
 Pairs are "rotate half" (``j`` with ``j + d/2``), as in Hugging Face Llama.  Keys are rotated with
 their absolute positions before entering the KV cache.
+
+This plugin is the catalogue's name for ``rope`` with ``scaling: yarn`` (the scaling converted Qwen 2.5
+and DeepSeek checkpoints use): the same code computes both, so the lesson and the converted models
+cannot drift apart.  What it adds is the default ``L = max_len / factor``.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 import zoo
-from zoo.components import PositionScheme
+from zoo.plugins.pos_rope import Rope, RopeConfig, rope_frequencies, rope_scale
 
 
 @dataclass(frozen=True)
@@ -46,29 +49,24 @@ class YarnConfig:
             raise ValueError(f"original_max_len must be >= 1, got {self.original_max_len}")
 
 
+def rope_config(config: YarnConfig, original_max_len: int) -> RopeConfig:
+    """The catalogue's ``yarn`` is rope with ``scaling: yarn``: one implementation of the frequencies
+    and the temperature (:func:`zoo.plugins.pos_rope.rope_frequencies`, the one converted Qwen 2.5 /
+    DeepSeek models use), this plugin only names it and derives ``L`` from ``max_len`` by default."""
+    return RopeConfig(base=config.base, scaling="yarn", factor=config.factor,
+                      original_max_len=original_max_len, beta_fast=config.beta_fast,
+                      beta_slow=config.beta_slow, attention_factor=config.attention_factor)
+
+
 def yarn_frequencies(dim: int, config: YarnConfig, original_max_len: int) -> tuple[torch.Tensor, float]:
     """``(dim/2,)`` frequencies after YaRN's by-parts interpolation, and the attention factor."""
-    def correction_dim(turns):  # the pair index that makes `turns` turns over the old context
-        return dim * math.log(original_max_len / (turns * 2 * math.pi)) / (2 * math.log(config.base))
-
-    low = max(math.floor(correction_dim(config.beta_fast)), 0)
-    high = min(math.ceil(correction_dim(config.beta_slow)), dim - 1)
-    if low == high:
-        high += 0.001
-    theta = 1.0 / config.base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)  # (dim/2,)
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-    keep = 1 - ramp  # 1: fast pairs keep their frequency (extrapolate), 0: slow pairs are divided
-    inv_freq = theta / config.factor * (1 - keep) + theta * keep
-    att = config.attention_factor
-    if att is None:
-        att = 0.1 * math.log(config.factor) + 1.0 if config.factor > 1 else 1.0
-    return inv_freq, att
+    rope = rope_config(config, original_max_len)
+    return rope_frequencies(dim, rope), rope_scale(rope)
 
 
-class Yarn(PositionScheme):
+class Yarn(Rope):
     """RoPE extended by YaRN's by-parts frequency interpolation and attention temperature (Peng et al., 2023, "YaRN: Efficient Context Window Extension of Large Language Models", arXiv 2309.00071)."""
 
-    acts_on_qk = True
     lesson = {
         "en": "Problem: a RoPE model meets unseen rotation angles past its training length, and dividing "
               "all frequencies (position interpolation) blurs the fast ones that encode local order. YaRN "
@@ -83,27 +81,12 @@ class Yarn(PositionScheme):
     }
 
     def __init__(self, config, ctx):
-        super().__init__(config, ctx)
         if ctx.head_dim % 2:
             raise zoo.SpecError(f"yarn rotates feature pairs; head_dim {ctx.head_dim} is odd",
                                 where="positions.kind", fix="use an even head_dim")
-        self.dim = ctx.head_dim
         self.original = config.original_max_len or max(int(ctx.max_len / config.factor), 1)
-
-    def qk_state(self, pos):
-        """cos/sin ``(B|1, 1, T, hd/2)``, float32, already multiplied by the attention factor."""
-        inv_freq, att = yarn_frequencies(self.dim, self.config, self.original)
-        ang = pos.to(torch.float32)[:, None, :, None] * inv_freq.to(pos.device)  # (B|1, 1, T, hd/2)
-        return ang.cos() * att, ang.sin() * att
-
-    def rotate(self, q, k, state):
-        cos, sin = state
-        return self._turn(q, cos, sin), self._turn(k, cos, sin)
-
-    @staticmethod
-    def _turn(x, cos, sin):
-        a, b = x.float().chunk(2, dim=-1)  # (B, h, T, hd/2) each: pairs (j, j + hd/2)
-        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).to(x.dtype)  # (B, h, T, hd)
+        super().__init__(rope_config(config, self.original), ctx)  # self.config: the rope settings
+        self.yarn_config = config  # as declared in the spec
 
 
 @zoo.hookimpl
