@@ -205,6 +205,48 @@ STRINGS: dict[str, tuple[str, str]] = {
                       "原因：每生成一个 token 都要把全部权重从内存读一遍，而每个权重只做一次乘加，"
                       "所以解码的速度受内存带宽限制（访存受限）；而处理提示的预填充阶段，每个权重被"
                       "提示中的所有 token 复用，速度受算力限制（计算受限）。"),
+    # ------------------------------------------------------------------ run tab: chat mode
+    "chat.heading": ("Chat", "对话"),
+    "chat.ready": ("This checkpoint carries a chat template: each message is written into the model's own "
+                   "conversation format (open \"Prompt the model reads\" to see it) and the reply stops at "
+                   "{stops}. The generation settings above apply here too.",
+                   "该检查点带有对话模板：每条消息都按模型自己的对话格式写入提示（展开“模型读到的提示”即可看到），"
+                   "回复在 {stops} 处停止。上面的生成设置同样适用于对话。"),
+    "chat.none": ("No chat mode: this checkpoint carries no chat template (the conversation format an "
+                  "instruct model was tuned on), so it only continues text, above. To get one, convert an "
+                  "instruct model whose folder has tokenizer_config.json or chat_template.jinja "
+                  "(`zoo convert HF_DIR runs/NAME`), or a GGUF file (`zoo convert FILE.gguf runs/NAME`): its "
+                  "template comes along and this mode appears.",
+                  "没有对话模式：该检查点不带对话模板（指令模型微调时所用的对话格式），所以只能在上面续写文本。"
+                  "要得到模板，请转换一个目录中有 tokenizer_config.json 或 chat_template.jinja 的指令模型"
+                  "（`zoo convert HF_DIR runs/NAME`），或一个 GGUF 文件（`zoo convert FILE.gguf runs/NAME`）："
+                  "模板会随之保存，这里就会出现对话模式。"),
+    "chat.chatbot": ("Conversation", "对话记录"),
+    "chat.system": ("System message (optional)", "系统消息（可选）"),
+    "chat.message": ("Your message", "你的消息"),
+    "chat.placeholder": ("Type a message, then Enter or Send", "输入消息，按回车或点发送"),
+    "chat.send": ("Send", "发送"),
+    "chat.clear": ("Clear conversation", "清空对话"),
+    "chat.prompt": ("Prompt the model reads (the conversation rendered with the checkpoint's template)",
+                    "模型读到的提示（用检查点的模板渲染的对话）"),
+    "chat.dropped": ("the {n} oldest messages no longer fit in the model's max_len of {max_len} tokens with "
+                     "room for a reply: the model did not see them (they stay on screen)",
+                     "最早的 {n} 条消息已放不进模型的 max_len（{max_len} 个 token）并给回复留出空间："
+                     "模型没有看到它们（它们仍显示在屏幕上）"),
+    "chat.empty": ("type a message first", "请先输入一条消息"),
+    "chat.empty_fix": ("write something in the message box", "在消息框里写点内容"),
+    "chat.no_template": ("checkpoint '{name}' carries no chat template", "检查点 '{name}' 不带对话模板"),
+    "chat.no_template_fix": ("convert an instruct model (`zoo convert HF_DIR runs/NAME`) or a GGUF file, or "
+                             "continue text with the box above",
+                             "转换一个指令模型（`zoo convert HF_DIR runs/NAME`）或 GGUF 文件，或用上面的输入框续写文本"),
+    "chat.too_long": ("the message needs {n} tokens in the template's format, the model reads at most {max_len}",
+                      "这条消息按模板格式需要 {n} 个 token，而模型最多读 {max_len} 个"),
+    "chat.too_long_fix": ("write a shorter message", "请写一条更短的消息"),
+    "chat.full": ("the conversation already has {n} messages, the most this page keeps",
+                  "对话已有 {n} 条消息，达到本页面保存的上限"),
+    "chat.full_fix": ("clear the conversation", "请清空对话"),
+    "chat.no_room": ("max new tokens is 0: the reply would be empty", "最多生成的 token 数为 0：回复会是空的"),
+    "chat.no_room_fix": ("set max new tokens to 1 or more", "把最多生成的 token 数设为 1 或更多"),
     # ------------------------------------------------------------------ inspect tab
     "inspect.intro": ("Run a checkpoint once on your text and look at its attention, layer by layer "
                       "and head by head.", "在你的文本上运行一次检查点，逐层、逐头观察注意力。"),
@@ -575,6 +617,9 @@ ERRORS_ZH: list[tuple[str, str]] = [
     (r"(?P<p>.*) needs (?P<c>.*), which (?P<f>\w+) '(?P<n>.*)' \(plugin (?P<pl>.*)\) does not declare",
      "{p}需要 {c}，但{f} '{n}'（插件 {pl}）没有声明这一能力"),
     (r"the sequence length must be at least 1", "序列长度至少为 1"),
+    (r"the template refused the conversation: (?P<m>.*)", "模板拒绝了这段对话：{m}"),
+    (r"the template failed on this conversation: (?P<m>.*)", "模板在这段对话上出错：{m}"),
+    (r"the template tried something the sandbox forbids: (?P<m>.*)", "模板试图做沙箱禁止的操作：{m}"),
     # fixes
     (r"did you mean '(?P<n>.*)'\?", "是不是想写 '{n}'？"),
     (r"install the plugin that provides it, or pick a registered name", "安装提供它的插件，或改用已注册的名称"),
@@ -590,6 +635,8 @@ ERRORS_ZH: list[tuple[str, str]] = [
     (r"write a mapping like `attention: eager`", "写成映射，例如 `attention: eager`"),
     (r"switch (?P<f>\S+) to one of the options, e.g\. (?P<e>.*)", "把 {f} 换成可选值之一，例如 {e}"),
     (r"choose another name", "换一个名称"),
+    (r"follow the model's conversation rules \(e\.g\. alternate user/assistant\)",
+     "遵守该模型的对话规则（例如 user 与 assistant 交替）"),
 ]
 _ERRORS_ZH = [(re.compile(p + "$"), zh) for p, zh in ERRORS_ZH]
 

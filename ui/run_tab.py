@@ -4,6 +4,8 @@
   sampling controls (temperature, top-k, top-p, max new tokens, seed, repetition penalty);
 - encoder-decoder: the same, from the source text to the target text;
 - encoder with an MLM head: fill-mask, the top candidates for each ``<mask>`` position.
+- a checkpoint that carries a chat template: a chat mode below (``ui/chat_panel.py``), the
+  conversation rendered with the template, the reply streamed, the rendered prompt on demand.
 
 Checkpoints are chosen by name only (``ui.common.checkpoint_path``); sizes are bounded by
 ``ui.common.LIMITS``.  Limits come from the model: "max new tokens" is capped by what the model's
@@ -13,7 +15,6 @@ Errors stay in the tab's error box, with where / problem / fix, until the next r
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import time
@@ -24,9 +25,11 @@ import zoo
 from zoo.commands.run import DEFAULT_NEW_TOKENS, new_token_room, prompt_tokens
 from zoo.convert import certificate_text
 
+from . import chat_panel
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
                      default_checkpoint, error_box, error_outputs, handler, inline_errors, load_checkpoint, raw,
                      safe_markdown, shown_paths)
+from .controls import UI_DEFAULTS, sampling_options, ui_options
 from .i18n import STRINGS, t
 
 from zoo.contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
@@ -156,14 +159,7 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
     max_new_tokens = min(max_new_tokens, new_token_room(model, prompt_tokens(model, text)))
     from zoo.generate import stream_text
 
-    temperature = float(temperature or 0.0)
-    sampling = temperature > 0
-    options = dict(do_sample=sampling, seed=int(seed or 0),
-                   repetition_penalty=float(repetition_penalty if repetition_penalty is not None else 1.0),
-                   **_typed(more))
-    if sampling:
-        options.update(temperature=temperature, top_k=int(top_k) if top_k else None,
-                       top_p=float(top_p) if top_p is not None and float(top_p) < 1.0 else None)
+    options = sampling_options(temperature, top_k, top_p, seed, repetition_penalty, more)
     out = ""
     yield out, []
     start = time.perf_counter()
@@ -176,16 +172,6 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
         n_new, n_prompt = len(tok.encode(out)), len(tok.encode(text))
         stats.update(decode_speed(model, n_new, time.perf_counter() - start,
                                   n_prompt + n_new // 2))
-
-
-def _typed(values: dict) -> dict:
-    """Control values as their options' types (a number box gives floats); empty ones left out."""
-    from zoo.generate import GenerationOptions
-
-    fields = GenerationOptions.__dataclass_fields__
-    cast = {"int": int, "float": float, "bool": bool}
-    return {k: cast.get(fields[k].metadata["option"].kind, lambda x: x)(v) if k in fields else v
-            for k, v in values.items() if v is not None and v != ""}
 
 
 def speed_line(stats: dict, lang: str = "en") -> str:
@@ -236,6 +222,7 @@ def _layout(tr) -> dict:
             ui["kept"] = gr.State(None)  # the last run's data, drawn again on a language switch
             ui["fills"] = gr.Dataframe(headers=[tr("run.fill_header"), tr("run.candidates")], interactive=False,
                                        elem_id="run-fill", wrap=True, visible=_is_encoder(first))
+            ui["chat"] = chat_panel.build(tr, first)  # the chat mode, for checkpoints with a template
         with gr.Column(scale=2):  # the model card beside the controls, scrolling on its own
             ui["card"] = gr.Markdown(model_card(first) if first else "", elem_id="run-card", max_height=900)
     return ui
@@ -270,23 +257,8 @@ def pick_example(sample) -> tuple[str, str]:
     return str(name), str(prompt)
 
 
-#: What the Run tab starts its controls at where it differs from :class:`~zoo.generate.GenerationOptions`'
-#: default: sampling on, with the usual top-k / top-p, and a fixed seed (so a run can be repeated).
-UI_DEFAULTS = {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "seed": 0}
 #: how many controls share a row
 PER_ROW = 3
-
-
-def ui_options() -> list[tuple[str, Any]]:
-    """``(name, Option)`` of every generation option a person sets by hand: the fields of
-    :class:`~zoo.generate.GenerationOptions` whose option declares a ``step``, in declaration order.
-    Each becomes a control (a slider when the option gives a range, else a number box), labelled
-    ``run.<name>`` (with ``run.<name>_info`` below it when that key exists), and its value reaches
-    :func:`run` under its own name.  A new option declared with a ``step`` appears here."""
-    from zoo.generate import GenerationOptions
-
-    return [(f.name, f.metadata["option"]) for f in dataclasses.fields(GenerationOptions)
-            if f.metadata["option"].step is not None]
 
 
 def _control(tr, name: str, opt, first: str | None):
@@ -454,6 +426,7 @@ def _wire(ui: dict, lang_state, tr) -> None:
     ui["prompt"].submit(None, cancels=[go_run] + runs, api_visibility="private")
     if examples is not None:
         examples.click(None, cancels=[go_run, submit_run] + runs, api_visibility="private")
+    chat_panel.wire(ui["chat"], ckpt, lang_state, [ui[name] for name, _ in ui_options()], tr)
 
 
 def _api() -> None:
