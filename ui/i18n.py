@@ -213,11 +213,11 @@ STRINGS: dict[str, tuple[str, str]] = {
                    "该检查点带有对话模板：每条消息都按模型自己的对话格式写入提示（展开“模型读到的提示”即可看到），"
                    "回复在 {stops} 处停止。上面的生成设置同样适用于对话。"),
     "chat.none": ("No chat mode: this checkpoint carries no chat template (the conversation format an "
-                  "instruct model was tuned on), so it only continues text, above. To get one, convert an "
+                  "instruct model was tuned on), so it cannot hold a conversation. To get one, convert an "
                   "instruct model whose folder has tokenizer_config.json or chat_template.jinja "
                   "(`zoo convert HF_DIR runs/NAME`), or a GGUF file (`zoo convert FILE.gguf runs/NAME`): its "
                   "template comes along and this mode appears.",
-                  "没有对话模式：该检查点不带对话模板（指令模型微调时所用的对话格式），所以只能在上面续写文本。"
+                  "没有对话模式：该检查点不带对话模板（指令模型微调时所用的对话格式），所以无法进行对话。"
                   "要得到模板，请转换一个目录中有 tokenizer_config.json 或 chat_template.jinja 的指令模型"
                   "（`zoo convert HF_DIR runs/NAME`），或一个 GGUF 文件（`zoo convert FILE.gguf runs/NAME`）："
                   "模板会随之保存，这里就会出现对话模式。"),
