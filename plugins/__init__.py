@@ -59,6 +59,7 @@ BUILTINS = (
     "pos_yarn",
     "norm_rmsnorm_qk_full",
     "attention_head_scale",
+    "attention_mla",
     "tok_char",
     "tok_byte",
     "tok_hf",

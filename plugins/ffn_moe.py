@@ -15,7 +15,12 @@ expert multiplies its contiguous slice of tokens in one matmul, and ``index_add`
 outputs back per token — compute scales with ``top_k``, not ``experts``.  The families differ in
 small ways, each an option: ``normalize`` renormalises the top-k probabilities of the softmax over
 all experts (Mixtral, Qwen3-MoE; Qwen2-MoE and OLMoE keep them as they are), ``shared_d_ff`` adds a
-*shared* SwiGLU expert every token passes through, scaled by ``sigmoid(w·x)`` (Qwen2-MoE).
+*shared* SwiGLU expert every token passes through, scaled by ``sigmoid(w·x)`` (Qwen2-MoE; DeepSeek
+adds it ungated, ``shared_gate: false``).  DeepSeek's routers (DeepSeek-AI, 2024, arXiv 2405.04434
+and 2412.19437) add: ``groups`` / ``topk_groups`` (a token's experts come from its best groups only,
+DeepSeek-V2's device-limited routing; a group ranked by its best score, or V3's best two summed),
+``scoring: sigmoid`` with a ``score_bias`` that moves the choice but not the gates (V3's auxiliary-
+loss-free balancing) and ``scale`` on the chosen gates (``routed_scaling_factor``).
 
 Experts left idle stop learning, so training adds the load-balancing loss of Switch Transformer
 (Fedus et al., 2021) as transformers computes it: ``E · Σ_e f_e · P_e`` with ``f_e`` the tokens
@@ -26,6 +31,7 @@ expert in ``expert_counts`` (each token's experts in ``routing``), for the train
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -42,12 +48,29 @@ class MoEConfig:
     normalize: bool = True      # renormalise the top-k probabilities to sum to 1
     shared_d_ff: int = 0        # hidden width of a shared, sigmoid-gated SwiGLU expert (0: none)
     aux_loss_coef: float = 0.0  # weight of the load-balancing loss the trainer adds
+    # the router options of DeepSeek-V2/V3 (the defaults are Mixtral's plain top-k softmax):
+    scoring: Literal["softmax", "sigmoid"] = "softmax"  # expert scores from the router logits
+    shared_gate: bool = True    # scale the shared expert by sigmoid(w·x) (Qwen2-MoE); False: add it as is
+    groups: int = 1             # experts split into this many equal groups ...
+    topk_groups: int = 1        # ... and each token picks its top_k experts inside its best topk_groups
+    group_score: Literal["max", "top2"] = "max"  # a group's rank: its best score, or its best two summed
+    score_bias: bool = False    # a per-expert bias added to the scores for *choosing* only (V3)
+    scale: float = 1.0          # the chosen gates times this (routed_scaling_factor)
 
     def __post_init__(self):
         if self.experts < 1 or not 1 <= self.top_k <= self.experts:
             raise ValueError(f"need experts >= 1 and 1 <= top_k <= experts, got {self.experts}, {self.top_k}")
         if self.shared_d_ff < 0 or self.aux_loss_coef < 0:
             raise ValueError("shared_d_ff and aux_loss_coef must be >= 0")
+        if self.groups < 1 or self.experts % self.groups or not 1 <= self.topk_groups <= self.groups:
+            raise ValueError(f"need groups dividing experts ({self.experts}) and 1 <= topk_groups <= groups, "
+                             f"got groups={self.groups}, topk_groups={self.topk_groups}")
+        if self.top_k > self.topk_groups * (self.experts // self.groups):
+            raise ValueError(f"top_k {self.top_k} is more experts than topk_groups={self.topk_groups} groups hold")
+        if self.group_score == "top2" and self.experts // self.groups < 2:
+            raise ValueError("group_score top2 needs at least two experts per group")
+        if not self.scale > 0:
+            raise ValueError(f"scale must be > 0, got {self.scale}")
 
 
 class MoE(FeedForward):
@@ -72,8 +95,11 @@ class MoE(FeedForward):
         self.w_up = nn.Parameter(torch.randn(E, D, F_) * 0.02)
         self.w_down = nn.Parameter(torch.randn(E, F_, D) * 0.02)  # (E, d_ff, D)
         S = config.shared_d_ff
-        if S:
+        if config.score_bias:  # moves the choice only; trained by balance updates, not gradients (V3)
+            self.register_buffer("score_bias", torch.zeros(E))
+        if S and config.shared_gate:
             self.shared_gate = nn.Linear(D, 1, bias=False)
+        if S:
             self.shared = nn.ModuleDict({n: nn.Linear(*io, bias=False)
                                          for n, io in (("gate", (D, S)), ("up", (D, S)), ("down", (S, D)))})
         self.aux_loss: torch.Tensor | None = None  # of the last forward
@@ -87,17 +113,14 @@ class MoE(FeedForward):
         D, F_ = self.w_gate.shape[1], self.w_gate.shape[2]
         shared = 0
         if c.shared_d_ff:
-            shared = D + 3 * D * c.shared_d_ff  # its gate (D -> 1) and its SwiGLU
+            shared = D * c.shared_gate + 3 * D * c.shared_d_ff  # its gate (D -> 1) if any, its SwiGLU
         return D * c.experts + c.top_k * 3 * D * F_ + shared
 
     def forward(self, x):
         B, T, D = x.shape
         E, k = self.config.experts, self.config.top_k
         xf = x.reshape(B * T, D)  # (N, D)
-        probs = torch.softmax(self.router(xf).float(), dim=-1)  # (N, E)
-        weight, expert = probs.topk(k, dim=-1)  # (N, k)
-        if self.config.normalize:
-            weight = weight / weight.sum(-1, keepdim=True)
+        weight, expert, probs = self._route(xf)  # (N, k), (N, k), (N, E)
         flat = expert.reshape(-1)  # (N*k,) the expert of each (token, slot) pair
         order = flat.argsort(stable=True)  # pairs grouped by expert
         token = order // k  # (N*k,) the token of each sorted pair
@@ -110,13 +133,36 @@ class MoE(FeedForward):
         if self.config.shared_d_ff:
             s = self.shared
             shared = s["down"](F.silu(s["gate"](xf)) * s["up"](xf))
-            out = out + torch.sigmoid(self.shared_gate(xf)) * shared
+            out = out + (torch.sigmoid(self.shared_gate(xf)) * shared if self.config.shared_gate else shared)
         self.expert_counts = counts.detach()
         self.routing = expert.detach().view(B, T, k)  # for zoo.trace's router statistics
         # Switch Transformer's balance: E * sum_e (tokens to e per token) * (mean probability of e)
         self.aux_loss = self.config.aux_loss_coef * E * (counts.to(probs.dtype) / (B * T) * probs.mean(0)).sum()
         return out.view(B, T, D)
 
+    def _route(self, xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``xf (N, D)`` -> each token's gates and experts ``(N, k)`` and all scores ``(N, E)``.
+
+        Scores are the softmax (or the sigmoid, V3) of the router logits.  The choice ranks
+        ``scores + score_bias``; with ``groups`` > 1 only the experts of each token's best
+        ``topk_groups`` groups compete (DeepSeek's device-limited routing; a group ranks by its best
+        score or its best two summed).  The gates are the chosen experts' *scores* (without the
+        bias), renormalised when ``normalize``, times ``scale``."""
+        c, E = self.config, self.config.experts
+        logits = self.router(xf).float()  # (N, E)
+        scores = torch.softmax(logits, dim=-1) if c.scoring == "softmax" else torch.sigmoid(logits)
+        choice = scores + self.score_bias.float() if c.score_bias else scores  # (N, E) ranks the experts
+        if c.groups > 1:
+            g = choice.view(-1, c.groups, E // c.groups)  # (N, G, E/G)
+            rank = g.max(-1).values if c.group_score == "max" else g.topk(2, dim=-1).values.sum(-1)  # (N, G)
+            best = rank.topk(c.topk_groups, dim=-1).indices  # (N, topk_groups)
+            keep = torch.zeros_like(rank, dtype=torch.bool).scatter_(1, best, True)  # (N, G)
+            choice = choice.masked_fill(~keep.repeat_interleave(E // c.groups, dim=1), float("-inf"))
+        expert = choice.topk(c.top_k, dim=-1).indices  # (N, k)
+        weight = scores.gather(1, expert)  # (N, k)
+        if c.normalize:
+            weight = weight / weight.sum(-1, keepdim=True)
+        return (weight * c.scale if c.scale != 1.0 else weight), expert, scores
 
     def _experts(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """``xs (N*k, D)`` grouped by expert (``counts (E,)`` rows each) -> each row through its

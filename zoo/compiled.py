@@ -105,10 +105,10 @@ class StaticCache:
         zeros = lambda *shape, **kw: torch.zeros(*shape, device=device, **kw)  # noqa: E731
         self.layers = []
         for block in model.decoder.blocks:
-            a = block.attn
+            (hk, dk), (hv, dv) = block.attn.cache_layout  # (h_kv, hd) twice; MLA: its latents
             # zeros, not empty: a masked slot still meets a weight of 0, and 0 * NaN would be NaN
-            self.layers.append(_StaticLayer(self, zeros(batch, a.h_kv, capacity, a.hd, dtype=dtype),
-                                            zeros(batch, a.h_kv, capacity, a.hd, dtype=dtype)))
+            self.layers.append(_StaticLayer(self, zeros(batch, hk, capacity, dk, dtype=dtype),
+                                            zeros(batch, hv, capacity, dv, dtype=dtype)))
         self.slots = torch.arange(capacity, device=device)  # (capacity,)
         self.real = torch.ones(batch, capacity, dtype=torch.bool, device=device)
         self.pos = torch.arange(capacity, device=device).expand(batch if padded else 1, -1).clone()

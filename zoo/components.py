@@ -113,6 +113,12 @@ class AttentionKernel(nn.Module):
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities()
+    #: the self-attention layer (projections + cache) the engine builds around this kernel, as
+    #: ``layer(stack, kernel, head_norm=None)``; None: :class:`zoo.layers.Attention` (q/k/v
+    #: projections, cached keys and values).  A variant whose projections or cache differ (MLA's
+    #: latent cache, plugins/attention_mla.py) names its own; the layer has ``forward(x, a, cache)``,
+    #: ``run_kernel``, ``h``/``h_kv``/``hd`` and ``cache_layout``, like ``Attention``.
+    layer: ClassVar[type | None] = None
 
     def __init__(self, config: Any, ctx: BuildContext):
         super().__init__()
@@ -378,9 +384,11 @@ def same_as(x: torch.Tensor, name: str = "out") -> Out:
 
 
 def _attention_returns(q, k, v, *args, **kwargs) -> tuple[Out, Out]:
-    """``(out, weights)``: ``out`` like ``q`` ``(B, h, Tq, hd)``; ``weights (B, h, Tq, Tk)`` or None."""
+    """``(out, weights)``: ``out (B, h, Tq, hd_v)`` in ``q``'s dtype and device (``hd_v`` the value
+    features: ``hd``, or MLA's ``v_head_dim``); ``weights (B, h, Tq, Tk)`` or None."""
     B, h, Tq, _ = q.shape
-    return same_as(q), Out("weights", q.dtype, q.device, shape=(B, h, Tq, k.shape[-2]), optional=True)
+    return (Out("out", q.dtype, q.device, shape=(B, h, Tq, v.shape[-1])),
+            Out("weights", q.dtype, q.device, shape=(B, h, Tq, k.shape[-2]), optional=True))
 
 
 def _mask_returns(mctx, *args, **kwargs) -> Out:

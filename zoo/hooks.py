@@ -202,6 +202,9 @@ def _norm_points(name: str, norm: nn.Module) -> list[tuple[str, str, Any]]:
 
 
 def _attn_points(a: str, attn: Attention) -> list[tuple[str, str, Any]]:
+    if not isinstance(attn, Attention):  # a kernel's own layer (MLA): what it hands its kernel
+        return [(a + n, "attn", attn) for n in ("hook_q", "hook_k", "hook_v", "hook_attn_scores",
+                                                "hook_pattern", "hook_z")]
     names = ["hook_q", "hook_k", "hook_v"]
     if attn.q_norm is not None:
         names += ["q_ln.hook_normalized", "k_ln.hook_normalized"]
@@ -468,6 +471,9 @@ class Hooks:
         kernel = _eager_for(attn) if need_steps else attn.kernel
         editable = isinstance(kernel, get_registry().get("attention", "eager", where="hooks").cls)
         want_result = a_ + "hook_result" in names
+        if not isinstance(attn, Attention):  # a kernel's own layer (MLA): hooks at its kernel call
+            self._install_kernel_call(attn, a_, stack, kernel, need_steps, editable)
+            return
 
         def forward(x, a, cache=None):  # zoo.layers.Attention.forward, with hook points
             B, T, _ = x.shape
@@ -514,6 +520,24 @@ class Hooks:
             return attn.out(z.reshape(B, T, h * hd))  # merge heads: (B, T, h * hd) -> (B, T, D)
 
         self._set(attn, "forward", forward)
+
+    def _install_kernel_call(self, attn, a_: str, stack: str, kernel, need_steps: bool, editable: bool) -> None:
+        """Hook points of an attention layer a kernel brings (MLA): the heads it hands its kernel
+        (``hook_q (B, T, h, hd)``; ``hook_k``/``hook_v``: every key so far, from position 0, after
+        the cache), the scores and pattern, and the per-head output ``hook_z``."""
+        emit, fns = self.emit, self.fns
+
+        def run_kernel(q, k, v, a):
+            q = emit(a_ + "hook_q", q.transpose(1, 2), stack).transpose(1, 2)  # (B, h, T, hd)
+            saved, self.offset[stack] = self.offset.get(stack, 0), 0  # keys sit at positions 0..Tk-1
+            k = emit(a_ + "hook_k", k.transpose(1, 2), stack).transpose(1, 2)
+            v = emit(a_ + "hook_v", v.transpose(1, 2), stack).transpose(1, 2)
+            self.offset[stack] = saved
+            out = _hooked_kernel(kernel, q, k, v, a, emit, fns, a_, stack, editable) if need_steps \
+                else call_kernel(kernel, q, k, v, a)[0]
+            return emit(a_ + "hook_z", out.transpose(1, 2), stack).transpose(1, 2)  # (B, h, T, hd_v)
+
+        self._set(attn, "run_kernel", run_kernel)
 
 
 def _eager_for(attn: Attention) -> nn.Module:

@@ -323,6 +323,12 @@ class Attention(nn.Module):
         self.out = nn.Linear(inner, d, bias=st.out_bias)
         self.kernel = kernel
 
+    @property
+    def cache_layout(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """What one token leaves in a :class:`LayerCache`: ``((heads, features) of k, (heads,
+        features) of v)``; a layer with another cache (MLA's latents) declares its own."""
+        return (self.h_kv, self.hd), (self.h_kv, self.hd)
+
     def run_kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs) -> torch.Tensor:
         """This layer's kernel call, ``(B, h, Tq, hd)`` per-head outputs: the seam ``zoo.trace``
         records through.  (The module-level :func:`attend` runs a kernel *outside* a model.)"""
@@ -360,17 +366,19 @@ class Block(nn.Module):
     """One Transformer layer: self-attention, optional cross-attention, feed-forward, each wrapped by
     the placement (pre / post / ...) of its norm and a residual connection."""
 
-    def __init__(self, st: StackSpec, parts: "_Parts"):
+    def __init__(self, st: StackSpec, parts: "_Parts", index: int = 0):
         super().__init__()
         self.attn_res = parts.placement()
-        self.attn = Attention(st, parts.kernel(), head_norm=parts.head_norm if st.qk_norm else None)
+        kernel = parts.kernel()
+        layer = type(kernel).layer or Attention  # a kernel may bring its own projections (MLA)
+        self.attn = layer(st, kernel, head_norm=parts.head_norm if st.qk_norm else None)
         if st.cross_attention:
             self.cross_res = parts.placement()
             self.cross = Attention(st, parts.kernel(), cross=True)
         else:
             self.cross_res = self.cross = None
         self.ffn_res = parts.placement()
-        self.ffn = parts.ffn()
+        self.ffn = parts.ffn(index)
         self.drop = nn.Dropout(st.dropout)
         self.has_dropout = st.dropout > 0  # static: forward skips three no-op module calls
         self.parallel = st.parallel_residual
@@ -428,7 +436,12 @@ class _Parts:
     def placement(self):
         return self.make("placement", None, self.norm)  # a placement builds its own norms
 
-    def ffn(self):
+    def ffn(self, layer: int = 0):
+        """Layer ``layer``'s feed-forward: the stack's ``ffn``, or ``dense_ffn`` (of width
+        ``dense_d_ff``) in the first ``dense_layers`` layers (DeepSeek's dense layers)."""
+        st = self.st
+        if st.dense_ffn is not None and layer < st.dense_layers:
+            return self._get(st.dense_ffn)(st.dense_ffn.config, replace(st, d_ff=st.dense_d_ff or st.d_ff))
         return self.make("ffn")
 
     def positions(self):
@@ -455,7 +468,7 @@ class Stack(nn.Module):
         pattern = st.mask_pattern or ()
         self.pattern = nn.ModuleList([nn.ModuleList(parts.masks(rules)) for rules in pattern])
         self.pattern_plain = [all(type(m).is_causal for m in g) for g in self.pattern]
-        self.blocks = nn.ModuleList([Block(st, parts) for _ in range(st.num_layers)])
+        self.blocks = nn.ModuleList([Block(st, parts, i) for i in range(st.num_layers)])
         placement_cls = registry.get("placement", st.placement.kind).cls
         self.final_norm = parts.norm() if placement_cls.final_norm else nn.Identity()
         # static facts, so forward never inspects component types

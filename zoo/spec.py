@@ -273,6 +273,11 @@ class ModelSpec:
     qk_norm: bool = per_stack(False, quiet=True)  # the norm type, per head, on q and k (Qwen3)
     parallel_residual: bool = per_stack(False, quiet=True)  # x + attn(n1(x)) + ffn(n2(x)) (GPT-J)
     mask_pattern: tuple[tuple[ComponentSpec, ...], ...] | None = per_stack(None)  # layer i: [i % len]
+    # the first dense_layers layers use this feed-forward entry (width dense_d_ff, None: d_ff) instead
+    # of ffn: DeepSeek's dense layers before its mixture-of-experts ones (first_k_dense_replace)
+    dense_ffn: ComponentSpec | None = per_stack(None)
+    dense_layers: int | None = per_stack(None)
+    dense_d_ff: int | None = per_stack(None)
     # (here: one field per spec family of the family table, from _family_fields)
     head: HeadSpec | None = None
     encoder: tuple[tuple[str, Any], ...] = ()  # overrides, as sorted (field, value) pairs
@@ -402,7 +407,7 @@ def _field_to_yaml(name: str, v: Any, placement: ComponentSpec | None) -> Any:
 #: component entries, ``mask_pattern``, ``head`` and the per-stack sections have parsers of their own)
 _SCALARS: dict[str, Any] = {n: tp for n, tp in _HINTS.items()
                             if n not in {f.field for f in SPEC_FAMILIES}
-                            | {"mask_pattern", "head", "encoder", "decoder"}}
+                            | {"mask_pattern", "dense_ffn", "head", "encoder", "decoder"}}
 _REQUIRED = ("arch", "vocab_size", "d_model", "num_layers", "num_heads")
 _ALL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSpec))
 _DEFAULTS = {f.field: f.default for f in SPEC_FAMILIES if f.default and f.parent is None}
@@ -524,6 +529,8 @@ def _validate(raw: dict, registry) -> ModelSpec:
     values["mask"] = _parse_mask(mask_raw, "mask", registry) if mask_raw is not None else None
     if raw.get("mask_pattern") is not None:
         values["mask_pattern"] = _parse_mask_pattern(raw["mask_pattern"], "mask_pattern", registry)
+    if raw.get("dense_ffn") is not None:
+        values["dense_ffn"] = parse_component("ffn", raw["dense_ffn"], "dense_ffn", registry)
 
     # head
     if "head" in raw and raw["head"] is not None:
@@ -659,6 +666,8 @@ def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, An
             out[key] = _parse_mask(val, where, registry)
         elif key == "mask_pattern":
             out[key] = _parse_mask_pattern(val, where, registry)
+        elif key == "dense_ffn":
+            out[key] = parse_component("ffn", val, where, registry)
         elif key == "norm":
             out["norm"], out["placement"] = _parse_norm(val, where, registry)
         else:
@@ -688,6 +697,15 @@ def _check_stack(spec: ModelSpec, role: str, registry) -> None:
                         fix="use a divisor of num_heads (1 = multi-query, num_heads = multi-head)")
     if st.d_ff < 1 or st.head_dim < 1:
         raise SpecError("d_ff and head_dim must be positive", where=src("d_ff"))
+    if (st.dense_layers is not None or st.dense_d_ff is not None) and st.dense_ffn is None:
+        raise SpecError("dense_layers / dense_d_ff say which layers take dense_ffn, but there is no dense_ffn",
+                        where=src("dense_layers"), fix="add e.g. `dense_ffn: {kind: swiglu}`, or drop them")
+    if st.dense_ffn is not None and (st.dense_layers or 0) < 1:  # >= num_layers: every layer dense
+        raise SpecError(f"dense_layers must be >= 1 with a dense_ffn, got {st.dense_layers}",
+                        where=src("dense_layers"), fix="set how many of the first layers use dense_ffn")
+    if st.dense_d_ff is not None and st.dense_d_ff < 1:
+        raise SpecError(f"must be a positive integer, got {st.dense_d_ff}", where=src("dense_d_ff"),
+                        fix="omit it (or write null) for d_ff")
     if st.num_layers > 4096:
         raise SpecError(f"{st.num_layers} layers is unreasonably deep", where=src("num_layers"),
                         fix="use at most 4096 layers")

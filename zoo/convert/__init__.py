@@ -43,6 +43,7 @@ from __future__ import annotations
 from . import bart, bert, distilbert, gemma, gemma2, gpt2, gpt_neox, llama, marian, mistral, opt, phi3, qwen2, qwen3, roberta, t5  # noqa: F401 - each registers its family
 from . import mixtral, qwen2_moe, qwen3_moe  # noqa: F401 - mixtures of experts (issue 24)
 from . import gemma3, olmoe  # noqa: F401 - Gemma 3 (text), OLMoE (issue 24)
+from . import deepseek_v2  # noqa: F401 - DeepSeek-V2 and V3: latent attention, DeepSeekMoE (issue 24)
 from .core import (CONVERTERS, ConvertError, Converter, Source, certificate, certificate_text, certify_parity,
                    conversion_metadata, convert_state, from_pretrained, from_transformers, read_hf_dir,
                    to_transformers)
