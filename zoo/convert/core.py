@@ -11,6 +11,7 @@ import importlib.metadata as md
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -21,11 +22,12 @@ from safetensors import SafetensorError
 from ..assembly import fill
 from ..build import build, resolve_dtype
 from ..deprecation import moved
-from ..errors import ZooError
+from ..errors import CheckpointError, ZooError
 from ..io import conversion_metadata  # noqa: F401 - re-exported: zoo.convert.conversion_metadata
+from ..io import read_header
 from ..spec import parse_spec
 from ..tokenizers import tokenizer as make_tokenizer
-from ..trust import confine, read_bytes, read_text, safetensors_open, short, user_path
+from ..trust import confine, open_read, read_bytes, read_text, safetensors_open, short, user_path
 from ..version import __version__
 
 #: transformers activation name -> zoo's, and back (INV_ACTS)
@@ -82,7 +84,9 @@ class Source:
     either dropped on purpose or reported."""
 
     def __init__(self, config: Mapping[str, Any], state: Mapping[str, torch.Tensor], family: str):
-        self.config, self.state, self.family = dict(config), dict(state), family
+        # a ShardedState stays lazy (each tensor is read from disk when taken); others are copied
+        self.config, self.family = dict(config), family
+        self.state = state if isinstance(state, ShardedState) else dict(state)
         self.used: set[str] = set()
         self.dropped: list[str] = []
 
@@ -297,15 +301,36 @@ def check_shapes(spec_dict: dict, state: Mapping[str, torch.Tensor]):
     return model, need
 
 
-def assemble(spec_dict: dict, state: dict, dtype=None) -> torch.nn.Module:
-    """Check shapes on the meta device, then fill the model with ``state`` (no random init)."""
+def assemble(spec_dict: dict, state: dict, dtype=None, *, owned: bool = False) -> torch.nn.Module:
+    """Check shapes on the meta device, then fill the model with ``state`` (no random init).
+
+    By default every tensor is copied, so the model never shares memory with ``state`` (a
+    transformers model's own weights).  ``owned=True`` says the tensors belong to nobody else
+    (freshly read from a file): ``state`` is emptied as the model takes them, and a tensor that is
+    contiguous and alone in its storage *becomes* the weight, uncopied; only views (a transpose, a
+    row block of a fused tensor) and dtype changes are copied, one tensor at a time.  So the peak
+    is the converted tensors plus one tensor, not twice the model."""
     model, need = check_shapes(spec_dict, state)
     dt = dtype or state["tok_emb.weight"].dtype
     device = state["tok_emb.weight"].device
-    # contiguous copies: a transposed view (GPT-2's Conv1D weights) would make every matmul slower
-    fill(model, {k: state[k].detach().to(dt).clone(memory_format=torch.contiguous_format)
-                 for k in need}, device)
-    return model.to(device=device, dtype=dt).eval()  # buffers follow the weights
+    if not owned:
+        # contiguous copies: a transposed view (GPT-2's Conv1D weights) would make every matmul slower
+        fill(model, {k: state[k].detach().to(dt).clone(memory_format=torch.contiguous_format)
+                     for k in need}, device)
+        return model.to(device=device, dtype=dt).eval()  # buffers follow the weights
+    weights, taken = {}, set()
+    for k in sorted(need):
+        t = state.pop(k).detach().to(dt)  # a dtype change is a new tensor; the old one goes now
+        store = t.untyped_storage()
+        if not (t.is_contiguous() and t.storage_offset() == 0 and store.data_ptr() not in taken
+                and store.nbytes() == t.numel() * t.element_size()):
+            t = t.clone(memory_format=torch.contiguous_format)  # a view: its own storage
+        taken.add(t.untyped_storage().data_ptr())
+        weights[k] = t
+    state.clear()  # what the spec does not need (a tied alias) is not kept alive either
+    fill(model, weights, device)
+    del weights
+    return model.to(device=device, dtype=dt).eval()
 
 
 def from_transformers(hf_model: Any, *, attention: str = "sdpa", dtype: Any = None,
@@ -398,6 +423,117 @@ def read_hf_dir(path: str | os.PathLike, *, meta: bool = False) -> tuple[dict, d
     return config, state
 
 
+def all_finite(t: torch.Tensor, chunk: int = 1 << 20) -> bool:
+    """Whether ``t`` holds no NaN or infinity, checked ``chunk`` elements at a time
+    (``torch.isfinite`` of a whole tensor makes a temporary as large as the tensor itself)."""
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
+
+
+#: safetensors dtype -> torch dtype, for reading a tensor's bytes straight into a tensor
+_TORCH_DTYPES = {k: getattr(torch, v) for k, v in _ST_DTYPES.items()}
+_TORCH_DTYPES.update({k: getattr(torch, v) for k, v in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"),
+                                                         ("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64"))
+                      if hasattr(torch, v)})
+
+
+class ShardedState(Mapping):
+    """The tensors of a ``save_pretrained`` folder by name, each read from its shard only when
+    asked for, into memory of its own, and not kept: converting a folder tensor by tensor holds the
+    converted model plus the tensors of one step (a layer's q, k, v while they are joined), never
+    the whole source as well.
+
+    A tensor's bytes are read (``readinto``) straight into a new tensor at the offsets of the
+    shard's header (checked by ``safetensors`` and by :func:`zoo.io.read_header`), so no page of the
+    file stays mapped into the process; a dtype torch cannot hold that way (or a header zoo's reader
+    refuses) goes through ``safetensors``' memory map and is copied out.  Each floating-point tensor
+    read is checked for NaN / infinity on the way (``nonfinite``); :meth:`scan_rest` checks the
+    ones conversion never read (a dropped pooler)."""
+
+    def __init__(self, root: Path, where: dict[str, Path], spans: dict[str, tuple] | None = None):
+        self.root, self.where, self.spans = root, where, spans or {}
+        self.nonfinite: set[str] = set()
+        self.checked: set[str] = set()
+
+    def _read(self, name: str, f: Path) -> torch.Tensor:
+        span = self.spans.get(name)
+        if span is None:  # through safetensors' map of the file, then into our own memory
+            with safetensors_open(f, root=self.root, where=f.name, error=ConvertError) as fh:
+                mapped = fh.get_tensor(name)
+                return mapped.clone(memory_format=torch.contiguous_format)
+        dtype, shape, start, length = span
+        t = torch.empty(shape, dtype=dtype)
+        if length:
+            buf = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            with open_read(f, root=self.root, where=f.name, kind="checkpoint", error=ConvertError) as fh:
+                fh.seek(start)
+                got = 0
+                while got < length:
+                    n = fh.readinto(buf[got:])
+                    if not n:
+                        raise ConvertError(f"the file ends inside tensor {short(name)}", where=f.name,
+                                           fix="the file is truncated; re-save it with save_pretrained")
+                    got += n
+        return t
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        f = self.where[name]
+        try:
+            t = self._read(name, f)
+        except (SafetensorError, OSError) as exc:
+            raise ConvertError(f"unreadable safetensors file: {short(str(exc))}", where=f.name,
+                               fix="re-save the model with save_pretrained") from exc
+        if name not in self.checked:
+            self.checked.add(name)
+            if t.is_floating_point() and not all_finite(t):
+                self.nonfinite.add(name)
+        return t
+
+    def __iter__(self):
+        return iter(self.where)
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.where
+
+    def scan_rest(self) -> list[str]:
+        """Read (one at a time) the tensors not read yet, for the NaN / infinity check; returns
+        the sorted names of every non-finite tensor of the folder."""
+        for name in self.where:
+            if name not in self.checked:
+                self[name]
+        return sorted(self.nonfinite)
+
+
+def open_hf_dir(path: str | os.PathLike) -> tuple[dict, ShardedState]:
+    """``(config dict, tensors read on demand)`` of a ``save_pretrained`` folder: like
+    :func:`read_hf_dir`, but no weight is read until a converter takes it (:class:`ShardedState`)."""
+    d = user_path(path, where="convert.path", error=ConvertError)
+    config = read_config(d)
+    where: dict[str, Path] = {}
+    spans: dict[str, tuple] = {}
+    for f in weight_files(d):
+        try:
+            with safetensors_open(f, root=d, where=f.name, error=ConvertError) as fh:
+                names = list(fh.keys())
+        except (SafetensorError, OSError) as exc:
+            raise ConvertError(f"unreadable safetensors file: {short(str(exc))}", where=f.name,
+                               fix="re-save the model with save_pretrained") from exc
+        where.update(dict.fromkeys(names, f))
+        for n in names:
+            spans.pop(n, None)  # a later shard's copy wins, as in read_hf_dir
+        try:
+            entries, _, data = read_header(f)
+        except CheckpointError:  # a header only safetensors itself can describe: read through it
+            continue
+        if sys.byteorder == "little":  # safetensors stores little-endian bytes
+            spans.update({n: (_TORCH_DTYPES[dt], shape, data + b, e - b) for n, (dt, shape, (b, e))
+                          in entries.items() if n in where and dt in _TORCH_DTYPES})
+    return config, ShardedState(d, where, spans)
+
+
 def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: Any = None,
                     tokenizer: bool = True, certify: bool = False,
                     allow_nonfinite: bool = False) -> torch.nn.Module:
@@ -416,21 +552,38 @@ def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: 
     config, header = read_hf_dir(path, meta=True)
     spec, st, _ = convert_state(config, header, attention=attention)
     check_shapes(spec, st)  # before reading a single weight
-    config, state = read_hf_dir(path)
-    nonfinite = sorted(n for n, t in state.items()
-                       if t.is_floating_point() and not bool(torch.isfinite(t).all()))
-    if nonfinite and not allow_nonfinite:
-        raise ConvertError(f"{len(nonfinite)} tensor(s) hold NaN or infinity: {short(nonfinite)}",
-                           where=short(nonfinite[0]),
+    dt = resolve_dtype(dtype) or st["tok_emb.weight"].dtype
+    # the certificate's reference runs first and is gone before zoo's weights exist (one model at a time)
+    reference = folder_reference(path, config, parse_spec(spec), dt) if certify else None
+    config, state = open_hf_dir(path)  # streamed: each tensor is read when the converter takes it
+
+    def refuse_nonfinite(names, cause=None):
+        raise ConvertError(f"{len(names)} tensor(s) hold NaN or infinity: {short(names)}",
+                           where=short(names[0]),
                            fix="get an intact copy of the weights, or pass allow_nonfinite=True "
-                               "(zoo convert --allow-nonfinite) to convert them as they are")
-    spec, st, dropped = convert_state(config, state, attention=attention)
-    model = assemble(spec, st, resolve_dtype(dtype))
+                               "(zoo convert --allow-nonfinite) to convert them as they are") from cause
+    try:
+        spec, st, dropped = convert_state(config, state, attention=attention)
+    except ConvertError as exc:  # a NaN anywhere in the folder is the cause to report, as before
+        if not allow_nonfinite:  # streaming, when every tensor was checked before converting
+            try:
+                bad = state.scan_rest()
+            except ConvertError:  # the file itself is unreadable: that is the error to report
+                bad = []
+            if bad:
+                refuse_nonfinite(bad, exc)
+        raise
+    nonfinite = state.scan_rest()
+    if nonfinite and not allow_nonfinite:
+        refuse_nonfinite(nonfinite)
+    model = assemble(spec, st, dt, owned=True)
+    del st
     model.convert_info = {"source": Path(path).name, "model_type": config.get("model_type"),
                           "architectures": config.get("architectures"), "dropped": dropped,
                           **({"nonfinite": nonfinite} if nonfinite else {})}
     if certify:
-        model.convert_info["parity"] = certify_folder(path, config, model)
+        model.convert_info["parity"] = reference if isinstance(reference, str) else \
+            compare_parity(reference, model)
     tj = Path(path) / "tokenizer.json"
     if tokenizer and (tj.exists() or tj.is_symlink()):  # confined to the folder, like the shards
         text = read_bytes(tj, root=path, kind="tokenizer", where="tokenizer.json", error=ConvertError)
@@ -460,10 +613,18 @@ def certify_parity(hf_model: Any, model: torch.nn.Module) -> dict:
     """Run the probe batch through the transformers model and the zoo model and say how closely they
     agree: ``max_abs_diff``, ``mean_abs_diff``, ``top1_agreement`` (share of positions with the same
     arg-max), the dtype compared, both libraries' versions and the date (UTC)."""
-    spec = model.spec
     p = next(model.parameters())
-    ids = probe_batch(spec.vocab_size).to(p.device)
+    return compare_parity(reference_probe(hf_model, model.spec, p.device), model)
+
+
+@torch.no_grad()
+def reference_probe(hf_model: Any, spec, device=None) -> dict:
+    """The transformers side of the certificate alone: its outputs on the probe batch (``ref``, on
+    the CPU), what they are (``compared``: logits or a base model's hidden states) and the library.
+    Kept apart from :func:`compare_parity` so a folder's reference can run, and be freed, before
+    the zoo model is built (:func:`from_pretrained`: one model in memory at a time)."""
     hf_dev = next(hf_model.parameters()).device
+    ids = probe_batch(spec.vocab_size).to(device or hf_dev)
     was = hf_model.training
     hf_model.eval()
     if spec.arch == "encoder_decoder":
@@ -471,27 +632,37 @@ def certify_parity(hf_model: Any, model: torch.nn.Module) -> dict:
     else:
         out = hf_model(input_ids=ids.to(hf_dev))
     hf_model.train(was)
-    ref, compared = out[0], next(iter(out.keys()))  # the logits (or a base model's hidden states)
-    hidden = compared == "last_hidden_state"
-    ours = model(ids, ids, return_hidden=hidden) if spec.arch == "encoder_decoder" else \
-        model(ids, return_hidden=hidden)
-    a, b = ref.float().cpu(), ours.float().cpu()
-    d = (a - b).abs()
     lib = type(hf_model).__module__.split(".")[0]
     try:
         lib_version = md.version(lib)
     except md.PackageNotFoundError:
         lib_version = "unknown"
+    return {"ref": out[0].float().cpu(), "compared": next(iter(out.keys())), "ids": ids,
+            "reference": f"{lib} {lib_version} {type(hf_model).__name__}"}
+
+
+@torch.no_grad()
+def compare_parity(reference: dict, model: torch.nn.Module) -> dict:
+    """The certificate: the zoo model on the probe batch against :func:`reference_probe`'s outputs."""
+    spec = model.spec
+    p = next(model.parameters())
+    ids = reference["ids"].to(p.device)
+    hidden = reference["compared"] == "last_hidden_state"
+    ours = model(ids, ids, return_hidden=hidden) if spec.arch == "encoder_decoder" else \
+        model(ids, return_hidden=hidden)
+    a, b = reference["ref"], ours.float().cpu()
+    d = (a - b).abs()
     return {"max_abs_diff": float(d.max()), "mean_abs_diff": float(d.mean()),
             "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean()),
             "dtype": str(p.dtype).replace("torch.", ""), "probe": f"{PROBE_SHAPE[0]}x{PROBE_SHAPE[1]} "
-            f"token ids, seed {PROBE_SEED}", "compared": compared, "reference": f"{lib} {lib_version} {type(hf_model).__name__}",
-            "zoo": __version__, "torch": torch.__version__,
+            f"token ids, seed {PROBE_SEED}", "compared": reference["compared"],
+            "reference": reference["reference"], "zoo": __version__, "torch": torch.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
-def certify_folder(path, config: dict, model: torch.nn.Module) -> dict | str:
-    """The certificate against ``transformers`` loading the same folder, or why there is none."""
+def folder_reference(path, config: dict, spec, dtype: torch.dtype) -> dict | str:
+    """transformers loads the folder (in ``dtype``), runs the probe batch and is freed again:
+    :func:`reference_probe`'s outputs, or why there can be no certificate."""
     try:
         import transformers
     except ImportError:
@@ -500,8 +671,17 @@ def certify_folder(path, config: dict, model: torch.nn.Module) -> dict | str:
     cls = getattr(transformers, archs[0], None) if archs and isinstance(archs[0], str) else None
     if cls is None:
         return f"no certificate: transformers has no class {short(archs[:1])}"
-    hf = cls.from_pretrained(str(path), dtype=next(model.parameters()).dtype, local_files_only=True)
-    return certify_parity(hf, model)
+    hf = cls.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+    try:
+        return reference_probe(hf, spec)
+    finally:
+        del hf
+
+
+def certify_folder(path, config: dict, model: torch.nn.Module) -> dict | str:
+    """The certificate against ``transformers`` loading the same folder, or why there is none."""
+    ref = folder_reference(path, config, model.spec, next(model.parameters()).dtype)
+    return ref if isinstance(ref, str) else compare_parity(ref, model)
 
 
 def certificate(meta: Mapping[str, str]) -> dict | None:
