@@ -17,11 +17,15 @@ heads share one rotated key ``k_R = RoPE(W_KR x)`` (``d_r`` = qk_rope_head_dim, 
 layer: ``r + d_r`` = 576 numbers instead of 4096 (7.1x less than MHA; as little as GQA with 2.25
 groups, while every head keeps its own keys and values).
 
-The absorbed-projection trick (paper, 2.1.2): since ``q_C·(W_UK c) = (W_UKᵀ q_C)·c``, a decoder can
-fold ``W_UK`` into the query and ``W_UV`` into the output projection and attend over the latents
-directly, never materialising keys or values.  This file rebuilds ``k_C`` and ``v`` from the cached
-latents (simple, the same arithmetic as transformers, fast for prefill); the test's float64
-reference computes with the absorbed form from the cache, and the two agree.
+The absorbed-projection trick (paper, 2.1.2): since ``q_C·(W_UK c) = (W_UKᵀ q_C)·c`` and
+``Σ p_j W_UV c_j = W_UV Σ p_j c_j``, a layer can move each head's query into latent space and attend
+over the cached latents directly -- multi-query attention with ``h`` query heads of ``r + d_r``
+features over one key head ``[c; k_R]`` and one value head ``c`` -- and only then apply ``W_UV``.
+Rebuilding keys and values instead costs ``Tk · r · h (d_n + d_v)`` multiply-adds per step (every
+cached token, every step); absorbed, a decoding step costs ``h · (d_n + d_v) · r`` for the two
+weight products plus ``h · Tk · (2r + d_r)`` for the attention.  ``absorb``: ``decode`` (default)
+absorbs when the call attends to cached tokens (decoding), rebuilds in a prefill (what transformers
+always does, and cheaper when there are as many queries as keys); ``always`` / ``never``.
 
 Here the engine's cache slots hold the latents: ``k`` slot ``c (B, 1, T, r)``, ``v`` slot ``k_R
 (B, 1, T, d_r)`` (:attr:`MultiHeadLatentAttention.cache_layout`).  The stack's ``head_dim`` is
@@ -33,11 +37,13 @@ plain softmax attention (PyTorch's SDPA), so the registry's kernel checks hold f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import nn
 
 import zoo
+from zoo.components import causal_mask
 from zoo.layers import call_kernel
 from zoo.plugins.attention_sdpa import SDPAttention
 
@@ -49,6 +55,7 @@ class MLAConfig:
     nope_dim: int = 16          # d_n: per-head query/key features without position (qk_nope_head_dim)
     v_dim: int = 16             # d_v: per-head value features (v_head_dim)
     latent_eps: float = 1e-6    # epsilon of the RMSNorms on the latents
+    absorb: Literal["decode", "always", "never"] = "decode"  # attend in latent space (see above)
 
     def __post_init__(self):
         if min(self.kv_lora_rank, self.nope_dim, self.v_dim) < 1 or self.q_lora_rank < 0:
@@ -69,6 +76,7 @@ class MultiHeadLatentAttention(nn.Module):
                                 fix="set qk_norm: false with attention: mla")
         D, h, dr = st.d_model, st.num_heads, st.head_dim
         self.h, self.dn, self.dr, self.dv, self.r = h, c.nope_dim, dr, c.v_dim, c.kv_lora_rank
+        self.absorb = c.absorb
         self.h_kv, self.hd = h, c.nope_dim + dr  # as the engine sees the expanded heads
         if c.q_lora_rank:
             self.q_a = nn.Linear(D, c.q_lora_rank, bias=st.qkv_bias)  # W_DQ
@@ -103,6 +111,12 @@ class MultiHeadLatentAttention(nn.Module):
         if cache is not None:
             lat, k_r = cache.update(lat, k_r)  # the latent cache: (B, 1, Tk, r), (B, 1, Tk, dr)
         Tk = lat.size(2)
+        if self.absorb == "always" or (self.absorb == "decode" and Tk > T):  # attend over the latents
+            W = self.kv_b.weight.view(h, dn + dv, self.r)  # per head: W_UK (dn, r) over W_UV (dv, r)
+            q_lat = torch.einsum("bhtn,hnr->bhtr", q_c, W[:, :dn])  # W_UKᵀ q_C: (B, h, T, r)
+            out = self.run_kernel(torch.cat([q_lat, q_r], -1), torch.cat([lat, k_r], -1), lat, a)  # (B, h, T, r)
+            out = torch.einsum("bhtr,hvr->bhtv", out, W[:, dn:])  # W_UV per head: (B, h, T, dv)
+            return self.out(out.transpose(1, 2).reshape(B, T, h * dv))
         kv = self.kv_b(lat[:, 0]).view(B, Tk, h, dn + dv).transpose(1, 2)  # (B, h, Tk, dn + dv)
         k_c, v = kv.split([dn, dv], -1)
         k = torch.cat([k_c, k_r.expand(B, h, Tk, dr)], -1)  # (B, h, Tk, dn + dr)
@@ -111,7 +125,11 @@ class MultiHeadLatentAttention(nn.Module):
 
 
 class MLAttention(SDPAttention):
-    """[fused sdpa] Multi-head latent attention with a compressed KV cache (DeepSeek-AI, 2024, "DeepSeek-V2", arXiv 2405.04434)."""
+    """[fused sdpa] Multi-head latent attention with a compressed KV cache (DeepSeek-AI, 2024, "DeepSeek-V2", arXiv 2405.04434).
+
+    Softmax attention through PyTorch's SDPA.  With one key/value head (the absorbed latent path:
+    every head reads ``[c; k_R]``) the heads fold into the query axis, ``(B, 1, h·Tq, ·)``, so the
+    fused kernel never copies the shared latents once per head (its grouped-query path does)."""
 
     layer = MultiHeadLatentAttention
     lesson = {
@@ -124,6 +142,22 @@ class MLAttention(SDPAttention):
               "潜向量 c（r 个数）和一个所有头共享的旋转键（d_r 个数），再用学习到的上投影从 c 重建每个头的键和值；"
               "RoPE 放在单独的特征里，因为旋转过的键无法从与位置无关的潜向量重建。DeepSeek-V2-Lite：576 个数而不是 4096。",
     }
+
+    def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
+        B, h, Tq, _ = q.shape
+        if k.size(1) != 1 or h == 1:
+            return super().forward(q, k, v, mask=mask, bias=bias, is_causal=is_causal, need_weights=need_weights)
+        Tk = k.size(2)
+        if is_causal:  # queries are the last Tq positions of the keys
+            mask = causal_mask(Tq, Tk, q.device)[None, None]
+
+        def fold(t):  # (B|1, h|1, Tq|1, Tk) -> (B|1, 1, h·Tq, Tk), rows in q's folded order
+            t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
+            return t.expand(t.size(0), h, Tq, Tk).reshape(t.size(0), 1, h * Tq, Tk)
+
+        out, _ = super().forward(q.reshape(B, 1, h * Tq, q.size(-1)), k, v,
+                                 mask=None if mask is None else fold(mask), bias=None if bias is None else fold(bias))
+        return out.view(B, h, Tq, out.size(-1)), None  # (B, h, Tq, hd_v)
 
 
 @zoo.hookimpl

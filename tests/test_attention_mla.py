@@ -94,15 +94,19 @@ def _reference(attn, xs, scale, base, interleaved):
     return torch.stack(outs), torch.stack(cs), torch.stack(krs)
 
 
+@pytest.mark.parametrize("absorb", ["decode", "never", "always"])
 @pytest.mark.parametrize("interleaved", [False, True])
 @torch.no_grad()
-def test_latent_cache_path_equals_the_papers_equations(interleaved):
-    """A 1-layer float64 zoo model: prefill 5 tokens, then 3 cached steps.  Every output of the
-    attention layer equals the absorbed-form loop, and the cache holds exactly the latents c and
-    the rotated shared keys k_R, nothing per head.  (zoo and the loop differ in the rope only,
+def test_latent_cache_path_equals_the_papers_equations(interleaved, absorb):
+    """A 1-layer float64 zoo model: prefill 5 tokens, then 3 cached steps, with keys and values
+    rebuilt from the latents (``never``), attention in latent space (``always``), or rebuilt in the
+    prefill and absorbed in the steps (``decode``).  Every output of the attention layer equals the
+    absorbed-form loop, and the cache holds exactly the latents c and the rotated shared keys k_R,
+    nothing per head.  (zoo and the loop differ in the rope only,
     which zoo turns in float32, hence 1e-6.)"""
     spec = dict(arch="decoder", vocab_size=40, d_model=24, num_layers=1, num_heads=3, head_dim=4, attn_scale=0.3,
-                attention={"kind": "mla", "kv_lora_rank": 6, "q_lora_rank": 5, "nope_dim": 5, "v_dim": 3},
+                attention={"kind": "mla", "kv_lora_rank": 6, "q_lora_rank": 5, "nope_dim": 5, "v_dim": 3,
+                           "absorb": absorb},
                 positions={"kind": "rope", "base": 100.0, "interleaved": interleaved}, norm="rmsnorm", ffn="swiglu")
     model = zoo.build(spec, seed=0, dtype="float64").eval()
     attn = model.decoder.blocks[0].attn
@@ -184,3 +188,33 @@ def test_generic_mla_model_cache_equals_no_cache_with_padding():
     am[1, :3] = 0
     a = model.generate(ids, 6, attention_mask=am)
     assert torch.equal(a, model.generate(ids, 6, attention_mask=am, use_cache=False))
+
+
+@torch.no_grad()
+def test_absorbed_and_rebuilt_attention_agree_under_padding():
+    """The three ``absorb`` settings give the same logits (float64, to rounding) on a left-padded
+    batch, with and without the cache; the absorbed kernel call is multi-query shaped."""
+    outs = []
+    for absorb in ("never", "always", "decode"):
+        model = zoo.build(dict(arch="decoder", vocab_size=50, d_model=32, num_layers=2, num_heads=4, head_dim=8,
+                               attention={"kind": "mla", "kv_lora_rank": 16, "nope_dim": 8, "v_dim": 6,
+                                          "absorb": absorb},
+                               positions="rope", norm="rmsnorm", ffn="swiglu"), seed=0, dtype="float64").eval()
+        ids = torch.randint(1, 50, (2, 9), generator=torch.Generator().manual_seed(4))
+        am = torch.ones(2, 9, dtype=torch.long)
+        am[1, :3] = 0
+        cache = model.new_cache(9)
+        steps = [model(ids[:, :5], attention_mask=am[:, :5], cache=cache)]
+        steps += [model(ids[:, t:t + 1], attention_mask=am[:, t:t + 1], cache=cache) for t in range(5, 9)]
+        outs += [model(ids, attention_mask=am)[am.bool()], torch.cat(steps, 1)[am.bool()]]
+        if absorb == "decode":  # a prefill rebuilds 4 heads of keys (8 + 8 features), a step attends over latents
+            attn, shapes = model.decoder.blocks[0].attn, []
+            call = attn.run_kernel
+            attn.run_kernel = lambda q, k, v, a: shapes.append((tuple(k.shape), tuple(v.shape))) or call(q, k, v, a)
+            cache = model.new_cache(9)
+            model(ids[:, :5], cache=cache)
+            model(ids[:, 5:6], cache=cache)
+            del attn.run_kernel
+            assert shapes == [((2, 4, 5, 16), (2, 4, 5, 6)), ((2, 1, 6, 24), (2, 1, 6, 16))]
+    assert outs[0].abs().max() > 0.1
+    assert all((o - outs[0]).abs().max() < 1e-12 for o in outs[1:])
