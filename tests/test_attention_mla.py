@@ -218,3 +218,16 @@ def test_absorbed_and_rebuilt_attention_agree_under_padding():
             assert shapes == [((2, 4, 5, 16), (2, 4, 5, 6)), ((2, 1, 6, 24), (2, 1, 6, 16))]
     assert outs[0].abs().max() > 0.1
     assert all((o - outs[0]).abs().max() < 1e-12 for o in outs[1:])
+
+
+@pytest.mark.slow  # compiles a prefill and a decoding graph (~50 s on a CPU)
+def test_compiled_decoding_over_the_static_latent_cache():
+    """Compiled decoding (fixed-shape latent cache, every step attending over all its slots behind
+    a mask, absorbed) gives eager decoding's logits step by step on a left-padded batch."""
+    from test_compiled_decode import assert_same_logits
+
+    model = zoo.build(dict(arch="decoder", vocab_size=50, d_model=32, num_layers=2, num_heads=4, head_dim=8,
+                           attention={"kind": "mla", "kv_lora_rank": 16, "nope_dim": 8, "v_dim": 6},
+                           positions="rope", norm="rmsnorm", ffn="swiglu"), seed=0).eval()
+    ids, padding = zoo.generate.left_pad([[5, 6, 7, 8, 9, 10, 11], [40, 41, 42]], 0)
+    assert_same_logits(model, ids, padding, 8)

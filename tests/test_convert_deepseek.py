@@ -94,7 +94,8 @@ REFUSED = [("deepseek_v2", "num_key_value_heads", 2), ("deepseek_v2", "mlp_bias"
            ("deepseek_v2", "n_shared_experts", 0),
            ("deepseek_v2", "rope_parameters", {"rope_type": "su", "rope_theta": 1e4}),
            ("deepseek_v3", "topk_method", "greedy"), ("deepseek_v3", "scoring_func", "softmax"),
-           ("deepseek_v3", "num_key_value_heads", 1)]
+           ("deepseek_v3", "num_key_value_heads", 1),
+           ("deepseek_v3", "quantization_config", {"quant_method": "fp8", "weight_block_size": [128, 128]})]
 
 
 @pytest.mark.parametrize("family,field,value", REFUSED, ids=[f"{a}-{b}" for a, b, _ in REFUSED])
@@ -182,3 +183,16 @@ def test_dense_layer_fields_are_checked():
     assert e.value.where == "dense_layers"
     model = zoo.build(dict(base, dense_ffn="swiglu", dense_layers=5, dense_d_ff=24), seed=0)
     assert [b.ffn.up.out_features for b in model.decoder.blocks] == [24, 24]
+
+
+def test_v3_multi_token_prediction_layer_is_dropped_and_listed():
+    """A V3 folder carries its multi-token-prediction layer as ``model.layers.{L}.*``; transformers
+    skips it, zoo drops it and lists it in ``dropped``."""
+    hf = v3()
+    state = dict(hf.state_dict())
+    extra = {"model.layers.3.eh_proj.weight": torch.randn(32, 64), "model.layers.3.enorm.weight": torch.ones(32)}
+    cfg = {**hf.config.to_dict(), "num_nextn_predict_layers": 1}
+    _, _, dropped = convert_state(cfg, {**state, **extra})
+    assert sorted(dropped) == sorted(extra)
+    with pytest.raises(ConvertError, match="tensors zoo does not know"):  # when the config has none
+        convert_state({**cfg, "num_nextn_predict_layers": 0}, {**state, **extra})

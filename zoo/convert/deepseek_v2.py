@@ -20,8 +20,10 @@ form one ungated shared expert.
 
 Refused (each a ConvertError naming the field): ``num_key_value_heads`` != heads (every head reads
 one latent), ``mlp_bias`` (the shared expert has no bias), ``topk_method`` / ``scoring_func`` other
-than the ones above, ``n_shared_experts`` < 1, an activation other than SiLU, rope types zoo lacks,
-and an ``attention`` kernel other than MLA's.
+than the ones above, ``n_shared_experts`` < 1, a ``quantization_config`` (V3's FP8 release), an
+activation other than SiLU, rope types zoo lacks, and an ``attention`` kernel other than MLA's.
+V3's multi-token-prediction layers (``num_nextn_predict_layers``, ``model.layers.61.*``) are dropped
+and listed, as transformers skips them.
 """
 from __future__ import annotations
 
@@ -60,6 +62,8 @@ def _read(src: Source, attention: str, name: str, moe: dict, interleaved: bool):
         raise ConvertError(f"{name} converts with its own attention, mla, not {attention!r}", where="attention",
                            options=["mla"], fix="leave attention at its default")
     src.act("hidden_act", allowed=("silu", "swish"), default="silu")
+    src.expect("quantization_config", lambda v: not v, "zoo converts unquantised weights (DeepSeek-V3 ships FP8 "
+               "blocks with weight_scale_inv tensors)", "convert a bfloat16 copy of the checkpoint")
     src.expect("mlp_bias", lambda v: not v, "zoo's shared expert has no biases", "use mlp_bias: false")
     L, D, H = src.int("num_hidden_layers"), src.int("hidden_size"), src.int("num_attention_heads")
     src.expect("num_key_value_heads", lambda v: v == H, "every MLA head reads the one shared latent",
@@ -116,6 +120,8 @@ def _read(src: Source, attention: str, name: str, moe: dict, interleaved: bool):
         if moe["score_bias"]:
             st[f"{z}ffn.score_bias"] = src.take(f"{m}gate.e_score_correction_bias")
     src.ignore(f"{p}rotary_emb.inv_freq")
+    for i in range(L, L + src.int("num_nextn_predict_layers", 0, lo=0)):  # V3's multi-token prediction
+        src.drop(f"{p}layers.{i}.")  # layers: training only, not part of transformers' model either
     st["decoder.final_norm.weight"] = src.take(f"{p}norm.weight")
     lm_head(src, spec, st, wte)
     return spec, st
@@ -159,7 +165,8 @@ def write_v3(spec) -> dict:
                 rope_interleave=st.positions.config.interleaved)
 
 
-REFUSES = ("num_key_value_heads", "mlp_bias", "hidden_act", "rope_parameters", "rope_scaling", "n_shared_experts")
+REFUSES = ("quantization_config", "num_key_value_heads", "mlp_bias", "hidden_act", "rope_parameters",
+           "rope_scaling", "n_shared_experts")
 register(Converter("deepseek_v2", read_v2, write_v2, "DeepseekV2Config", "DeepseekV2ForCausalLM",
                    refuses=REFUSES + ("topk_method",)))
 register(Converter("deepseek_v3", read_v3, write_v3, "DeepseekV3Config", "DeepseekV3ForCausalLM",
