@@ -231,3 +231,29 @@ def test_compiled_decoding_over_the_static_latent_cache():
                            positions="rope", norm="rmsnorm", ffn="swiglu"), seed=0).eval()
     ids, padding = zoo.generate.left_pad([[5, 6, 7, 8, 9, 10, 11], [40, 41, 42]], 0)
     assert_same_logits(model, ids, padding, 8)
+
+
+@pytest.mark.parametrize("q_lora", [0, 12])
+def test_flops_and_cache_accounting_of_mla_and_dense_layers(q_lora):
+    """zoo.accounting (from the layer the kernel brings: its weight matrices, d_n + d_r and d_v
+    features, its latent cache_layout; dense_ffn layers counted as dense) equals what
+    FlopCounterMode counts in a forward (float64: the experts run as ordinary matmuls), and the
+    DeepSeek-V2-Lite preset's cache is its latents: 27 layers x 576 numbers per token."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from zoo import accounting
+
+    model = zoo.build(dict(arch="decoder", vocab_size=60, d_model=32, num_layers=3, num_heads=4, head_dim=8,
+                           attention={"kind": "mla", "kv_lora_rank": 16, "q_lora_rank": q_lora, "nope_dim": 8,
+                                      "v_dim": 6, "absorb": "never"},
+                           positions="rope", norm="rmsnorm", ffn={"kind": "moe", "experts": 4, "top_k": 2,
+                                                                   "shared_d_ff": 8, "shared_gate": False},
+                           dense_ffn="swiglu", dense_layers=1, dense_d_ff=40), seed=0, dtype="float64").eval()
+    ids = torch.randint(0, 60, (2, 11))
+    with FlopCounterMode(display=False) as fc, torch.no_grad():
+        model(ids)
+    assert accounting.forward_cost(model, 11, batch=2)["total_flops"] == fc.get_total_flops()
+    T = 100
+    assert accounting.forward_cost(zoo.spec("deepseek_v2_lite"), T)["kv_cache_bytes"] == 27 * 576 * T * 4
+    twin = _twin({"kind": "mla", "kv_lora_rank": 512, "nope_dim": 128, "v_dim": 128}, head_dim=64)
+    assert accounting.decode_bytes(twin, 6)["kv_cache"] == cache_bytes_per_token(twin)[1] * 6

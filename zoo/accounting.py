@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from .assembly import construct
-from .layers import make_parts
+from .layers import Attention, make_parts
 from .registry import get_registry
 from .spec import ModelSpec, parse_spec
 from .summary import parameter_table as _groups
@@ -55,25 +55,44 @@ def parameter_table(model) -> list[dict[str, Any]]:
     return rows
 
 
-def ffn_macs_per_token(spec, role: str) -> int:
+def ffn_macs_per_token(spec, role: str, layer: int | None = None) -> int:
     """Multiply-adds per token of one FFN block: what the block says it costs
     (:meth:`zoo.components.FeedForward.macs_per_token`: its weight matrices once, or only the active
-    share of a mixture of experts), built on the meta device."""
+    share of a mixture of experts), built on the meta device.  ``layer``: that layer's block (a
+    ``dense_ffn`` layer differs); default the stack's ``ffn`` (its last layer)."""
     with torch.device("meta"):
-        ffn = make_parts(spec, role, get_registry()).ffn()
+        ffn = make_parts(spec, role, get_registry()).ffn(spec.stack(role).num_layers - 1 if layer is None else layer)
     if hasattr(ffn, "macs_per_token"):
         return int(ffn.macs_per_token())
     return sum(p.numel() for p in ffn.parameters() if p.dim() >= 2)  # a plugin not derived from FeedForward
+
+
+@functools.lru_cache(maxsize=64)
+def attention_shape(spec, role: str) -> tuple[int, int, int, int]:
+    """One self-attention layer of ``spec``'s ``role`` stack, built on the meta device: ``(projection
+    multiply-adds per token, query/key features per head, value features per head, numbers one token
+    leaves in the KV cache)``.  q/k/v attention: ``(D·(h + 2 h_kv)·hd + h·hd·D, hd, hd, 2·h_kv·hd)``;
+    a layer its kernel brings says its own (MLA: its weight matrices, ``d_n + d_r``, ``d_v``, and
+    ``r + d_r`` latent numbers from its ``cache_layout``)."""
+    st = spec.stack(role)
+    with torch.device("meta"):
+        kernel = make_parts(spec, role, get_registry()).kernel()
+        layer = (type(kernel).layer or Attention)(st, kernel)
+    (hk, dk), (hv, dv) = layer.cache_layout
+    proj = sum(p.numel() for p in layer.parameters() if p.dim() == 2)  # every weight matrix once
+    return proj, layer.hd, getattr(layer, "dv", layer.hd), hk * dk + hv * dv
 
 
 def stack_macs(spec, role: str, T: int, S: int | None = None, batch: int = 1) -> dict[str, int]:
     """MACs of one stack's forward over ``T`` tokens (``S`` source tokens for cross-attention)."""
     st = spec.stack(role)
     D, h, kv, hd, L = spec.d_model, st.num_heads, st.num_kv_heads, st.head_dim, st.num_layers
-    proj = T * (D * h * hd + 2 * D * kv * hd + h * hd * D)  # q, k, v, out
-    core = 2 * h * hd * T * T  # q·kᵀ and weights·v
-    out = {"attention_proj": L * batch * proj, "attention_core": L * batch * core,
-           "ffn": L * batch * T * ffn_macs_per_token(spec, role)}
+    proj_tok, d_qk, d_v, _ = attention_shape(spec, role)
+    proj = T * proj_tok  # q, k, v, out (MLA: its latent projections)
+    core = h * T * T * (d_qk + d_v)  # q·kᵀ and weights·v
+    dense = min(st.dense_layers or 0, L) if st.dense_ffn is not None else 0  # DeepSeek's first layers
+    ffn = dense * ffn_macs_per_token(spec, role, 0) + (L - dense) * ffn_macs_per_token(spec, role)
+    out = {"attention_proj": L * batch * proj, "attention_core": L * batch * core, "ffn": batch * T * ffn}
     if st.cross_attention:
         S = T if S is None else S
         cross_proj = T * (D * h * hd + h * hd * D) + S * 2 * D * kv * hd
@@ -127,7 +146,7 @@ def forward_cost(model_or_spec, seq_len: int, *, batch: int = 1, src_len: int | 
         scores += st.num_layers * B * st.num_heads * t * t
         if st.cross_attention:
             scores += st.num_layers * B * st.num_heads * t * S
-        kv += 2 * st.num_layers * B * st.num_kv_heads * st.head_dim * t
+        kv += st.num_layers * B * attention_shape(spec, role)[3] * t  # MLA: its latents
         hidden += (3 if st.cross_attention else 2) * st.num_layers * B * t * D
     out["params_bytes"] = n_params * bytes_per_elem
     out["scores_bytes"] = scores * bytes_per_elem
@@ -164,10 +183,10 @@ def crossover(model_or_spec, role: str | None = None) -> dict[str, float]:
     spec = _spec(model_or_spec)
     role = role or spec.roles[-1]
     st = spec.stack(role)
-    D, h, kv, hd = spec.d_model, st.num_heads, st.num_kv_heads, st.head_dim
+    proj, d_qk, d_v, _ = attention_shape(spec, role)
     ffn = ffn_macs_per_token(spec, role)
-    proj = D * h * hd + 2 * D * kv * hd + h * hd * D
-    return {"core": ffn / (2 * h * hd), "attention": max(ffn - proj, 0) / (2 * h * hd)}
+    per_key = st.num_heads * (d_qk + d_v)  # core MACs per query per key
+    return {"core": ffn / per_key, "attention": max(ffn - proj, 0) / per_key}
 
 
 def machine_flops(n: int = 512, repeats: int = 3, device=None, dtype=torch.float32) -> float:
@@ -267,7 +286,7 @@ def decode_bytes(model, context_len: int, *, batch: int = 1, src_len: int = 0) -
       embedding table), one embedding row per token; the cross-attention key/value projection is
       not re-read (its output over the encoder memory is cached);
     - ``kv_cache``: ``2 (k and v) x layers x batch x h_kv x hd x context_len`` elements of the
-      self-attention cache, plus the cached cross-attention keys/values over ``src_len`` tokens.
+      self-attention cache (MLA: ``r + d_r`` latent numbers per token per layer), plus the cached cross-attention keys/values over ``src_len`` tokens.
 
     Activations (a few ``D``-vectors) are negligible at batch 1 and are not counted.  Returns
     ``{"weights", "kv_cache", "total"}``."""
@@ -285,7 +304,7 @@ def decode_bytes(model, context_len: int, *, batch: int = 1, src_len: int = 0) -
         if m not in skip:
             weights += _own_bytes(m, seen)
     weights += batch * spec.d_model * itemsize  # the token's embedding row
-    kv = 2 * st.num_layers * batch * st.num_kv_heads * st.head_dim * context_len * itemsize
+    kv = st.num_layers * batch * attention_shape(spec, "decoder")[3] * context_len * itemsize
     if st.cross_attention:
         kv += 2 * st.num_layers * batch * st.num_kv_heads * st.head_dim * src_len * itemsize
     return {"weights": weights, "kv_cache": kv, "total": weights + kv}
