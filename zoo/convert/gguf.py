@@ -18,7 +18,9 @@ How it is read, in four steps, none of which needs transformers:
 3. **Tensors**: each GGUF name becomes the Hugging Face name (:data:`LLAMA_TENSORS`,
    :data:`GPT2_TENSORS`), and the layout llama.cpp changed is changed back: llama.cpp *permutes the
    rows of q and k* of the ``llama`` architecture for its rotary kernel (pairs ``(2i, 2i+1)``
-   instead of ``(i, i + hd/2)``), and stores GPT-2's ``Conv1D`` matrices transposed.  Then the
+   instead of ``(i, i + hd/2)``), stores GPT-2's ``Conv1D`` matrices transposed and Gemma's norm
+   weights as ``1 + w`` (:data:`NORM_PLUS_ONE`).  Values the file does not state come from
+   transformers' config-class defaults (:data:`MODEL_DEFAULTS`), as its own GGUF loader does.  Then the
    ordinary family converter (``zoo/convert/llama.py``, ``gpt2.py``, ``qwen2.py``...) maps them to
    zoo, so a GGUF model and the safetensors model it was made from convert through the same lines.
    Shapes are checked on the meta device (no memory) *before* any block is dequantised.
@@ -26,13 +28,16 @@ How it is read, in four steps, none of which needs transformers:
    of its own), to the dtype asked for (default float32).
 
 The tokenizer comes along: ``tokenizer.ggml.model`` ``llama`` (SentencePiece-style BPE with byte
-fallback; merges given or recovered from the scores) or ``gpt2`` (byte-level BPE) is rebuilt as a
-``tokenizers`` JSON, the ``hf`` tokenizer, stored inside the checkpoint by ``zoo.save``.  A chat
+fallback; merges given or recovered from the scores; Phi-3's and Gemma's variants, :data:`SP_STYLES`),
+``gpt2`` (byte-level BPE) or ``t5`` (Unigram) is rebuilt as transformers' GGUF tokenizer builds it,
+as a ``tokenizers`` JSON, the ``hf`` tokenizer, stored inside the checkpoint by ``zoo.save``.  A chat
 template in the metadata is kept (``model.chat_template``; see zoo/chat.py).
 
-Supported: the architectures transformers' own GGUF loader reads *and* zoo converts (llama, qwen2,
-qwen3, phi3, gpt2 and the mixtures of experts qwen2moe, qwen3moe) — see
-:data:`ARCHS` and docs/GGUF_AND_CHAT.md — in the quantisation types of :data:`QUANT_TYPES`.
+Supported: the architectures transformers' own GGUF loader reads *and* zoo converts (llama and,
+named "mistral", Mistral; qwen2, qwen3, phi3, gpt2, the mixtures of experts qwen2moe, qwen3moe;
+gemma2, gemma3; t5, t5encoder) — see :data:`ARCHS` and docs/GGUF_AND_CHAT.md, which also lists
+where zoo follows llama.cpp rather than transformers' loader (T5's gated GELU, Gemma's soft-caps and
+Gemma 3's rope scaling read from the file) — in the quantisation types of :data:`QUANT_TYPES`.
 """
 from __future__ import annotations
 
@@ -74,8 +79,27 @@ GPT2_KEYS = {
     "attention.head_count": "n_head",
     "attention.layer_norm_epsilon": "layer_norm_epsilon",
 }
+#: Gemma 2 / 3: the Llama-shaped keys and the sliding window; Gemma 2's two soft-caps are read from
+#: the file too (llama.cpp applies them; transformers' loader ignores them and keeps Gemma2Config's
+#: 50 / 30, the values every Gemma 2 ships with).
+GEMMA_KEYS = {**DECODER_KEYS, "attention.sliding_window": "sliding_window"}
+GEMMA2_KEYS = {**GEMMA_KEYS, "attn_logit_softcapping": "attn_logit_softcapping",
+               "final_logit_softcapping": "final_logit_softcapping"}
+#: T5 (encoder-decoder): T5Config's names; the decoder has as many blocks as the encoder.
+T5_KEYS = {
+    "context_length": "n_positions",
+    "embedding_length": "d_model",
+    "block_count": "num_layers",
+    "feed_forward_length": "d_ff",
+    "attention.head_count": "num_heads",
+    "attention.key_length": "d_kv",
+    "attention.layer_norm_epsilon": "layer_norm_epsilon",
+    "attention.relative_buckets_count": "relative_attention_num_buckets",
+    "decoder_start_token_id": "decoder_start_token_id",
+}
 #: Float-valued keys (the rest are integers).
-FLOAT_KEYS = {"rms_norm_eps", "rope_theta", "layer_norm_epsilon"}
+FLOAT_KEYS = {"rms_norm_eps", "rope_theta", "layer_norm_epsilon", "attn_logit_softcapping",
+              "final_logit_softcapping"}
 
 #: GGUF tensor name -> Hugging Face name for the Llama-shaped decoders (``{i}``: the block).
 LLAMA_TENSORS = {
@@ -125,10 +149,40 @@ GPT2_TENSORS = {
     "blk.{i}.ffn_down": "transformer.h.{i}.mlp.c_proj",
 }
 GPT2_TRANSPOSED = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
+#: Gemma 2 / 3: four norms per block (before and after attention, before and after the FFN) and,
+#: in Gemma 3, the q/k norms (in LLAMA_TENSORS, for Qwen3).
+GEMMA_TENSORS = {**{k: v for k, v in LLAMA_TENSORS.items() if "qkv" not in k},
+                 "blk.{i}.post_attention_norm": "model.layers.{i}.post_attention_layernorm",
+                 "blk.{i}.ffn_norm": "model.layers.{i}.pre_feedforward_layernorm",
+                 "blk.{i}.post_ffw_norm": "model.layers.{i}.post_feedforward_layernorm"}
+
+
+def _t5_block(side: str, hf: str, cross: bool) -> dict[str, str]:
+    """One T5 stack's block tensors: self-attention (layer 0), cross-attention (layer 1, decoder
+    only), the gated FFN (the last layer); the relative-position bias lives in block 0 only."""
+    b, h = f"{side}.blk.{{i}}.", f"{hf}.block.{{i}}.layer."
+    ffn = 2 if cross else 1
+    out = {f"{b}attn_norm": f"{h}0.layer_norm", f"{b}attn_rel_b": f"{h}0.SelfAttention.relative_attention_bias",
+           **{f"{b}attn_{x}": f"{h}0.SelfAttention.{x}" for x in "qkvo"},
+           f"{b}ffn_norm": f"{h}{ffn}.layer_norm", f"{b}ffn_gate": f"{h}{ffn}.DenseReluDense.wi_0",
+           f"{b}ffn_up": f"{h}{ffn}.DenseReluDense.wi_1", f"{b}ffn_down": f"{h}{ffn}.DenseReluDense.wo"}
+    if cross:
+        out.update({f"{b}cross_attn_norm": f"{h}1.layer_norm",
+                    **{f"{b}cross_attn_{x}": f"{h}1.EncDecAttention.{x}" for x in "qkvo"}})
+    return out
+
+
+#: T5: ``enc.``/``dec.`` stacks, llama.cpp's names for T5ForConditionalGeneration's.
+T5_TENSORS = {"token_embd": "shared", "output": "lm_head", "enc.output_norm": "encoder.final_layer_norm",
+              "dec.output_norm": "decoder.final_layer_norm",
+              **_t5_block("enc", "encoder", False), **_t5_block("dec", "decoder", True)}
+#: An encoder-only T5 (``t5encoder``: T5EncoderModel, the text encoder of image models).
+T5_ENCODER_TENSORS = {k: v for k, v in T5_TENSORS.items() if not k.startswith(("dec.", "output"))}
 
 #: GGUF ``general.architecture`` -> (Hugging Face model_type, config keys, tensor names,
 #: llama.cpp permuted q/k rows for its rotary kernel).  The intersection of what transformers'
-#: GGUF loader reads and what zoo converts (gemma2/3 and t5 are not yet mapped here).
+#: GGUF loader reads and what zoo converts.  Not here: UMT5 (a ``t5`` file named umt5: per-layer
+#: position biases zoo's T5 has no place for), Gemma 3n / 4.
 ARCHS = {
     "llama": ("llama", DECODER_KEYS, LLAMA_TENSORS, True),
     "qwen2": ("qwen2", DECODER_KEYS, LLAMA_TENSORS, False),
@@ -137,12 +191,64 @@ ARCHS = {
     "gpt2": ("gpt2", GPT2_KEYS, GPT2_TENSORS, False),
     "qwen2moe": ("qwen2_moe", MOE_KEYS, MOE_TENSORS, False),
     "qwen3moe": ("qwen3_moe", MOE_KEYS, MOE_TENSORS, False),
+    "gemma2": ("gemma2", GEMMA2_KEYS, GEMMA_TENSORS, False),
+    "gemma3": ("gemma3_text", GEMMA_KEYS, GEMMA_TENSORS, False),  # the text model of any Gemma 3
+    "t5": ("t5", T5_KEYS, T5_TENSORS, False),
+    "t5encoder": ("t5", T5_KEYS, T5_ENCODER_TENSORS, False),  # zoo's T5 without a decoder
 }
+#: ``(general.architecture, general.name)`` -> the model_type transformers' loader reads it as: a
+#: ``llama`` file named exactly "mistral" becomes Mistral (transformers compares the name list with
+#: ``in``, so "Mistral-7B-v0.3" stays llama).
+NAMED = {("llama", "mistral"): "mistral"}
+#: Architectures whose every ``*norm.weight`` llama.cpp stores as ``1 + w`` (Gemma computes
+#: ``x * (1 + w)``; llama.cpp's kernel multiplies by the stored value): zoo subtracts the 1 again,
+#: as transformers' Gemma2TensorProcessor does.
+NORM_PLUS_ONE = {"gemma2", "gemma3"}
+#: Values the file does not state, per model_type: transformers' config-class defaults, which its
+#: GGUF loader keeps (the reference), and the one value llama.cpp fixes (T5's feed-forward).  A value
+#: the file does state wins (``sliding_window``, the soft-caps, ``rope.freq_base``).  A model_type
+#: not listed gets ``hidden_act: silu`` (the Llama-shaped ones).
+MODEL_DEFAULTS = {
+    "gemma2": {"hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256, "sliding_window": 4096,
+               "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "rope_theta": 10000.0},
+    # layer_types: 5 local then 1 global (sliding_window_pattern); local layers rotate with 10 000
+    "gemma3_text": {"hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+                    "sliding_window": 4096, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10000.0,
+                    "sliding_window_pattern": 6},
+    "mistral": {"hidden_act": "silu", "sliding_window": 4096},
+    "gpt2": {},  # GPT2_KEYS say it all
+    # llama.cpp computes a gated T5 FFN with GELU (tanh form), as T5 v1.1 / FLAN-T5 are; transformers'
+    # loader builds gated *ReLU* (is_gated_act with T5Config's default "relu"): zoo follows llama.cpp
+    "t5": {"feed_forward_proj": "gated-gelu", "n_positions": 512, "relative_attention_num_buckets": 32,
+           "relative_attention_max_distance": 128, "dropout_rate": 0.0, "decoder_start_token_id": 0},
+}
+#: Rope scaling read per architecture (the rest refuse ``rope.scaling.*``): Gemma 3 4B-27B files
+#: carry linear x8 scaling of the *global* layers (the local ones rotate unscaled), as llama.cpp and
+#: the original config apply it.  transformers' loader drops it, so there zoo follows llama.cpp.
+ROPE_SCALINGS = {"gemma3": ("linear",)}
+#: Architectures without rotary attention heads (no head_dim / rope checks).
+NOT_ROTARY = {"gpt2", "t5", "t5encoder"}
+#: Keys that, when present, must equal another key (zoo builds one size for both).
+SAME_AS = {"t5": {"attention.value_length": "attention.key_length",
+                  "attention.head_count_kv": "attention.head_count",
+                  "attention.layer_norm_rms_epsilon": "attention.layer_norm_epsilon"}}
+SAME_AS["t5encoder"] = SAME_AS["t5"]
+#: Tensors an architecture needs, with what their absence means.
+REQUIRED = {"t5": {"enc.blk.0.ffn_gate.weight": "a gated feed-forward (T5 v1.1 / FLAN-T5); this is an "
+                                                "original ReLU T5, which transformers' loader cannot read either"}}
+REQUIRED["t5encoder"] = REQUIRED["t5"]
+#: ``general.name`` fragments (lower case) refused per architecture, with the reason.
+NAME_REFUSED = {"t5": {"umt5": "UMT5 (a relative-position bias in every layer, which zoo's T5 does not have)"}}
+NAME_REFUSED["t5encoder"] = NAME_REFUSED["t5"]
 #: Config values llama.cpp fixes per architecture rather than writing them in the file.
 ARCH_CONFIG = {"qwen2moe": {"norm_topk_prob": False, "qkv_bias": True},  # softmax top-k, not renormalised
                "qwen3moe": {"norm_topk_prob": True}}  # llama.cpp renormalises Qwen3-MoE's top-k
 #: Keys read only when present (the rest of an architecture's keys are required).
-OPTIONAL = {"n_inner", "rope_theta", "shared_expert_intermediate_size", "intermediate_size"}
+OPTIONAL = {"n_inner", "rope_theta", "shared_expert_intermediate_size", "intermediate_size", "sliding_window",
+            "attn_logit_softcapping", "final_logit_softcapping", "n_positions", "relative_attention_num_buckets",
+            "decoder_start_token_id"}
+#: Integer keys for which 0 is a valid value.
+ZERO_OK = {"decoder_start_token_id"}
 #: Metadata keys under ``{arch}.`` zoo understands without copying them.
 KNOWN_EXTRA = {"rope.dimension_count", "attention.key_length", "attention.value_length",
                "vocab_size", "rope.scaling.type"}
@@ -232,11 +338,17 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
                            options=list(ARCHS),
                            fix=_fix("or a GGUF of one of the listed architectures"))
     model_type, keys, _, permuted = ARCHS[arch]
+    name = g.get("general.name", str, "")
+    model_type = NAMED.get((arch, name), model_type)
+    for part, what in NAME_REFUSED.get(arch, {}).items():
+        if part in name.lower():
+            raise ConvertError(f"general.name={short(name)}: a {arch} file of {what}", where="gguf:general.name",
+                               options=list(ARCHS), fix=_fix("zoo maps the plain architecture only"))
     config: dict[str, Any] = {"model_type": model_type}
     for key, hf in keys.items():
         full = f"{arch}.{key}"
         if hf in FLOAT_KEYS:
-            v = g.get(full, (int, float), None if hf == "rope_theta" else ...)
+            v = g.get(full, (int, float), None if hf in OPTIONAL else ...)
             if v is not None:
                 config[hf] = float(v)
         elif hf == "num_key_value_heads" and isinstance(g.meta.get(full), list):
@@ -246,20 +358,38 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
                                    fix=_fix("zoo builds one attention shape for every layer"))
             config[hf] = int(heads[0])
         else:
-            v = g.get(full, int, None if hf in OPTIONAL else ..., lo=1)
+            v = g.get(full, int, None if hf in OPTIONAL else ..., lo=0 if hf in ZERO_OK else 1)
             if v is not None:
                 config[hf] = v
+    for key, other in SAME_AS.get(arch, {}).items():
+        v, want = g.meta.get(f"{arch}.{key}"), g.meta.get(f"{arch}.{other}")
+        if v is not None and v != want:
+            raise ConvertError(f"{arch}.{key}={short(v)} differs from {arch}.{other}={short(want)}",
+                               where=f"gguf:{arch}.{key}", fix=_fix(f"zoo's {arch} has one value for both"))
+    for tensor, what in REQUIRED.get(arch, {}).items():
+        if tensor not in g.tensors:
+            raise ConvertError(f"the file has no tensor '{tensor}': zoo maps {what}", where=f"gguf:{tensor}",
+                               fix=_fix("whose config.json says which variant it is"))
     for key, what in REFUSED.items():
+        if key in keys or (key == "rope.scaling.factor" and arch in ROPE_SCALINGS):  # read, not refused
+            continue
         v = g.meta.get(f"{arch}.{key}")
         off = (None, 0, 1.0) if key == "rope.scaling.factor" else (None, 0)  # values meaning "not used"
         if v not in off:
             raise ConvertError(f"{arch}.{key}={short(v)}: zoo does not reproduce {what} from a GGUF file",
                                where=f"gguf:{arch}.{key}", fix=_fix("whose config.json zoo reads exactly"))
-    scaling = g.get(f"{arch}.rope.scaling.type", str, "none")
-    if scaling != "none":
+    scaling, allowed = g.get(f"{arch}.rope.scaling.type", str, "none"), ROPE_SCALINGS.get(arch, ())
+    if scaling != "none" and scaling not in allowed:
         raise ConvertError(f"{arch}.rope.scaling.type={short(scaling)} is not supported from a GGUF file",
-                           where=f"gguf:{arch}.rope.scaling.type", options=["none"],
+                           where=f"gguf:{arch}.rope.scaling.type", options=["none", *allowed],
                            fix=_fix("whose rope_scaling zoo maps exactly"))
+    factor = g.get(f"{arch}.rope.scaling.factor", (int, float), None) if allowed else None
+    if scaling != "none" or factor not in (None, 0, 1.0):  # llama.cpp: a factor alone is linear
+        if factor is None or not factor > 0:
+            raise ConvertError(f"{arch}.rope.scaling.type={scaling} needs a positive rope.scaling.factor, got "
+                               f"{short(factor)}", where=f"gguf:{arch}.rope.scaling.factor",
+                               fix="pass an intact GGUF file")
+        config["rope_scaling"] = {"rope_type": scaling if scaling != "none" else "linear", "factor": float(factor)}
     if "rope_freqs.weight" in g.tensors or any(n.startswith("rope_factors") for n in g.tensors):
         raise ConvertError("the file carries precomputed rope frequency factors (llama 3.1 / longrope "
                            "scaling)", where="gguf:rope_freqs.weight",
@@ -269,7 +399,11 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
         raise ConvertError("the GGUF file has no tensor 'token_embd.weight'", where="gguf:token_embd.weight",
                            fix="pass an intact GGUF file")
     config["vocab_size"] = int(emb.shape[1])  # ggml shapes are innermost-first: (d_model, vocab)
-    if arch == "gpt2":
+    for k, v in MODEL_DEFAULTS.get(model_type, {"hidden_act": "silu"}).items():
+        config.setdefault(k, v)
+    if model_type == "t5":  # transformers' rule: a separate output matrix means an unscaled, untied head
+        config["tie_word_embeddings"] = "output.weight" not in g.tensors
+    if arch in NOT_ROTARY:
         return config, arch, permuted
     H, D = config["num_attention_heads"], config["hidden_size"]
     hd = g.get(f"{arch}.attention.key_length", int, D // H, lo=1)
@@ -282,7 +416,6 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
                            f"maps whole-head rotary from a GGUF file only", where=f"gguf:{arch}.rope.dimension_count",
                            fix=_fix("whose partial rotary factor zoo reads exactly"))
     config["head_dim"] = hd
-    config["hidden_act"] = "silu"
     config.update(ARCH_CONFIG.get(arch, {}))
     if arch == "qwen2moe":  # the shared expert is there or not
         config.setdefault("shared_expert_intermediate_size", 0)
@@ -322,7 +455,7 @@ def tensor_plan(g: GGUFFile, config: dict, arch: str, permuted: bool) -> dict[st
     tensor or storage type is an error naming it."""
     from gguf import GGMLQuantizationType
 
-    layers = config["num_hidden_layers"] if arch != "gpt2" else config["n_layer"]
+    layers = next(config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config)
     names = _name_table(ARCHS[arch][2], layers)
     plan = {}
     for name, t in g.tensors.items():
@@ -360,6 +493,8 @@ def tensor_plan(g: GGUFFile, config: dict, arch: str, permuted: bool) -> dict[st
             fn = ("unpermute", config["num_key_value_heads"])
         elif arch == "gpt2" and name.endswith(GPT2_TRANSPOSED):
             fn, shape = ("t", None), shape[::-1]
+        elif arch in NORM_PLUS_ONE and name.endswith("norm.weight"):
+            fn = ("minus1", None)
         plan[names[name]] = ((name,), shape, fn)
     return plan
 
@@ -383,7 +518,8 @@ def dequantize(g: GGUFFile, name: str, dtype: torch.dtype) -> torch.Tensor:
 
 def _apply(ts: list[torch.Tensor], fn) -> torch.Tensor:
     """One transformers tensor from its GGUF tensor(s): as stored, transposed (GPT-2's Conv1D),
-    un-permuted (llama's q/k), the gate and up experts joined, or a vector made a row."""
+    un-permuted (llama's q/k), the gate and up experts joined, a vector made a row, or less one
+    (Gemma's norms)."""
     t = ts[0]
     if fn is None:
         return t
@@ -393,20 +529,33 @@ def _apply(ts: list[torch.Tensor], fn) -> torch.Tensor:
         return torch.cat(ts, dim=1)  # (E, F, D) + (E, F, D) -> (E, 2F, D)
     if fn[0] == "row":
         return t.unsqueeze(0)
+    if fn[0] == "minus1":  # Gemma's norms: llama.cpp stored 1 + w
+        return t - 1
     return unpermute(t, fn[1])
 
 
 # ---------------------------------------------------------------------- the tokenizer
+#: ``tokenizer.ggml.model`` values rebuilt: SentencePiece-style BPE, byte-level BPE, T5's Unigram.
+TOKENIZER_MODELS = ("llama", "gpt2", "t5")
+#: ``general.architecture`` -> how its ``llama`` (SentencePiece-style) tokenizer differs from the
+#: plain one, as in transformers' GGUF tokenizer builders: Phi-3 prepends its space in a normalizer;
+#: Gemma has no prefix space (spaces become "▁" in a normalizer), spells whitespace-only tokens with
+#: real spaces in the file, and its merges follow the token order, not the scores.
+SP_STYLES = {"phi3": "prepend", "gemma2": "gemma", "gemma3": "gemma"}
+#: T5's sentinels: the file names them ``[PAD32000]``...; the first 100 are ``<extra_id_99>`` ... ``_0``.
+T5_SENTINELS = 100
+
+
 def tokenizer_json(g: GGUFFile, arch: str) -> str | None:
-    """The ``tokenizers`` JSON of the file's tokenizer (``tokenizer.ggml.model`` llama or gpt2), or
-    None when the file has none."""
+    """The ``tokenizers`` JSON of the file's tokenizer (``tokenizer.ggml.model`` llama, gpt2 or t5),
+    or None when the file has none."""
     kind = g.get("tokenizer.ggml.model", str, None)
     if kind is None:
         return None
-    if kind not in ("llama", "gpt2"):
+    if kind not in TOKENIZER_MODELS:
         raise ConvertError(f"tokenizer.ggml.model={short(kind)} is not rebuilt by zoo", where="gguf:tokenizer.ggml.model",
-                           options=["llama", "gpt2"], fix="pass tokenizer=False (zoo convert --no-tokenizer) "
-                                                          "to convert the weights alone")
+                           options=list(TOKENIZER_MODELS), fix="pass tokenizer=False (zoo convert --no-tokenizer) "
+                                                               "to convert the weights alone")
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     tokens = g.get("tokenizer.ggml.tokens", list)
@@ -416,6 +565,9 @@ def tokenizer_json(g: GGUFFile, arch: str) -> str | None:
     types = g.get("tokenizer.ggml.token_type", list, [])
     merges = g.get("tokenizer.ggml.merges", list, None)
     control = [t for t, ty in zip(tokens, types) if ty == 3]  # CONTROL: <s>, <|im_end|>, ...
+    # the tokens the file names (bos, eos, unk, pad) are special too, as transformers makes them:
+    # "<unk>" in a text is the unknown token, not "<", "unk", ">"
+    control += [t for t in special_names(g).values() if t not in control]
     user = [t for t, ty in zip(tokens, types) if ty == 4]  # USER_DEFINED: matched whole, not special
     if kind == "gpt2":  # byte-level BPE: every token spelled in GPT-2's printable byte alphabet
         spelling = byte_alphabet()
@@ -433,13 +585,39 @@ def tokenizer_json(g: GGUFFile, arch: str) -> str | None:
                                                          pre_tokenizers.ByteLevel(add_prefix_space=False,
                                                                                   use_regex=False)])
         tok.decoder = decoders.ByteLevel()
-    else:  # SentencePiece-style BPE over "▁"-joined words, unknown characters as <0xNN> bytes
+    elif kind == "t5":  # Unigram over whitespace-split, "▁"-prefixed words (T5Tokenizer's pipeline)
+        scores = g.get("tokenizer.ggml.scores", list)
+        if len(scores) != len(tokens) or not all(isinstance(x, (int, float)) for x in scores):
+            raise ConvertError("a t5 tokenizer needs one numeric score per token", where="gguf:tokenizer.ggml.scores",
+                               fix="pass an intact GGUF file")
+        tokens = list(tokens)
+        blanks = [i for i, t in enumerate(tokens) if re.fullmatch(r"\[PAD\d+\]", t)][:T5_SENTINELS]
+        for k, i in enumerate(blanks):
+            tokens[i] = f"<extra_id_{T5_SENTINELS - 1 - k}>"
+            control.append(tokens[i])
         vocab = {t: i for i, t in enumerate(tokens)}
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=_merges(g, merges, tokens), fuse_unk=True,
+        unk = g.get("tokenizer.ggml.unknown_token_id", int, 2, lo=0)
+        tok = Tokenizer(models.Unigram([(t, float(x)) for t, x in zip(tokens, scores)],
+                                       unk_id=unk if unk < len(tokens) else None, byte_fallback=False))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)])
+        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    else:  # SentencePiece-style BPE over "▁"-joined words, unknown characters as <0xNN> bytes
+        style = SP_STYLES.get(arch)
+        order = None
+        if style == "gemma":  # "  " is the token "▁▁"; the file's order is the merge order
+            tokens = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
+            order = [-float(i) for i in range(len(tokens))]
+        vocab = {t: i for i, t in enumerate(tokens)}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=_merges(g, merges, tokens, order), fuse_unk=True,
                                    byte_fallback=True, dropout=None))
-        prefix = g.get("tokenizer.ggml.add_space_prefix", bool, True)
-        if arch == "phi3":  # Phi-3 prepends the space in a normalizer ("  hi" -> "▁▁▁hi")
+        prefix = g.get("tokenizer.ggml.add_space_prefix", bool, style != "gemma")
+        if style == "prepend":  # Phi-3 prepends the space in a normalizer ("  hi" -> "▁▁▁hi")
             tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        elif style == "gemma":  # no prefix space: every space is a "▁", nothing is split off
+            tok.normalizer = normalizers.Replace(" ", "\u2581")
+            prefix = False
         else:
             tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", split=False,
                                                          prepend_scheme="first" if prefix else "never")
@@ -474,9 +652,10 @@ def byte_alphabet() -> dict[int, str]:
     return out
 
 
-def _merges(g: GGUFFile, merges, tokens: list[str]) -> list[tuple[str, str]]:
+def _merges(g: GGUFFile, merges, tokens: list[str], order: list[float] | None = None) -> list[tuple[str, str]]:
     """The file's merges, or -- a SentencePiece vocabulary lists none -- the merges its scores
-    imply: every split of a token into two tokens, best-scored token first."""
+    (or ``order``: Gemma's token order) imply: every split of a token into two tokens, best-scored
+    token first (transformers' ``generate_merges``: one entry per distinct token)."""
     if merges is not None:
         out = []
         for m in merges:
@@ -486,13 +665,13 @@ def _merges(g: GGUFFile, merges, tokens: list[str]) -> list[tuple[str, str]]:
                                    where="gguf:tokenizer.ggml.merges", fix="pass an intact GGUF file")
             out.append((parts[0], parts[1]))
         return out
-    scores = g.get("tokenizer.ggml.scores", list, None)
+    scores = order if order is not None else g.get("tokenizer.ggml.scores", list, None)
     if scores is None or len(scores) != len(tokens):
         raise ConvertError("a tokenizer without merges needs one score per token", where="gguf:tokenizer.ggml.scores",
                            fix="pass an intact GGUF file")
     vocab = {t: i for i, t in enumerate(tokens)}
     found = []
-    for token, score in zip(tokens, scores):
+    for token, score in dict(zip(tokens, scores)).items():
         local = [(token[:k], token[k:], score) for k in range(1, len(token))
                  if token[:k] in vocab and token[k:] in vocab]
         found.extend(sorted(local, key=lambda x: (vocab[x[0]], vocab[x[1]])))
@@ -551,7 +730,9 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
                            f"{limit / 2**30:.1f} GiB ({why})", where=f"gguf:{Path(g.path).name}",
                            fix="pass dtype='bfloat16' (zoo convert --dtype bfloat16), a larger budget=, "
                                "or convert on a machine with more memory")
-    state = {hf: _apply([dequantize(g, n, dt) for n in names], fn) for hf, (names, _, fn) in plan.items()}
+    # each tensor transformed in float32 (Gemma's stored 1 + w less 1 loses bits in bfloat16), then cast
+    state = {hf: _apply([dequantize(g, n, torch.float32) for n in names], fn).to(dt)
+             for hf, (names, _, fn) in plan.items()}
     nonfinite = sorted(plan[hf][0][0] for hf, t in state.items() if not bool(torch.isfinite(t).all()))
     if nonfinite and not allow_nonfinite:
         raise ConvertError(f"{len(nonfinite)} tensor(s) decode to NaN or infinity: {short(nonfinite)}",
