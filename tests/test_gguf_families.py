@@ -417,3 +417,28 @@ def test_a_llama_file_named_otherwise_stays_llama(tmp_path):
     model = from_gguf(tmp_path / "m.gguf")
     assert ref.config.model_type == model.convert_info["model_type"] == "llama"
     assert max_diff(ref, model, V) <= 1e-5
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+def test_a_27b_shaped_gemma_gets_llama_cpps_attention_scale(tmp_path, arch):
+    """The file does not state ``query_pre_attn_scalar``; llama.cpp derives ``d_model / heads`` for
+    the 27B size class, recognised by its layer count (46 / 62).  A narrow model with that many
+    layers and ``query_pre_attn_scalar = d_model / heads`` (32, unlike head_dim 16 and the default
+    256) is the original; zoo's load equals it, transformers' GGUF load (256) does not."""
+    T = transformers
+    layers = {"gemma2": 46, "gemma3": 62}[arch]
+    cfg = dict(hidden_size=128, intermediate_size=64, max_position_embeddings=128, rms_norm_eps=1e-5,
+               vocab_size=V, num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=8,
+               num_hidden_layers=layers, query_pre_attn_scalar=32)
+    torch.manual_seed(0)
+    src = (T.Gemma2ForCausalLM(T.Gemma2Config(**cfg)) if arch == "gemma2"
+           else T.Gemma3ForCausalLM(T.Gemma3TextConfig(**cfg))).eval()
+    with torch.no_grad():
+        for p in src.parameters():
+            p.mul_(4.0)  # sharper attention: a wrong scale shows in the logits
+    write_gguf(tmp_path / "m.gguf", arch, src, Q.F32)
+    model = from_gguf(tmp_path / "m.gguf")
+    assert max_diff(src, model, V) <= 1e-5
+    plain = load_ref(tmp_path, arch)
+    assert plain.config.query_pre_attn_scalar == 256
+    assert max_diff(plain, model, V) > 1e-4

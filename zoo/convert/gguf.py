@@ -222,6 +222,12 @@ MODEL_DEFAULTS = {
     "t5": {"feed_forward_proj": "gated-gelu", "n_positions": 512, "relative_attention_num_buckets": 32,
            "relative_attention_max_distance": 128, "dropout_rate": 0.0, "decoder_start_token_id": 0},
 }
+#: The one value llama.cpp derives rather than reads: Gemma 2 / Gemma 3 27B scale queries by
+#: ``1/sqrt(d_model / heads)`` (144 and 168), every other size by ``1/sqrt(head_dim)`` (256 =
+#: transformers' default).  llama.cpp recognises 27B by its layer count (46 and 62); transformers'
+#: loader keeps 256 for every size, so a 27B file would run with the wrong attention scale there.
+#: zoo follows llama.cpp (the original configs agree with it).
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 #: Rope scaling read per architecture (the rest refuse ``rope.scaling.*``): Gemma 3 4B-27B files
 #: carry linear x8 scaling of the *global* layers (the local ones rotate unscaled), as llama.cpp and
 #: the original config apply it.  transformers' loader drops it, so there zoo follows llama.cpp.
@@ -401,6 +407,8 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
     config["vocab_size"] = int(emb.shape[1])  # ggml shapes are innermost-first: (d_model, vocab)
     for k, v in MODEL_DEFAULTS.get(model_type, {"hidden_act": "silu"}).items():
         config.setdefault(k, v)
+    if config.get("num_hidden_layers") == GEMMA_27B_LAYERS.get(arch, -1):
+        config["query_pre_attn_scalar"] = config["hidden_size"] // config["num_attention_heads"]
     if model_type == "t5":  # transformers' rule: a separate output matrix means an unscaled, untied head
         config["tie_word_embeddings"] = "output.weight" not in g.tensors
     if arch in NOT_ROTARY:
