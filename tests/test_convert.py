@@ -237,7 +237,7 @@ def test_unsupported_config_fields_are_named(make, key, value):
 
 def test_unknown_family_and_unknown_tensor():
     cfg, state = _cfg_state(gpt2())
-    with pytest.raises(ConvertError, match="config.model_type.*valid options: bart, bert, distilbert, gemma"):
+    with pytest.raises(ConvertError, match="config.model_type.*valid options: bart, bert, deepseek_v2, deepseek_v3, distilbert, gemma"):
         convert_state({**cfg, "model_type": "mamba"}, state)
     state = dict(state, **{"transformer.h.0.attn.extra_gate.weight": torch.ones(3)})
     with pytest.raises(ConvertError, match="extra_gate"):
