@@ -156,8 +156,8 @@ def logit_attribution(model, ids: torch.Tensor, tokens, wrong=None) -> Attributi
     heads = []
     for i in range(L):
         attn = st.blocks[i].attn
-        z = cache[f"blocks.{i}.attn.hook_z"]  # (B, T, h, hd)
-        w = attn.out.weight.view(-1, attn.h, attn.hd)  # (D, h, hd)
+        z = cache[f"blocks.{i}.attn.hook_z"]  # (B, T, h, hd_v)
+        w = attn.out.weight.view(-1, attn.h, z.size(-1))  # (D, h, hd_v): MLA's values are narrower than its q/k
         result = torch.einsum("bthe,dhe->hbtd", z, w)  # (h, B, T, D) each head's write
         heads.append((_ln_final_frozen(model, cache, result) * dirs).sum(-1))  # (h, B, T)
     per_head = torch.stack(heads)  # (L, h, B, T)

@@ -136,8 +136,9 @@ def patch_heads_positions(model, clean, corrupted, metric: Metric, act: str = "z
 def _head_write(model, cache, layer: int, head: int) -> torch.Tensor:
     """``(B, T, D)``: what one head writes into the residual stream, ``z_h @ W_O[h]`` (no bias)."""
     attn = model.decoder.blocks[layer].attn if hasattr(model, "decoder") else model.encoder.blocks[layer].attn
-    w = attn.out.weight.view(-1, attn.h, attn.hd)[:, head]  # (D, hd)
-    return cache[act_name("z", layer)][:, :, head] @ w.T
+    z = cache[act_name("z", layer)]  # (B, T, h, hd_v)
+    w = attn.out.weight.view(-1, attn.h, z.size(-1))[:, head]  # (D, hd_v)
+    return z[:, :, head] @ w.T
 
 
 @torch.no_grad()
@@ -157,6 +158,14 @@ def patch_direct_path(model, clean, corrupted, metric: Metric, src_layer: int, s
                        options=["q", "k", "v"])
     st = model.decoder if hasattr(model, "decoder") else model.encoder
     L, H = model.spec.num_layers, st.blocks[0].attn.h
+    if not all(hasattr(b.attn, "qkv") for b in st.blocks):
+        kind = model.spec.stack("decoder" if hasattr(model, "decoder") else "encoder").attention.kind
+        raise ZooError(f"the direct path needs q, k and v as one linear map of each block's normalised "
+                       f"input (attn.qkv); attention '{kind}' computes them another way (MLA: keys and "
+                       f"values through a normalised latent), so an edge cannot be added to its input",
+                       where="patch_direct_path", options=["patch_heads", "patch_heads_positions",
+                                                           "attribution_patch"],
+                       fix="patch the heads' q/k/v activations instead (patch_heads(..., act='q'))")
     if not 0 <= src_layer < L or not 0 <= src_head < H:
         raise ZooError(f"no head ({src_layer}, {src_head})", where="patch_direct_path",
                        fix=f"layers 0..{L - 1}, heads 0..{H - 1}")

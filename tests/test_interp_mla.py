@@ -1,0 +1,67 @@
+"""Interpretability on a latent-attention (MLA, DeepSeek-V2) model: its values are narrower than its
+queries and keys (``v_head_dim`` 8 against 16 = 8 nope + 8 rope here), and its keys and values come
+from a normalised latent.  Direct logit attribution and per-head writes read the value width from
+``hook_z``; the direct-path patch, which needs q/k/v as one linear map of the normalised input,
+refuses with a ZooError that names the alternatives."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.hooks import run_with_cache
+from zoo.lens import logit_attribution
+from zoo.patching import patch_direct_path, patch_heads
+
+T = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from zoo.convert import from_transformers
+
+    torch.manual_seed(0)
+    cfg = T.DeepseekV2Config(vocab_size=64, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                             n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, kv_lora_rank=16,
+                             q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+                             first_k_dense_replace=1, max_position_embeddings=64)
+    hf = T.DeepseekV2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.2)  # no zero or unit tensors: a mis-paired head width shows
+    return hf, from_transformers(hf, certify=False)
+
+
+def test_attribution_heads_add_up_to_transformers_attention_output(pair):
+    hf, model = pair
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    outs = {}
+    hooks = [layer.self_attn.register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, o[0]))
+             for i, layer in enumerate(hf.model.layers)]
+    try:
+        with torch.no_grad():
+            hf(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    _, cache = run_with_cache(model, ids)
+    for i in range(2):  # the attention output zoo's hooks see is transformers' o_proj output
+        torch.testing.assert_close(cache[f"blocks.{i}.hook_attn_out"], outs[i], atol=1e-5, rtol=0)
+        z = cache[f"blocks.{i}.attn.hook_z"]
+        assert z.shape[-2:] == (4, 8)  # heads x v_head_dim, not the 16 features of q and k
+    att = logit_attribution(model, ids, 5)
+    for i in range(2):  # the heads' direct effects add up to the layer's (o_proj has no bias)
+        torch.testing.assert_close(att.per_head[i].sum(0), att.per_layer[att.labels.index(f"{i}.attn")],
+                                   atol=1e-4, rtol=0)
+    assert att.per_head.abs().max() > 1e-2  # not a trivially zero decomposition
+    assert patch_heads(model, ids, ids.flip(1), lambda lg: lg[:, -1, 5].sum()).shape == (2, 4)
+
+
+def test_direct_path_refuses_latent_attention_by_name(pair):
+    _, model = pair
+    ids = torch.randint(0, 64, (1, 6))
+    with pytest.raises(zoo.ZooError) as info:
+        patch_direct_path(model, ids, ids.flip(1), lambda lg: lg[:, -1, 0].sum(), 0, 0)
+    e = info.value
+    assert e.where == "patch_direct_path" and "'mla'" in e.what and "patch_heads" in e.options and e.fix
