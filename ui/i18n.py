@@ -273,6 +273,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "inspect.grid": ("All layers × heads", "所有层 × 头"),
     "inspect.mask": ("Mask pattern", "掩码形状"),
     "inspect.positions": ("Positional encoding", "位置编码"),
+    "inspect.experts": ("Router: tokens per expert (mixture of experts)", "路由：每个专家的词元数（专家混合）"),
     "inspect.calc_heading": ("Step-by-step attention calculator", "逐步注意力计算器"),
     "inspect.calc_intro": ("The lecture's three-token example. Edit any number of Q, K or V (add rows "
                            "for more tokens) and every step is recomputed: scores = Q·Kᵀ → scaled "

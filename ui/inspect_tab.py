@@ -277,7 +277,13 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
         pred = ", ".join(f"{r.get('text', r['id'])!r} ({r['p']:.3f})" for r in nxt)  # shown escaped
         pred_label = "inspect.next"
     pred = "".join(f"⚠ {n}  \n" for n in notes) + pred if notes else pred
+    counts = experts = None
+    if trace.names(f"{role}.blocks.*.ffn.expert_counts"):  # a mixture of experts: its router's load
+        counts = trace.expert_counts(role)  # (L, E) over the traced tokens
+        experts = plots.expert_load(counts, title=f"{role}: {len(q_tokens) if role == stack else len(tgt_tokens)} "
+                                    f"tokens × top-k, {counts.shape[1]} experts 专家")
     return {"attention": attention, "grid": grid, "mask": mask, "positions": pos, "tokens": q_tokens,
+            "experts": experts, "expert_counts": None if counts is None else counts.tolist(),
             "key_tokens": k_tokens,
             "weights": [[round(float(x), 4) for x in row] for row in w[head]], "stack": stack,
             "layers": st.num_layers, "heads": st.num_heads, "next": pred,
@@ -411,7 +417,8 @@ def build(tr, lang_state) -> dict:
     _wire_calculator(calc, lang_state)
     # the calculator's steps are worked out from its tables, which stay on the page
     tr.keep([calc["explain"]], calc_again, [calc[k] for k in ("q", "k", "v", "mask")])
-    out = {k: ui[k] for k in ("checkpoint", "text", "stack", "layer", "head", "go_inspect", "grid", "error")}
+    out = {k: ui[k] for k in ("checkpoint", "text", "stack", "layer", "head", "go_inspect", "grid", "experts",
+                              "error")}
     out["heatmap"] = ui["heat"]
     out.update({k: calc[k] for k in ("q", "k", "v", "mask", "steps", "explain", "go")})
     return out
@@ -463,6 +470,9 @@ def _attention_layout(tr) -> dict:
                                        elem_classes=["zoo-plot"]), label="inspect.mask")
         ui["posfig"] = tr.add(gr.Plot(label=tr("inspect.positions"), elem_id="inspect-positions",
                                       elem_classes=["zoo-plot"]), label="inspect.positions")
+    # shown only for a mixture-of-experts checkpoint: tokens per expert and layer (zoo.trace)
+    ui["experts"] = tr.add(gr.Plot(label=tr("inspect.experts"), elem_id="inspect-experts", visible=False,
+                                   elem_classes=["zoo-plot"]), label="inspect.experts")
     return ui
 
 
@@ -519,14 +529,17 @@ def on_checkpoint(name, stack_now, lang):
             gr.update(maximum=max(n_heads - 1, 1), value=0, interactive=n_heads > 1))
 
 
-@inline_errors(6, kept=True)
+@inline_errors(7, kept=True)
 def on_inspect(name, txt, s, l, h, lang):
-    """One traced run: heatmap data, grid, mask and position figures, the next-token line, and what
-    a language switch needs to word the heatmap and the line again (:func:`redraw`).  (The figures
-    carry both languages.)"""
+    """One traced run: heatmap data, grid, mask and position figures, the router's load (only for a
+    mixture of experts), the next-token line, and what a language switch needs to word the heatmap
+    and the line again (:func:`redraw`).  (The figures carry both languages.)"""
+    import gradio as gr
+
     r = raw(inspect)(name, txt, s, l, h, lang=lang)
     kept = {"attention": r["attention"], "next": r["next"], "next_label": r["next_label"]}
-    return (r["grid"], r["mask"], r["positions"], *redraw(lang, kept), kept)
+    experts = gr.update(value=r["experts"], visible=r["experts"] is not None)
+    return (r["grid"], r["mask"], r["positions"], experts, *redraw(lang, kept), kept)
 
 
 def redraw(lang: str, kept: dict | None):
@@ -556,7 +569,7 @@ def _wire_attention(ui: dict, lang_state) -> None:
     ui["checkpoint"].change(on_checkpoint, **selectors)
     ui["refresh"].click(on_refresh, inputs=[ui["checkpoint"]], outputs=[ui["checkpoint"]], api_visibility="private")
     run = dict(inputs=[ui[k] for k in ("checkpoint", "text", "stack", "layer", "head")] + [lang_state],
-               outputs=[ui[k] for k in ("grid", "maskfig", "posfig", "heat", "next", "kept")]
+               outputs=[ui[k] for k in ("grid", "maskfig", "posfig", "experts", "heat", "next", "kept")]
                + error_outputs(ui["error"]),
                concurrency_limit=2, concurrency_id="inspect", api_visibility="private")
     ui["go_inspect"].click(on_inspect, **run)
@@ -569,7 +582,8 @@ def _wire_attention(ui: dict, lang_state) -> None:
         next-token line; figures stay in the page."""
         r = inspect(name, text, stack, layer, head, lang=lang)
         return {"attention": r["attention"], "tokens": r["tokens"], "key_tokens": r["key_tokens"],
-                "weights": r["weights"], "next": r["next"], "stack": r["stack"]}
+                "weights": r["weights"], "next": r["next"], "stack": r["stack"],
+                "expert_counts": r["expert_counts"]}
 
     gr.api(inspect_api, api_name="inspect", concurrency_limit=2, concurrency_id="inspect")
     root = getattr(gr.context.Context, "root_block", None)  # size the selectors when the page opens

@@ -165,6 +165,35 @@ def attention_grid(weights, tokens: Sequence[str] | None = None, title: str | No
     return fig
 
 
+def expert_load(counts, title: str | None = None):
+    """Router statistics of a mixture of experts: ``counts (L, E)`` tokens sent to each expert per
+    layer (:meth:`zoo.inspection.Trace.expert_counts`), drawn as each layer's *share* of its routed
+    tokens, so a balanced router is one flat colour at ``1/E``.  Each row is labelled with its
+    imbalance, max share x E (1.0 = perfectly balanced, E = every token to one expert: the collapse
+    the load-balancing loss fights); with at most 16 experts each cell shows its token count."""
+    import numpy as np
+
+    c = _np(counts)
+    L, E = c.shape
+    share = c / np.maximum(c.sum(1, keepdims=True), 1)  # (L, E)
+    fig = _figure(2.6 + 0.45 * min(E, 64), 1.9 + 0.45 * L)
+    ax = fig.add_subplot()
+    im = ax.imshow(share, cmap="viridis", vmin=0.0, vmax=max(float(share.max()), 1.0 / E), aspect="auto")
+    if E <= 16:
+        for l in range(L):
+            for e in range(E):
+                ax.text(e, l, str(int(c[l, e])), ha="center", va="center", fontsize=8,
+                        color="white" if share[l, e] < 0.5 * share.max() else "black")
+    ax.set_xticks(range(E) if E <= 32 else range(0, E, 8))
+    ax.set_yticks(range(L), [f"{l}  ({share[l].max() * E:.2f}×)" for l in range(L)], fontsize=8)
+    ax.set_xlabel("expert 专家")
+    ax.set_ylabel("layer 层")
+    ax.set_title((title or f"router: share of tokens per expert 路由：各专家的词元份额") +
+                 f"\nrow label: max share × E (1 = balanced, {E} = collapsed) 行标：最大份额 × E", fontsize=9)
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    return fig
+
+
 def mask_pattern(spec, seq_len: int = 16, role: str | None = None, *, q_offset: int = 0,
                  prefix_length: int | None = None, padding: Sequence[bool] | None = None):
     """The boolean mask a spec's rules produce (True = may attend, drawn light), as the stack
