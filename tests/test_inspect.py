@@ -174,7 +174,7 @@ def test_cli_inspect_writes_figures_and_json(tmp_path):
     assert res.exit_code == 0, res.output
     names = {p.name for p in (tmp_path / "out").iterdir()}
     assert {"attention_grid.png", "attention_L0.png", "attention_L1.png", "mask.png",
-            "positions.png", "cost.png", "inspect.json"} <= names
+            "positions.png", "cost.png", "inspect.json"} <= names and "experts.png" not in names
     assert all((tmp_path / "out" / n).stat().st_size > 5000 for n in names if n.endswith(".png"))
     data = json.loads((tmp_path / "out" / "inspect.json").read_text(encoding="utf-8"))
     assert data["tokens"] == list("注意力就是一切")
@@ -252,3 +252,25 @@ def test_trace_keeps_the_kernel_contract_for_fully_masked_rows():
     assert bool(torch.isinf(tr[f"{p}.scores_masked"][0, :, :2]).all())
     torch.testing.assert_close(tr[f"{p}.weights"][0, :, 2:].sum(-1), torch.ones(4, 3))
     torch.testing.assert_close(tr.logits, model(ids, attention_mask=mask), rtol=1e-5, atol=1e-5)
+
+
+def test_cli_inspect_draws_the_router_load_of_a_mixture_of_experts(tmp_path):
+    """``experts.png`` and ``expert_counts`` in inspect.json for a MoE model (none for a dense one:
+    see the test above); each layer's counts add up to tokens x top_k."""
+    import json
+
+    from click.testing import CliRunner
+
+    from zoo.cli import cli
+
+    tok = zoo.tokenizer("char", text="专家混合路由")
+    model = zoo.build("gpt_tiny", num_layers=2, vocab_size=tok.vocab_size, seed=0,
+                      ffn={"kind": "moe", "experts": 4, "top_k": 2})
+    zoo.save(model, tmp_path / "ck", tokenizer=tok)
+    res = CliRunner().invoke(cli, ["inspect", str(tmp_path / "ck"), "--text", "专家混合路由",
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out" / "experts.png").stat().st_size > 5000
+    data = json.loads((tmp_path / "out" / "inspect.json").read_text(encoding="utf-8"))
+    counts = data["expert_counts"]
+    assert len(counts) == 2 and all(sum(c) == 6 * 2 and len(c) == 4 for c in counts.values())

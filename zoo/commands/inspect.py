@@ -2,7 +2,8 @@
 
 Writes ``attention_grid.png`` (every layer x head), ``attention_L{i}.png`` (per layer, heads
 averaged, or ``--head``), ``mask.png``, a positional-encoding view (``positions.png``: sinusoid
-waves, RoPE rotation or the score bias, by the spec), ``cost.png`` (FLOPs vs length) and
+waves, RoPE rotation or the score bias, by the spec), ``experts.png`` for a mixture of experts
+(tokens per expert and layer), ``cost.png`` (FLOPs vs length) and
 ``inspect.json`` (tokens, attention weights, residual norms, norm statistics, next-token
 predictions, parameter table, compute-cost table and crossover; with ``--measure`` also measured
 forward times beside the FLOPs-based estimate).
@@ -59,6 +60,8 @@ def command(checkpoint, text, out, head, tokenizer, seed, device, measure):
         save(plots.rope_rotation(head_dim=st.head_dim), "positions.png")
     elif st.positions.kind == "sinusoidal":
         save(plots.sinusoid_waves(d_model=spec.d_model), "positions.png")
+    if tr.names(f"{stack}.blocks.*.ffn.expert_counts"):  # a mixture of experts: the router's load
+        save(plots.expert_load(tr.expert_counts(stack)), "experts.png")
     save(plots.compute_cost_curve(model), "cost.png")
     data = tr.summary()
     data["spec"] = spec.to_dict()
