@@ -73,6 +73,21 @@ def random_blocks(shape, qtype, rng) -> np.ndarray:
     return blocks.reshape(*rows, cols // 256 * size)
 
 
+def add_decoder_keys(w, c) -> int:
+    """The shape keys llama.cpp writes for a Llama-shaped decoder config ``c``; returns head_dim."""
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    return hd
+
+
 def write_gguf(path, arch: str, hf, qtype, *, tokenizer="llama", template=TEMPLATE, extra=None, skip=(),
                rope_dims=None):
     """Write ``hf`` (a transformers model) as llama.cpp would; return the path."""
@@ -87,18 +102,9 @@ def write_gguf(path, arch: str, hf, qtype, *, tokenizer="llama", template=TEMPLA
         w.add_head_count(c.n_head)
         w.add_layer_norm_eps(c.layer_norm_epsilon)
     else:
-        w.add_context_length(c.max_position_embeddings)
-        w.add_embedding_length(c.hidden_size)
-        w.add_block_count(c.num_hidden_layers)
-        w.add_feed_forward_length(c.intermediate_size)
-        w.add_head_count(c.num_attention_heads)
-        w.add_head_count_kv(c.num_key_value_heads)
-        w.add_layer_norm_rms_eps(c.rms_norm_eps)
+        hd = add_decoder_keys(w, c)
         w.add_rope_freq_base(c.rope_parameters["rope_theta"])
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         w.add_rope_dimension_count(rope_dims or hd)
-        w.add_key_length(hd)
-        w.add_value_length(hd)
     vocab = hf.get_input_embeddings().weight.shape[0]
     if tokenizer == "llama":
         toks, scores, types = sp_vocab(vocab)

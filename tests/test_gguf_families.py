@@ -19,7 +19,7 @@ gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
 
 from gguf import GGMLQuantizationType as Q  # noqa: E402
-from test_gguf import K_BLOCKS, max_diff, random_blocks, sp_vocab  # noqa: E402
+from test_gguf import K_BLOCKS, add_decoder_keys, max_diff, random_blocks, sp_vocab  # noqa: E402
 
 from zoo.convert import ConvertError, from_gguf  # noqa: E402
 
@@ -137,16 +137,7 @@ def write_gguf(path, arch: str, hf, qtype, *, name=None, extra=None, skip=()):
         w.add_unk_token_id(2)
         w.add_pad_token_id(0)
     else:
-        w.add_context_length(c.max_position_embeddings)
-        w.add_embedding_length(c.hidden_size)
-        w.add_block_count(c.num_hidden_layers)
-        w.add_feed_forward_length(c.intermediate_size)
-        w.add_head_count(c.num_attention_heads)
-        w.add_head_count_kv(c.num_key_value_heads)
-        w.add_layer_norm_rms_eps(c.rms_norm_eps)
-        hd = c.head_dim
-        w.add_key_length(hd)
-        w.add_value_length(hd)
+        hd = add_decoder_keys(w, c)
         if arch == "mistral":
             w.add_rope_freq_base(c.rope_parameters["rope_theta"])
             w.add_rope_dimension_count(hd)
