@@ -16,7 +16,8 @@ logits in float32):
 - **trace**: a forward on the eager kernel that *keeps* every layer's activations and three
   score-sized tensors (scores, masked scores, weights); on gpt_tiny at 256 tokens this estimates
   18.9 MB where the trace records 17.2 MB;
-- **generation**: the KV cache ``2 x L x B x h_kv x (prompt + new) x head_dim`` plus the prompt's
+- **generation**: the KV cache ``2 x L x B x h_kv x (prompt + new) x head_dim`` (what each layer's
+  ``cache_layout`` says it keeps: MLA keeps ``r + d_r`` latent numbers per token) plus the prompt's
   forward (beam search: ``B x num_beams`` rows);
 - **a training step**: a forward that keeps activations for backward, plus gradients and AdamW's two
   moments (3 x the parameters).
@@ -77,8 +78,7 @@ class _Stack:
     layers: int
     d: int
     heads: int
-    kv_heads: int
-    head_dim: int
+    cache_per_token: int  # numbers one token leaves in one layer's KV cache (Attention.cache_layout)
     d_ff: int
     scores: bool  # the kernel materialises (B, h, Tq, Tk) scores
 
@@ -108,8 +108,9 @@ def plan(model) -> Plan:
             scores = bool(caps.returns_weights)
         except Exception:  # an unknown kernel: assume it materialises its scores
             scores = True
-        stacks[role] = _Stack(st.num_layers, st.d_model, st.num_heads, st.num_kv_heads or st.num_heads,
-                              st.head_dim, st.d_ff, scores)
+        # what the built layer caches: 2 x h_kv x head_dim for q/k/v attention, MLA's latents
+        (hk, dk), (hv, dv) = getattr(model, role).blocks[0].attn.cache_layout
+        stacks[role] = _Stack(st.num_layers, st.d_model, st.num_heads, hk * dk + hv * dv, st.d_ff, scores)
     first = next(model.parameters())
     p = Plan(stacks, spec.vocab_size, first.element_size(), sum(t.numel() for t in model.parameters()),
              first.device)
@@ -202,7 +203,7 @@ def check_generate(model, B: int, T0: int, new: int) -> None:
     dec = p.stacks.get("decoder")
     if dec is None:
         return
-    cache = 2 * dec.layers * B * dec.kv_heads * (T0 + new) * dec.head_dim * p.elem
+    cache = dec.layers * B * dec.cache_per_token * (T0 + new) * p.elem
     src = T0 if len(p.stacks) == 2 else None
     prefill = forward_bytes(p, B, T0 if src is None else 1, src)[0]
     refuse_if_over(p, cache + prefill, f"generating {B} rows x ({T0} prompt + {new} new) tokens",
