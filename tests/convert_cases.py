@@ -122,6 +122,18 @@ def assert_back_to_transformers(hf, z, *, reset=same, atol=0.0):
 
 
 @torch.no_grad()
+def assert_cached_decode_equals_full(z, prompt: int = 6, total: int = 10, vocab: int = 101):
+    """A prompt then one token at a time through ``z``'s KV cache gives the logits of one full
+    forward (to 1e-5); returns the cache, for checks of what it holds."""
+    ids = torch.randint(3, vocab, (2, total))
+    full = z(ids)
+    cache = z.new_cache(total)
+    steps = [z(ids[:, :prompt], cache=cache)] + [z(ids[:, t:t + 1], cache=cache) for t in range(prompt, total)]
+    assert (torch.cat(steps, 1) - full).abs().max() <= 1e-5
+    return cache
+
+
+@torch.no_grad()
 def assert_saved_and_folder(hf, z, tmp_path, cert, *, folder=True):
     """``zoo.save`` / ``zoo.load`` keep spec, tensors, outputs (to 1e-6: zoo.load's tensors sit off
     a 64-byte boundary in the safetensors buffer, which changes the CPU matmul's summation) and the

@@ -13,7 +13,7 @@ import zoo
 from zoo.convert import ConvertError, convert_state, from_transformers
 
 T = pytest.importorskip("transformers")
-from convert_cases import (_decoder, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
+from convert_cases import (_decoder, assert_cached_decode_equals_full, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
                            assert_preset_is_the_real_model, assert_saved_and_folder)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -70,12 +70,7 @@ def test_family(case, tmp_path):
 
 @torch.no_grad()
 def test_cached_decode_equals_the_full_forward_and_caches_latents():
-    z = from_transformers(v3(), certify=False)
-    ids = torch.randint(3, 101, (2, 10))
-    full = z(ids)
-    cache = z.new_cache(10)
-    steps = [z(ids[:, :6], cache=cache)] + [z(ids[:, t:t + 1], cache=cache) for t in range(6, 10)]
-    assert (torch.cat(steps, 1) - full).abs().max() <= 1e-5
+    cache = assert_cached_decode_equals_full(from_transformers(v3(), certify=False))
     layer = cache.layers[0]
     assert layer.k.shape == (2, 1, 10, 12) and layer.v.shape == (2, 1, 10, 4)  # latent 12 + rope key 4
 

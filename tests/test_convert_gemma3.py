@@ -13,8 +13,8 @@ import zoo
 from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
-from convert_cases import (TOL, _decoder, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
-                           assert_preset_is_the_real_model, assert_saved_and_folder, greedy, maxdiff, run)
+from convert_cases import (_decoder, assert_back_to_transformers, assert_cached_decode_equals_full,  # noqa: E402
+                           assert_decoder_parity, assert_preset_is_the_real_model, assert_saved_and_folder, greedy, maxdiff, run)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -79,11 +79,7 @@ def test_each_layer_type_has_transformers_rope_tables(case):
 def test_cached_decode_equals_full_forward(case):
     """Sliding windows and per-layer rope under a KV cache: a 3-token prompt, then one token at a time
     past the window."""
-    z = from_transformers(CASES[case](), certify=False)
-    ids = torch.randint(3, 101, (2, 12))
-    cache = z.new_cache(12)
-    got = [z(ids[:, :3], cache=cache)] + [z(ids[:, t:t + 1], cache=cache) for t in range(3, 12)]
-    assert (torch.cat(got, 1) - z(ids)).abs().max() <= TOL
+    assert_cached_decode_equals_full(from_transformers(CASES[case](), certify=False), prompt=3, total=12)
 
 
 def test_transformers_4_config_json_converts_the_same():

@@ -13,8 +13,9 @@ import zoo
 from zoo.convert import ConvertError, convert_state, from_pretrained, from_transformers, to_transformers
 
 T = pytest.importorskip("transformers")
-from convert_cases import (TOL, _decoder, assert_back_to_transformers, assert_decoder_parity,  # noqa: E402
-                           assert_preset_is_the_real_model, assert_saved_and_folder, greedy, maxdiff, run)
+from convert_cases import (TOL, _decoder, assert_back_to_transformers, assert_cached_decode_equals_full,  # noqa: E402
+                           assert_decoder_parity, assert_preset_is_the_real_model, assert_saved_and_folder,
+                           greedy, maxdiff, run)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -46,12 +47,7 @@ def test_family(case, tmp_path):
 
 @torch.no_grad()
 def test_cached_decode_equals_the_full_forward():
-    z = from_transformers(olmoe(), certify=False)
-    ids = torch.randint(3, 101, (2, 10))
-    full = z(ids)
-    cache = z.new_cache(10)
-    steps = [z(ids[:, :6], cache=cache)] + [z(ids[:, t:t + 1], cache=cache) for t in range(6, 10)]
-    assert (torch.cat(steps, 1) - full).abs().max() <= 1e-5
+    assert_cached_decode_equals_full(from_transformers(olmoe(), certify=False))
 
 
 REFUSED = [("clip_qkv", 8.0), ("router_jitter_noise", 0.1), ("hidden_act", "gelu"),
