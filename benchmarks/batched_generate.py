@@ -15,12 +15,12 @@ Runs alternate; the ratio is the median of the rounds' paired ratios.  Target: z
 total tokens/s.  zoo prefills a batch with this much padding prompt by prompt, without the padding
 (``zoo.generate._ragged_prefill``), then decodes all rows together from the merged cache.
 
-Rows that finish early (an end-of-sequence token) do **not** stop costing compute in zoo: the batch
-keeps its shape to the end, a finished row is fed its pad token, and its logits are computed and
-thrown away.  The second table measures what that costs: with an ``eos_id`` chosen so that rows
-stop at different steps, the time per generated (kept) token against the same batch run without
-stopping.  Compacting the batch (``cache.reorder`` on the live rows, as beam search already does)
-would remove it; see the closing note of issue 27.
+Rows that finish early (an end-of-sequence token) stop costing compute: once enough rows have
+stopped, zoo drops them from the batch the model runs on (``zoo.generate._LiveRows``; the KV cache
+keeps the live rows).  The second table measures it: end-of-sequence ids chosen so that rows stop
+at different steps, the same call with compaction on and off (``zoo.generate.COMPACT_SHARE = None``),
+paired; it reports the row-steps each computed and the time ratio, and checks both give the same
+tokens.
 
     python benchmarks/batched_generate.py [--family llama|gpt2] [--shape tiny|small] [--repeats 3]
 """
@@ -119,34 +119,50 @@ def main(argv=None) -> dict:
     print(f"  zoo / transformers tokens/s = {ratio:.2f}x, median of the rounds' ratios "
           f"{', '.join(f'{x:.2f}' for x in each)}   (target >= 1.5x)")
 
-    # what finished rows cost: stop rows at an eos id that appears at different steps
+    # finished rows: end-of-sequence ids that end rows at different steps (row i's token at step
+    # 3i + 2 for half the rows), generated with and without dropping finished rows
+    import zoo.generate as G
+
     ref = zb[:, T:]
-    eos = int(ref[0, NEW // 4])  # a token row 0 emits a quarter of the way in; others stop elsewhere
-    with torch.inference_mode():
-        stopped = z.generate(rows, NEW, stop_tokens=eos)
-    kept = int(sum(int((r == eos).nonzero()[0, 0]) + 1 if bool((r == eos).any()) else NEW
-                   for r in stopped[:, T:]))
-    steps_run = stopped.size(1) - T
-    te = []
-    tf = []
+    eos = sorted({int(ref[i, 3 * i + 2]) for i in range(PROMPTS // 2)})
+    block = z.decoder.blocks[0]
+    seen: list[int] = []
+    # rows of each decoding forward (one new token per row; the prefill's forwards have T > 1)
+    hook = block.register_forward_pre_hook(
+        lambda m, a: seen.append(a[0].size(0)) if a[0].size(1) == 1 else None)
+    share = G.COMPACT_SHARE
+    outs, computed = {}, {}
+    for name, value in (("compacted", share), ("kept", None)):
+        G.COMPACT_SHARE, seen[:] = value, []
+        with torch.inference_mode():
+            outs[name] = z.generate(rows, NEW, stop_tokens=eos)
+        computed[name] = sum(seen)
+    hook.remove()
+    same_stop = torch.equal(outs["compacted"], outs["kept"])
+    steps_run = outs["kept"].size(1) - T
+    stopped = sum(bool(torch.isin(r, torch.tensor(eos)).any()) for r in outs["kept"][:, T:])
+    tc: dict[str, list[float]] = {"compacted": [], "kept": []}
     for _ in range(args.repeats):
-        t = time.perf_counter()
-        with torch.inference_mode():
-            z.generate(rows, NEW, stop_tokens=eos)
-        te.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        with torch.inference_mode():
-            z.generate(rows, steps_run)
-        tf.append(time.perf_counter() - t)
-    e, f = statistics.median(te), statistics.median(tf)
-    print(f"  with eos {eos}: {kept} of {PROMPTS * steps_run} row-steps kept over {steps_run} steps; "
-          f"time {e:.3f} s vs {f:.3f} s for the same steps without stopping ({e / f:.2f}x): a finished "
-          f"row costs as much as a live one, {1 - kept / (PROMPTS * steps_run):.0%} of this batch's "
-          "row-steps were thrown away")
+        for name, value in (("compacted", share), ("kept", None)):
+            G.COMPACT_SHARE = value
+            t = time.perf_counter()
+            with torch.inference_mode():
+                z.generate(rows, NEW, stop_tokens=eos)
+            tc[name].append(time.perf_counter() - t)
+    G.COMPACT_SHARE = share
+    gain = statistics.median([k / c for c, k in zip(tc["compacted"], tc["kept"])])
+    print(f"  with {len(eos)} eos ids: {stopped} of {PROMPTS} rows stop, {steps_run} steps; same tokens "
+          f"with and without dropping finished rows: {same_stop}")
+    print(f"  row-steps computed: {computed['compacted']} dropping finished rows vs "
+          f"{computed['kept']} keeping them ({1 - computed['compacted'] / computed['kept']:.0%} fewer); "
+          f"time {statistics.median(tc['compacted']):.3f} s vs {statistics.median(tc['kept']):.3f} s: "
+          f"{gain:.2f}x faster (median of paired rounds "
+          f"{', '.join(f'{k / c:.2f}' for c, k in zip(tc['compacted'], tc['kept']))})")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores, torch threads "
           f"{torch.get_num_threads()}")
     return {"ratio": ratio, "same_hf": same_hf, "same_single": same_single,
-            "wasted": 1 - kept / (PROMPTS * steps_run)}
+            "same_stop": same_stop, "compaction_gain": gain,
+            "row_steps": computed}
 
 
 if __name__ == "__main__":

@@ -590,8 +590,8 @@ def _run(model, steps, choose, stops, B, max_new_tokens, pad, device) -> Iterato
             logits = next(steps) if max_new_tokens else None
         for step in range(max_new_tokens):
             with mode():
-                if step:
-                    logits = steps.send(nxt)
+                if step:  # with stop tokens the coroutine is told which rows are done
+                    logits = steps.send((nxt, None, finished) if stops.numel() else nxt)
                 nxt = choose(logits)  # (B,)
                 if stops.numel():
                     nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
@@ -684,6 +684,57 @@ def _ragged_prefill(model, ids, padding, prefix_length, head, steps):
     return cache, head(torch.cat(hidden, 0))  # (B, V)
 
 
+#: drop finished rows from the batch once they are at least this share of the rows still computed
+#: (:class:`_LiveRows`); None keeps every row to the end (the benchmark's "no compaction" run)
+COMPACT_SHARE: float | None = 1 / 8
+
+
+class _LiveRows:
+    """Which rows of a generated batch the model still computes.
+
+    A row that has produced a stop token only yields ``pad_id`` from then on, so computing its next
+    token is waste: with rows ending at different steps, a fixed-shape batch spends the finished
+    rows' share of every later step for nothing.  So once the finished rows are at least
+    :data:`COMPACT_SHARE` of the rows still computed, a KV-cached coroutine *compacts* the batch:
+    the cache keeps only the live rows (:meth:`zoo.layers.KVCache.keep`), as do the per-row inputs
+    of each step (:meth:`take`), and the model runs on the smaller batch.  The logits handed out
+    stay ``(B, V)`` (:meth:`full`; a dropped row's are zeros, and its token is replaced by
+    ``pad_id``), so the caller -- choosing, sampling with its random stream, the repetition record,
+    streaming -- sees the batch it asked for, and a live row gets the tokens it got before.
+    Compiled decoding (:mod:`zoo.compiled`) keeps its fixed batch; so does ``use_cache=False``."""
+
+    __slots__ = ("B", "index")
+
+    def __init__(self, B: int):
+        self.B = B
+        self.index: torch.Tensor | None = None  # (B',) the original rows still computed; None: all
+
+    def drop(self, finished: torch.Tensor | None, cache) -> torch.Tensor | None:
+        """Drop the rows ``finished (B,)`` marks, if enough of them; returns the positions kept
+        within the previous live rows (to slice the caller's per-row tensors), or None."""
+        if finished is None or COMPACT_SHARE is None:
+            return None
+        f = finished if self.index is None else finished.index_select(0, self.index)
+        dead, n = int(f.sum()), f.numel()
+        if not dead or dead == n or dead < COMPACT_SHARE * n:
+            return None
+        keep = (~f).nonzero().squeeze(1)  # (B',)
+        cache.keep(keep)
+        self.index = keep if self.index is None else self.index.index_select(0, keep)
+        return keep
+
+    def take(self, x: torch.Tensor) -> torch.Tensor:
+        """The live rows of a full-batch tensor ``x (B, ...)``."""
+        return x if self.index is None else x.index_select(0, self.index)
+
+    def full(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits (B', V)`` of the live rows as ``(B, V)``, zeros for the dropped rows."""
+        if self.index is None:
+            return logits
+        out = logits.new_zeros(self.B, logits.size(-1))
+        return out.index_copy_(0, self.index, logits)
+
+
 def _decoder_logits(model, ids, padding, use_cache, prefix_length, head, steps):
     """A coroutine: yields next-token logits ``(B, V)``; is sent the chosen ids ``(B,)``."""
     B, T0 = ids.shape
@@ -703,16 +754,20 @@ def _decoder_logits(model, ids, padding, use_cache, prefix_length, head, steps):
                                 return_hidden=True))
         else:
             cache, logits = start
+        rows = _LiveRows(B)
         while True:
-            nxt, order = _sent((yield logits))
+            nxt, order, finished = _sent((yield rows.full(logits)))
             if order is not None:
                 cache.reorder(order)  # beam search: row j continues old row order[j]
-            logits = head(model(nxt[:, None], attention_mask=ones, cache=cache,
-                                prefix_lengths=plen, return_hidden=True))  # (B, V)
+            keep = rows.drop(finished, cache)
+            if keep is not None:
+                ones, plen = ones[keep] if ones is not None else None, plen[keep]
+            logits = head(model(rows.take(nxt)[:, None], attention_mask=ones, cache=cache,
+                                prefix_lengths=plen, return_hidden=True))  # (B', V)
     seq = ids
     while True:
-        nxt, order = _sent((yield head(model(seq, attention_mask=full, prefix_lengths=plen,
-                                             return_hidden=True))))
+        nxt, order, _ = _sent((yield head(model(seq, attention_mask=full, prefix_lengths=plen,
+                                                return_hidden=True))))
         if order is not None:
             seq = seq.index_select(0, order)
             full = full.index_select(0, order) if full is not None else None
@@ -721,10 +776,14 @@ def _decoder_logits(model, ids, padding, use_cache, prefix_length, head, steps):
             full = torch.cat([full, ones], dim=1)
 
 
-def _sent(value) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """What a logits coroutine is sent: the chosen ids ``(B,)``, or ``(ids, order)`` from beam
-    search, where ``order (B,)`` says which old row each new row continues."""
-    return value if isinstance(value, tuple) else (value, None)
+def _sent(value) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """What a logits coroutine is sent, as ``(ids, order, finished)``: the chosen ids ``(B,)``;
+    from beam search ``(ids, order)``, where ``order (B,)`` says which old row each new row
+    continues; from :func:`_run` with stop tokens ``(ids, None, finished)``, ``finished (B,)`` the
+    rows that have stopped (see :class:`_LiveRows`)."""
+    if not isinstance(value, tuple):
+        return value, None, None
+    return (*value, None)[:3]
 
 
 def _seq2seq_logits(model, src, src_padding, use_cache, start_id, head, steps):
@@ -739,15 +798,21 @@ def _seq2seq_logits(model, src, src_padding, use_cache, start_id, head, steps):
         cache = model.new_cache(capacity=1 + steps)
         logits = head(model.decode(tgt, memory, mem_pad, tgt_padding=ones, cache=cache,
                                    return_hidden=True))
+        rows = _LiveRows(B)
         while True:
-            nxt, order = _sent((yield logits))
+            nxt, order, finished = _sent((yield rows.full(logits)))
             if order is not None:
                 cache.reorder(order)
-            logits = head(model.decode(nxt[:, None], memory, mem_pad, tgt_padding=ones,
+            keep = rows.drop(finished, cache)
+            if keep is not None:
+                memory = memory[keep]
+                mem_pad = mem_pad[keep] if mem_pad is not None else None
+                ones = ones[keep] if ones is not None else None
+            logits = head(model.decode(rows.take(nxt)[:, None], memory, mem_pad, tgt_padding=ones,
                                        cache=cache, return_hidden=True))
     full = ones
     while True:
-        nxt, order = _sent((yield head(model.decode(tgt, memory, mem_pad, tgt_padding=full,
+        nxt, order, _ = _sent((yield head(model.decode(tgt, memory, mem_pad, tgt_padding=full,
                                                     return_hidden=True))))
         if order is not None:
             tgt = tgt.index_select(0, order)

@@ -96,6 +96,14 @@ class LayerCache:
             if buf is not None:
                 buf.copy_(buf.index_select(0, order))
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only the rows ``rows (B',)`` (B' < B), in new, smaller buffers of the same capacity:
+        the batch shrinks, and so does every later step's work on this layer."""
+        if self.k is not None:
+            self.k, self.v = self.k.index_select(0, rows), self.v.index_select(0, rows)
+        if self.cross is not None:
+            self.cross = tuple(t.index_select(0, rows) for t in self.cross)
+
 
 class KVCache:
     """Incremental-decoding state of one stack: a :class:`LayerCache` per block, the number of tokens
@@ -148,6 +156,17 @@ class KVCache:
         for buf in (self._pos, self._pad):
             if buf is not None and buf.size(0) == order.numel() and buf.size(0) > 1:
                 buf.copy_(buf.index_select(0, order))
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only the rows ``rows (B',)`` of the batch, in order (generation drops the rows that
+        have finished, :class:`zoo.generate._LiveRows`): every layer's keys and values, the cached
+        positions and padding.  Unlike :meth:`reorder` the batch shrinks, so the buffers are new."""
+        for layer in self.layers:
+            layer.keep(rows)
+        if self._pos is not None and self._pos.size(0) > 1:  # (1, capacity) is shared by every row
+            self._pos = self._pos.index_select(0, rows)
+        if self._pad is not None and self._pad.size(0) > 1:
+            self._pad = self._pad.index_select(0, rows)
 
     @classmethod
     def from_rows(cls, rows: list["KVCache"], lengths: list[int], capacity: int) -> "KVCache":
