@@ -137,3 +137,28 @@ def test_why_divide_by_sqrt_dk(d_k):
     if d_k >= 64:
         assert (w_raw * (1 - w_raw)).max() < (w_scaled * (1 - w_scaled)).max()
         assert w_raw.max() > w_scaled.max()  # unscaled: closer to one-hot
+
+
+@pytest.mark.parametrize("mask_shape", [None, (5, 1, 1, 37), (1, 37), (5, 8, 1, 37)],
+                         ids=["no_mask", "key_padding", "2d", "per_head"])
+def test_sdpa_decoding_step_with_grouped_queries_equals_hand_softmax(mask_shape):
+    """One new token, 8 query heads over 2 kv heads: sdpa folds each kv head's 4 queries into its
+    query length (plugins/attention_sdpa.py).  Against softmax(q k^T / sqrt(hd)) v computed by hand
+    in float64 with k, v repeated per query head (head j reads kv head j // 4); a per-head mask
+    cannot be folded and takes the plain path."""
+    g = torch.Generator().manual_seed(7)
+    B, h, h_kv, Tk, hd = 5, 8, 2, 37, 16
+    q = torch.randn(B, h, 1, hd, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(B, h_kv, Tk, hd, generator=g, dtype=torch.float64) for _ in range(2))
+    mask = None
+    if mask_shape is not None:
+        mask = torch.rand(mask_shape, generator=g) > 0.4
+        mask[..., 0] = True  # no row without a key
+    out, _ = kernel("sdpa", head_dim=hd, heads=h, kv_heads=h_kv)(q, k, v, mask=mask)
+    kr, vr = k.repeat_interleave(h // h_kv, 1), v.repeat_interleave(h // h_kv, 1)
+    scores = q @ kr.transpose(-1, -2) / math.sqrt(hd)  # (B, h, 1, Tk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    ref = torch.softmax(scores, -1) @ vr
+    assert out.shape == (B, h, 1, hd)
+    assert torch.allclose(out, ref, atol=1e-10)
