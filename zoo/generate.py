@@ -712,8 +712,8 @@ class _LiveRows:
     def drop(self, finished: torch.Tensor | None, cache) -> torch.Tensor | None:
         """Drop the rows ``finished (B,)`` marks, if enough of them; returns the positions kept
         within the previous live rows (to slice the caller's per-row tensors), or None."""
-        if finished is None or COMPACT_SHARE is None:
-            return None
+        if finished is None or COMPACT_SHARE is None or self.B == 1:
+            return None  # a single row that finishes ends the generation: nothing to drop
         f = finished if self.index is None else finished.index_select(0, self.index)
         dead, n = int(f.sum()), f.numel()
         if not dead or dead == n or dead < COMPACT_SHARE * n:
