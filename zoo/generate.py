@@ -31,7 +31,9 @@ best sequence's tokens once the search is over.
 Batches of different lengths are **left-padded** (pads before the prompt, ``attention_mask`` 0 there)
 so that every row's next token lands in the same column; positions are counted from each row's first
 real token, so a padded row generates exactly what it would alone.  A row stops at one of its
-``stop_tokens`` and is padded afterwards; generation ends when every row has stopped.
+``stop_tokens`` and is padded afterwards; generation ends when every row has stopped.  Rows that
+have stopped are dropped from the batch the model computes once they are 1/8 of it
+(:class:`_LiveRows`), so a finished row stops costing compute.
 
 Entry points: ``model.generate(...)`` (a method on every zoo model), :func:`generate`,
 :func:`stream` (an iterator of the new tokens, for the CLI and UI) and, for text,
