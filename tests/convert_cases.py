@@ -215,6 +215,25 @@ def t5(**kw):
     return hf
 
 
+def deepseek_v2_small(max_position_embeddings: int = 64):
+    """A DeepSeek-V2 (MLA) of 2 layers, the first dense: 4 heads, a 16-wide latent plus 8 rotated
+    key features cached per token (24 numbers), 4 experts (top 2) and 1 shared; every weight drawn
+    from normal(0, 0.2), so no zero or unit tensor hides a mis-paired head width.  For tests that
+    need a real MLA model beside the conversion cases of tests/test_convert_deepseek.py."""
+    T = _T()
+    torch.manual_seed(0)
+    cfg = T.DeepseekV2Config(vocab_size=64, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                             n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, kv_lora_rank=16,
+                             q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
+                             first_k_dense_replace=1, max_position_embeddings=max_position_embeddings)
+    hf = T.DeepseekV2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.2)
+    return hf
+
+
 def _decoder(cls, config, **kw):
     T = _T()
     cfg = dict(vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -13,6 +13,8 @@ from zoo.hooks import run_with_cache
 from zoo.lens import logit_attribution
 from zoo.patching import patch_direct_path, patch_heads
 
+from convert_cases import deepseek_v2_small
+
 T = pytest.importorskip("transformers")
 
 
@@ -20,16 +22,7 @@ T = pytest.importorskip("transformers")
 def pair():
     from zoo.convert import from_transformers
 
-    torch.manual_seed(0)
-    cfg = T.DeepseekV2Config(vocab_size=64, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                             n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, kv_lora_rank=16,
-                             q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
-                             first_k_dense_replace=1, max_position_embeddings=64)
-    hf = T.DeepseekV2ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        for p in hf.parameters():
-            p.normal_(0, 0.2)  # no zero or unit tensors: a mis-paired head width shows
+    hf = deepseek_v2_small()
     return hf, from_transformers(hf, certify=False)
 
 

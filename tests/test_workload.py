@@ -137,16 +137,11 @@ def test_a_latent_attention_cache_is_sized_by_its_latents(monkeypatch):
     """MLA (DeepSeek-V2) caches ``kv_lora_rank + qk_rope_head_dim`` numbers per token per layer (the
     paper's 512 + 64 = 576 for V2-Lite; here 16 + 8 = 24), not ``2 x heads x head_dim``: the refusal
     counts what the layers really allocate."""
-    T = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
+    from convert_cases import deepseek_v2_small
     from zoo.convert import from_transformers
 
-    torch.manual_seed(0)
-    cfg = T.DeepseekV2Config(vocab_size=64, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                             n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1, kv_lora_rank=16,
-                             q_lora_rank=None, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8,
-                             first_k_dense_replace=1, max_position_embeddings=512)
-    model = from_transformers(T.DeepseekV2ForCausalLM(cfg).eval(), certify=False)
+    model = from_transformers(deepseek_v2_small(max_position_embeddings=512), certify=False)
     cache = model.new_cache(capacity=5)  # the real buffers after a 3-token prompt, 2 rows
     with torch.no_grad():
         model(torch.randint(0, 64, (2, 3)), cache=cache)
