@@ -43,7 +43,6 @@ import torch
 from torch import nn
 
 import zoo
-from zoo.components import causal_mask
 from zoo.layers import call_kernel
 from zoo.plugins.attention_sdpa import SDPAttention
 
@@ -128,8 +127,9 @@ class MLAttention(SDPAttention):
     """[fused sdpa] Multi-head latent attention with a compressed KV cache (DeepSeek-AI, 2024, "DeepSeek-V2", arXiv 2405.04434).
 
     Softmax attention through PyTorch's SDPA.  With one key/value head (the absorbed latent path:
-    every head reads ``[c; k_R]``) the heads fold into the query axis, ``(B, 1, h·Tq, ·)``, so the
-    fused kernel never copies the shared latents once per head (its grouped-query path does)."""
+    every head reads ``[c; k_R]``) the heads fold into the query axis, ``(B, 1, h·Tq, ·)``
+    (:func:`zoo.plugins.attention_sdpa.fold_groups`, for prompts too), so the fused kernel never
+    copies the shared latents once per head (its grouped-query path does)."""
 
     layer = MultiHeadLatentAttention
     lesson = {
@@ -143,21 +143,9 @@ class MLAttention(SDPAttention):
               "RoPE 放在单独的特征里，因为旋转过的键无法从与位置无关的潜向量重建。DeepSeek-V2-Lite：576 个数而不是 4096。",
     }
 
-    def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
-        B, h, Tq, _ = q.shape
-        if k.size(1) != 1 or h == 1:
-            return super().forward(q, k, v, mask=mask, bias=bias, is_causal=is_causal, need_weights=need_weights)
-        Tk = k.size(2)
-        if is_causal:  # queries are the last Tq positions of the keys
-            mask = causal_mask(Tq, Tk, q.device)[None, None]
-
-        def fold(t):  # (B|1, h|1, Tq|1, Tk) -> (B|1, 1, h·Tq, Tk), rows in q's folded order
-            t = t.reshape((1,) * (4 - t.dim()) + tuple(t.shape))
-            return t.expand(t.size(0), h, Tq, Tk).reshape(t.size(0), 1, h * Tq, Tk)
-
-        out, _ = super().forward(q.reshape(B, 1, h * Tq, q.size(-1)), k, v,
-                                 mask=None if mask is None else fold(mask), bias=None if bias is None else fold(bias))
-        return out.view(B, h, Tq, out.size(-1)), None  # (B, h, Tq, hd_v)
+    def folds(self, q, k) -> bool:
+        """Fold whenever every head reads the one shared latent head (any number of queries)."""
+        return k.size(1) == 1 and q.size(1) > 1
 
 
 @zoo.hookimpl

@@ -139,13 +139,14 @@ def test_why_divide_by_sqrt_dk(d_k):
         assert w_raw.max() > w_scaled.max()  # unscaled: closer to one-hot
 
 
-@pytest.mark.parametrize("mask_shape", [None, (5, 1, 1, 37), (1, 37), (5, 8, 1, 37)],
-                         ids=["no_mask", "key_padding", "2d", "per_head"])
-def test_sdpa_decoding_step_with_grouped_queries_equals_hand_softmax(mask_shape):
+@pytest.mark.parametrize("mask_shape,with_bias", [(None, False), ((5, 1, 1, 37), False), ((1, 37), False),
+                                                  ((5, 8, 1, 37), False), ((5, 1, 1, 37), True)],
+                         ids=["no_mask", "key_padding", "2d", "per_head", "per_head_bias"])
+def test_sdpa_decoding_step_with_grouped_queries_equals_hand_softmax(mask_shape, with_bias):
     """One new token, 8 query heads over 2 kv heads: sdpa folds each kv head's 4 queries into its
-    query length (plugins/attention_sdpa.py).  Against softmax(q k^T / sqrt(hd)) v computed by hand
-    in float64 with k, v repeated per query head (head j reads kv head j // 4); a per-head mask
-    cannot be folded and takes the plain path."""
+    query axis (plugins/attention_sdpa.py, fold_groups), each mask and bias row following its head.
+    Against softmax(q k^T / sqrt(hd) + bias) v computed by hand in float64 with k, v repeated per
+    query head (head j reads kv head j // 4)."""
     g = torch.Generator().manual_seed(7)
     B, h, h_kv, Tk, hd = 5, 8, 2, 37, 16
     q = torch.randn(B, h, 1, hd, generator=g, dtype=torch.float64)
@@ -154,9 +155,12 @@ def test_sdpa_decoding_step_with_grouped_queries_equals_hand_softmax(mask_shape)
     if mask_shape is not None:
         mask = torch.rand(mask_shape, generator=g) > 0.4
         mask[..., 0] = True  # no row without a key
-    out, _ = kernel("sdpa", head_dim=hd, heads=h, kv_heads=h_kv)(q, k, v, mask=mask)
+    bias = torch.randn(1, h, 1, Tk, generator=g, dtype=torch.float64) if with_bias else None
+    out, _ = kernel("sdpa", head_dim=hd, heads=h, kv_heads=h_kv)(q, k, v, mask=mask, bias=bias)
     kr, vr = k.repeat_interleave(h // h_kv, 1), v.repeat_interleave(h // h_kv, 1)
     scores = q @ kr.transpose(-1, -2) / math.sqrt(hd)  # (B, h, 1, Tk)
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     ref = torch.softmax(scores, -1) @ vr
