@@ -6,7 +6,7 @@ Not a test: a script that prints a table (and optionally writes JSON).  Batch 1,
 Contestants, timed as whole ``generate`` calls (prefill included, as Hugging Face's is):
 
 - ``zoo compiled``  ``model.generate(ids, N, compile=True)``: the prefill and the decoding step
-  compiled (``zoo.compiled``), static KV cache, one graph for every step;
+  compiled (``zoo.run.compiled``), static KV cache, one graph for every step;
 - ``zoo eager``     ``model.generate(ids, N)``: the eager static-cache loop;
 - ``hf``            ``GPT2LMHeadModel.generate`` (``min_new_tokens=N``, greedy), built offline from a
   ``GPT2Config`` of the tiny shape; the zoo model of that row is converted from it
@@ -84,7 +84,7 @@ def paired(contestants: dict, rounds: int, device) -> dict:
 
 def run(args) -> dict:
     import zoo
-    from zoo import compiled
+    from zoo.run import compiled
 
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
@@ -146,7 +146,7 @@ def compile_once(args) -> dict:
     (Dynamo tracing + Inductor code generation / cache look-up + the run itself)."""
     t_import = time.perf_counter()
     import zoo
-    from zoo import compiled
+    from zoo.run import compiled
 
     model = zoo.build("gpt_tiny").eval()
     ids = torch.randint(0, model.spec.vocab_size, (1, args.prompt),

@@ -91,7 +91,7 @@ def write(folder: Path, shape: str, dtype: str, shard: str) -> None:
 
 
 def folder_bytes(folder: Path) -> int:
-    from zoo.io import ITEMSIZE
+    from zoo.io.checkpoint import ITEMSIZE
     from safetensors import safe_open
 
     total = 0

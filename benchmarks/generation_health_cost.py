@@ -1,7 +1,7 @@
 """Cost of the non-finite-logits check in generation (issue 22, goal 4), paired.
 
 Greedy decoding of gpt_tiny (and a GPT-2-small-shaped model with ``--gpt2``) with the check
-(:func:`zoo.health.finite_steps`) and without it (the coroutine unwrapped), alternating sides in
+(:func:`zoo.guard.health.finite_steps`) and without it (the coroutine unwrapped), alternating sides in
 random order each round on one thread; the median of per-round time ratios is printed.
 
     python benchmarks/generation_health_cost.py [--rounds 15] [--new 64] [--gpt2]
@@ -16,7 +16,7 @@ import time
 import torch
 
 import zoo
-import zoo.generate as gen
+import zoo.run.generate as gen
 
 
 def main() -> None:

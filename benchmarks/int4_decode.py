@@ -4,8 +4,8 @@ Not a test: a script that prints tables (and optionally writes JSON).
 
 1. **Speed.**  GPT-2 small (preset ``gpt2``, random weights: speed does not depend on their values)
    in four precisions made from the *same* float32 tensors: ``float32``, ``bfloat16``
-   (``.to(torch.bfloat16)``), ``int8`` (:func:`zoo.precision.quantize_int8`) and ``int4``
-   (:func:`zoo.precision.quantize_int4`).  Batch 1, a ``--prompt``-token prompt and ``--new``
+   (``.to(torch.bfloat16)``), ``int8`` (:func:`zoo.run.precision.quantize_int8`) and ``int4``
+   (:func:`zoo.run.precision.quantize_int4`).  Batch 1, a ``--prompt``-token prompt and ``--new``
    greedy tokens through ``model.generate``.  The four run in one process, in a fresh random order
    every round; the speed-up is the median over rounds of ``float32 time / variant time`` (paired:
    a busy neighbour slows both sides of a round alike).
@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.precision import int8_supported, quantize_int4, quantize_int8
+from zoo.run.precision import int8_supported, quantize_int4, quantize_int8
 
 ROOT = Path(__file__).resolve().parents[1]
 

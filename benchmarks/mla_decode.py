@@ -18,7 +18,7 @@ import time
 import torch
 
 import zoo
-from zoo.layers import AttnArgs, LayerCache
+from zoo.model.layers import AttnArgs, LayerCache
 
 
 def setup(tk: int):

@@ -3,7 +3,7 @@
 **Forward.**  Each preset's forward with components checked against the same model with no
 check, alternating sides in random order each round on one thread; printed: the median of per-round
 time ratios (checked / unchecked) and its quartiles.  Two sets of checked components: ``all``
-(``zoo.output_contract.install(model, "all")``, the worst case -- by default only third-party
+(``zoo.guard.outputs.install(model, "all")``, the worst case -- by default only third-party
 components are checked, so a model of built-ins pays nothing) and ``attention`` (only the attention
 kernels: what a model whose attention comes from a third-party plugin pays by default), and
 ``none`` as a control (both sides unchecked: how far from 1 the noise of the machine puts a ratio).  Two
@@ -34,8 +34,9 @@ import time
 import torch
 
 import zoo
-import zoo.build  # noqa: F401 - the module (``zoo.build`` the attribute is the function)
-from zoo import assembly, output_contract
+import zoo.model.build  # noqa: F401 - the module (``zoo.build`` the attribute is the function)
+from zoo.model import assembly
+from zoo.guard import outputs as output_contract
 
 BUILD = sys.modules["zoo.build"]
 

@@ -19,7 +19,7 @@ random order every round (a busy neighbour slows every side of a round alike):
 Before timing, the script checks that zoo and nanoGPT compute the same function: the same loss on
 the batch and the same gradient of every matrix (float32, 1e-4 relative).  It reports the median
 seconds per step, the paired ratios (the median over rounds of the per-round ratio), and the MFU of
-each: the step's model FLOPs counted by :func:`zoo.train.mfu.step_flops` (``zoo.accounting``'s
+each: the step's model FLOPs counted by :func:`zoo.train.mfu.step_flops` (``zoo.inside.costs``'s
 forward cost, x3 for the backward) over the median time and the matmul peak measured here by
 :func:`zoo.train.mfu.machine_peak` (best of ten 1024 x 1024 matmuls, ``zoo bench``'s method).
 
@@ -249,7 +249,7 @@ def main(argv=None):
     peak = machine_peak("cpu", torch.float32)
     if args.clock == "cpu":  # the same method on the same clock as the steps
         peak = {"peak_flops": cpu_clock_peak(), "peak_method": "best of 10 1024x1024 float32 "
-                "matmuls timed by this process's CPU time (zoo.bench.matmul_peak's method on the "
+                "matmuls timed by this process's CPU time (zoo.inside.speed.matmul_peak's method on the "
                 "clock of --clock cpu)", "wall_peak_flops": peak["peak_flops"]}
     print(f"{args.preset}: batch {args.batch} x {args.block}, {args.threads} threads, "
           f"{args.clock} clock, torch {torch.__version__}, load {load0:.2f}; "

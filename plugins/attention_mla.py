@@ -43,7 +43,7 @@ import torch
 from torch import nn
 
 import zoo
-from zoo.layers import call_kernel
+from zoo.model.layers import call_kernel
 from zoo.plugins.attention_sdpa import SDPAttention
 
 
@@ -65,7 +65,7 @@ class MLAConfig:
 
 class MultiHeadLatentAttention(nn.Module):
     """The projections and latent cache around the ``mla`` kernel (the engine builds this in place
-    of :class:`zoo.layers.Attention`, because the kernel class names it as its ``layer``)."""
+    of :class:`zoo.model.layers.Attention`, because the kernel class names it as its ``layer``)."""
 
     def __init__(self, st, kernel, head_norm=None):
         super().__init__()

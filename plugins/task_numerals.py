@@ -3,7 +3,7 @@ An encoder-decoder reads the digits and writes the reading form.  The rules (uni
 one 零 per run of zeros *between* digits, none at the end of a group, 十 not 一十 at the start) make
 it a small, strict algorithmic translation: every character counts, so exact match means the rules
 were learned, not guessed.  The evaluation numbers are a fixed tenth of all numbers reserved by
-:func:`zoo.data.is_heldout_number`, never generated for training.  It probes cross-attention
+:func:`zoo.train.data.is_heldout_number`, never generated for training.  It probes cross-attention
 alignment and rule learning in an encoder-decoder.  Metrics: ``exact`` (greedy generation with
 the model's own KV-cache ``generate``) and ``eval_loss``.
 """
@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import zoo
-from zoo import data as D
+from zoo.train import data as D
 from zoo.components import Task
 from zoo.errors import ZooError
 from zoo.experiment.tasks import fingerprint

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import zoo
 from zoo.components import Tokenizer
 from zoo.errors import TokenizerError
-from zoo.tokenizers import DEFAULT_SPECIALS, check_ids, check_text, split_specials
+from zoo.io.tokenizers import DEFAULT_SPECIALS, check_ids, check_text, split_specials
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, fields
 import zoo
 from zoo.components import Tokenizer
 from zoo.errors import TokenizerError
-from zoo.tokenizer_rules import check_tokenizer_json, library_call, read_tokenizer_file
-from zoo.tokenizers import check_ids, check_text
+from zoo.guard.tokenizer_files import check_tokenizer_json, library_call, read_tokenizer_file
+from zoo.io.tokenizers import check_ids, check_text
 
 GUESSES = {  # attribute -> names tried in order
     "pad_id": ("<pad>", "[PAD]", "<|pad|>"),

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 import zoo
-import zoo.loading
-from zoo.io import dedupe, tensor_digest
+import zoo.io.loading
+from zoo.io.checkpoint import dedupe, tensor_digest
 
 
 def main() -> None:
@@ -37,8 +37,8 @@ def main() -> None:
             "zoo.save (writes the digest)": lambda: zoo.save(model, Path(tmp) / "gpt2"),
             "zoo.load": lambda: zoo.load(path),
             "zoo.load(verify=True)": lambda: zoo.load(path, verify=True),
-            "zoo.loading.check (every load check + digest)": lambda: zoo.loading.check(path),
-            "zoo.loading.check(digest=False)": lambda: zoo.loading.check(path, digest=False),
+            "zoo.io.loading.check (every load check + digest)": lambda: zoo.io.loading.check(path),
+            "zoo.io.loading.check(digest=False)": lambda: zoo.io.loading.check(path, digest=False),
             "`zoo check PATH` (CLI, new process)": lambda: subprocess.run(
                 [sys.executable, "-m", "zoo.cli", "check", str(path)], check=True,
                 capture_output=True),

@@ -30,7 +30,7 @@ What it does, and why (``data/SOURCE.md`` gives the numbers):
    space: the split depends on the text alone, and a poem that is repeated under two titles cannot
    sit on both sides.
 5. **Format.** One poem per block, blocks separated by a blank line (the documents format
-   :mod:`zoo.data` reads): a first line ``《title》author``, then the poem, one couplet per line.
+   :mod:`zoo.train.data` reads): a first line ``《title》author``, then the poem, one couplet per line.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ output projection fixed at zero and never trained, so every MLP adds exactly 0 t
 stream and the model computes what an attention-only Transformer computes.
 
 Measured (written into the model card, ``README.md``): the induction score of every head
-(:func:`zoo.lens.induction_score`), the previous-token score, the in-context-learning score (loss
+(:func:`zoo.inside.lens.induction_score`), the previous-token score, the in-context-learning score (loss
 on the second copy minus loss on the first), and activation patching that locates the circuit
 (``patching.png``, ``patching_heads.png``: which positions and heads, patched from a clean run into a
 corrupted one, restore the copy).
@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import zoo  # noqa: E402
-from zoo.lens import head_scores, in_context_loss, induction_score, repeated_tokens  # noqa: E402
-from zoo.patching import patch_heads, patch_layers_positions, patching_figure  # noqa: E402
+from zoo.inside.lens import head_scores, in_context_loss, induction_score, repeated_tokens  # noqa: E402
+from zoo.inside.patching import patch_heads, patch_layers_positions, patching_figure  # noqa: E402
 
 OUT = ROOT / "checkpoints" / "induction_2l"
 V, T = 64, 64
@@ -190,7 +190,7 @@ Check it yourself:
 
 ```python
 import zoo
-from zoo.lens import induction_score
+from zoo.inside.lens import induction_score
 model = zoo.load("induction_2l")      # a shipped checkpoint, by name
 print(induction_score(model))          # (layers, heads)
 ```

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import zoo  # noqa: E402
-from zoo.data import (bigram_fill, encode_documents, ngram_baselines, numeral_pairs,  # noqa: E402
+from zoo.train.data import (bigram_fill, encode_documents, ngram_baselines, numeral_pairs,  # noqa: E402
                       read_documents, write_pairs)
 from zoo.train import TrainResult, read_metrics, train  # noqa: E402
 
@@ -121,7 +121,7 @@ PRESETS = {
     ),
 }
 
-# What each model was trained on, declared in its checkpoint's metadata (``zoo.contract``) and
+# What each model was trained on, declared in its checkpoint's metadata (``zoo.run.input_contract``) and
 # shown on its card: model.generate / zoo.fill_mask / zoo run / the UI refuse text outside it.
 # numerals_t5: ' 42 ' and full-width digits are *normalised* (NFKC, then surrounding spaces
 # stripped) and admitted with a note (an InputWarning); everything else outside 0..99,999,999
@@ -299,7 +299,7 @@ def mask_positions(docs: list[str], tok, max_len: int, seed: int = 0, rate: floa
 def bert_masked_accuracy(model, tok, seed: int = 0) -> dict:
     """Top-1 accuracy on hidden characters of the held-out poems, beside two baselines given the
     same characters: the most frequent training character, and the smoothed bigram's guess from
-    both neighbours (:func:`zoo.data.bigram_fill`)."""
+    both neighbours (:func:`zoo.train.data.bigram_fill`)."""
     docs = read_documents(TANG_HELDOUT)
     rows, picks = mask_positions(docs, tok, model.spec.max_len, seed)
     tr = train_ids(tok)
@@ -436,7 +436,7 @@ DATA_TEXT = {
                  "(chinese-poetry 2.0.1, MIT; simplified script, cleaned, see `data/SOURCE.md`), "
                  "{ev} of them held out by the trainer for choosing the step; measures below on the "
                  "{held} poems of `data/tang_heldout.txt`, never trained on"),
-    "numerals_t5": ("{n:,} generated pairs (`zoo.data.numeral_pairs`, seed 0, repeats allowed; the "
+    "numerals_t5": ("{n:,} generated pairs (`zoo.train.data.numeral_pairs`, seed 0, repeats allowed; the "
                     "numbers reserved for evaluation never appear)"),
 }
 DATA_TEXT["poet_bert"] = DATA_TEXT["poet_gpt"]
@@ -505,7 +505,7 @@ def model_card(name, preset, result, spec_yaml, extra, sample_rows, info, knobs)
 def input_line(name: str) -> str:
     """The card's *Input* paragraph: the contract stored in the checkpoint, and what happens
     outside it."""
-    from zoo.contract import InputContract
+    from zoo.run.input_contract import InputContract
 
     c = InputContract.from_json(CONTRACTS[name])
     return (f"Input contract (stored in the checkpoint's metadata, `zoo.extra.input_contract`): "
@@ -608,7 +608,7 @@ def finish_metadata(name: str, folder: Path) -> None:
     the machine that trained it.  The tensors are unchanged, byte for byte (checked)."""
     import tempfile
 
-    from zoo.contract import InputContract
+    from zoo.run.input_contract import InputContract
 
     meta = zoo.read_metadata(folder)
     extras = {k[len("zoo.extra."):]: v for k, v in meta.items() if k.startswith("zoo.extra.")}

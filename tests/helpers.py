@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import zoo
 from zoo.components import BuildContext
-from zoo.layers import attend
+from zoo.model.layers import attend
 
 
 class Attend:
-    """A registered attention kernel, called the way a model calls it (``zoo.layers.attend``: the
+    """A registered attention kernel, called the way a model calls it (``zoo.model.layers.attend``: the
     engine turns ``is_causal`` into a mask and zeroes fully masked rows)."""
 
     def __init__(self, module):

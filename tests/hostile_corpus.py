@@ -258,7 +258,7 @@ _OPTIONS = ("max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop_tok
 
 
 def _generation() -> list[Case]:
-    from zoo.generate import generate, generate_text
+    from zoo.run.generate import generate, generate_text
 
     out = []
     for opt in _OPTIONS:
@@ -418,7 +418,7 @@ def _checkpoints() -> list[Case]:
                     lambda c: zoo.save(c.model, c.fresh("s") / "m.safetensors", metadata=[1])))
     out.append(Case("checkpoints", "zoo.build 'a' * 100000", lambda c: zoo.build("a" * 100_000)))
     out.append(Case("checkpoints", "zoo check bit flip",
-                    lambda c: __import__("zoo.loading").loading.check(mutated(c, flip))))
+                    lambda c: __import__("zoo.io.loading").loading.check(mutated(c, flip))))
     return out
 
 
@@ -728,7 +728,7 @@ def _tokenizer_files() -> list[Case]:
                         ("missing", lambda c: str(c.root / "nope.json"))):
         out.append(Case("tokenizer files", f"path {label}",
                         lambda c, m=make: zoo.tokenizer("hf", path=m(c))))
-    from zoo.tokenizers import from_json
+    from zoo.io.tokenizers import from_json
 
     for stored in ("{nope", "[1]", "null", '{"kind": 5}', '{"kind": ["byte"]}',
                    '{"kind": "byte", "data": []}', '{"kind": "byte", "data": {"specials": 5}}',
@@ -784,7 +784,7 @@ def _model_folder(c: Ctx, name: str, link_to: Path | None = None, fifo: bool = F
 
 
 def _paths() -> list[Case]:
-    from zoo.loading import check
+    from zoo.io.loading import check
     from zoo.train import train
 
     out = []
@@ -863,7 +863,7 @@ def _in_empty_cwd(c: Ctx, action: Callable[[], Any]) -> Any:
 
 
 def _entry_points() -> list[Case]:
-    gen = zoo.generate
+    gen = zoo.run.generate
     out = [
         Case("using a model", "generate(-1, [])", lambda c: gen.generate(-1, [])),
         Case("using a model", "stream(None, [1])", lambda c: list(gen.stream(None, [1]))),
@@ -896,7 +896,7 @@ def _work() -> list[Case]:
         m = zoo.build("gpt_tiny", seed=0, max_len=512, **over)
         return gen_(m, torch.ones(rows, 10, dtype=torch.long), new)
 
-    gen_ = zoo.generate.generate
+    gen_ = zoo.run.generate.generate
     return [
         Case("using a model", "eager forward 65,536 tokens", lambda c: forward(c, 65536, attention="eager")),
         Case("using a model", "eager forward 65,536 tokens, naive kernel",
@@ -905,7 +905,7 @@ def _work() -> list[Case]:
         Case("using a model", "generate 10,000 prompts x 250 new (d_model 512)",
              lambda c: generate(c, 10000, 250, d_model=512, num_heads=8)),
         Case("using a model", "beam search 1,000 prompts x 10 beams x 250 new (d_model 512)",
-             lambda c: zoo.generate.generate(zoo.build("gpt_tiny", seed=0, max_len=512, d_model=512,
+             lambda c: zoo.run.generate.generate(zoo.build("gpt_tiny", seed=0, max_len=512, d_model=512,
                                                        num_heads=8),
                                              torch.ones(1000, 10, dtype=torch.long), 250,
                                              num_beams=10)),
@@ -922,7 +922,7 @@ def _poisoned(c: Ctx):
 
 
 def _health() -> list[Case]:
-    g = zoo.generate
+    g = zoo.run.generate
     out = [Case("using a model", "NaN weights greedy", lambda c: g.generate(_poisoned(c), [1, 2], 3)),
            Case("using a model", "NaN weights sample",
                 lambda c: g.generate(_poisoned(c), [1, 2], 3, do_sample=True, seed=0)),

@@ -6,7 +6,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import zoo
-from zoo import accounting, plots
+from zoo.inside import costs as accounting, plots
 
 
 def counted_flops(model, ids, src=None):

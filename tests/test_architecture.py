@@ -28,32 +28,15 @@ ZOO = ROOT / "zoo"
 #: The floors of the engine, from the ground up.  A module may import its own floor and below.
 #: Patterns (fnmatch) place packages; ``zoo`` is the package face, the public API.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground", ("zoo.version", "zoo.errors", "zoo.health", "zoo.deprecation", "zoo.hookspecs",
-                "zoo.components",
-                "zoo.summary", "zoo.precision", "zoo.data")),
-    ("trust", ("zoo.trust", "zoo.tokenizer_rules")),
+    ("ground", ("zoo.version", "zoo.errors", "zoo.deprecation", "zoo.hookspecs", "zoo.components")),
     ("registry", ("zoo.registry",)),
-    ("compatibility", ("zoo.compat",)),
-    ("output contracts", ("zoo.output_contract",)),  # components' outputs checked (issue 22)
-    ("spec", ("zoo.spec", "zoo.arguments", "zoo.workload")),
-    ("tokenizers", ("zoo.tokenizers", "zoo.contract")),
-    ("input contracts", ("zoo.contract",)),
-    ("layers", ("zoo.layers",)),
-    ("beam search", ("zoo.beam",)),
-    ("generation", ("zoo.generate", "zoo.compiled")),  # compiled: the static-cache step (issue 27)
-    ("hook points", ("zoo.hooks",)),
-    ("chat", ("zoo.chat",)),  # templates rendered, then generation; models.chat and io's metadata use it
-    ("models", ("zoo.models",)),
-    ("assembly", ("zoo.assembly",)),
-    ("file format", ("zoo.io",)),
-    ("budget", ("zoo.budget",)),
-    ("build", ("zoo.build",)),
-    ("loading", ("zoo.loading",)),
-    ("use", ("zoo.tasks", "zoo.inspection", "zoo.accounting", "zoo.patching", "zoo.lens")),
-    ("reports", ("zoo.plots", "zoo.bench")),
-    ("conversion", ("zoo.convert", "zoo.convert.*")),
-    ("tools", ("zoo.testing", "zoo.testing.*", "zoo.train", "zoo.train.*", "zoo.experiment",
-               "zoo.experiment.*")),
+    ("guard", ("zoo.guard", "zoo.guard.*")),
+    ("model", ("zoo.model", "zoo.model.*")),
+    ("io", ("zoo.io", "zoo.io.*")),
+    ("run", ("zoo.run", "zoo.run.*")),
+    ("inside", ("zoo.inside", "zoo.inside.*")),
+    ("tools", ("zoo.convert", "zoo.convert.*", "zoo.testing", "zoo.testing.*", "zoo.train", "zoo.train.*",
+               "zoo.experiment", "zoo.experiment.*")),
     ("api", ("zoo",)),
     ("commands", ("zoo.commands", "zoo.commands.*", "zoo.cli")),
 )
@@ -243,17 +226,18 @@ def test_the_checker_sees_upward_imports_and_face_names(tmp_path):
 
 
 # ---------------------------------------------------------------------- names that moved
-@pytest.mark.parametrize("old,new", [("zoo.io:load", "zoo.loading:load"),
-                                     ("zoo.io:check", "zoo.loading:check"),
-                                     ("zoo.build:load_or_build", "zoo.loading:load_or_build"),
-                                     ("zoo.build:checkpoint_or_spec", "zoo.loading:checkpoint_or_spec"),
-                                     ("zoo.trust:blame", "zoo.registry:blame"),
-                                     ("zoo.trust:probe_attention", "zoo.assembly:probe_attention"),
-                                     ("zoo.build:spec", "zoo.spec:parse_spec"),
+@pytest.mark.parametrize("old,new", [("zoo.io.checkpoint:load", "zoo.io.loading:load"),
+                                     ("zoo.io.checkpoint:check", "zoo.io.loading:check"),
+                                     ("zoo.model.build:load_or_build", "zoo.io.loading:load_or_build"),
+                                     ("zoo.model.build:checkpoint_or_spec", "zoo.io.loading:checkpoint_or_spec"),
+                                     ("zoo.guard.build_budget:estimate", "zoo.model.build:estimate"),
+                                     ("zoo.guard.files:blame", "zoo.registry:blame"),
+                                     ("zoo.guard.files:probe_attention", "zoo.model.assembly:probe_attention"),
+                                     ("zoo.model.build:spec", "zoo.model.spec:parse_spec"),
                                      ("zoo.convert:FAMILIES", "zoo.convert.core:CONVERTERS"),
                                      ("zoo.convert:Family", "zoo.convert.core:Converter"),
                                      ("zoo.registry:FAMILIES", "zoo.registry:FAMILY_NAMES"),
-                                     ("zoo.registry:STACK_COMPONENTS", "zoo.compat:STACK_COMPONENTS")])
+                                     ("zoo.registry:STACK_COMPONENTS", "zoo.guard.compat:STACK_COMPONENTS")])
 def test_moved_names_still_work_with_a_deprecation_warning(old, new):
     import importlib
 
@@ -267,6 +251,45 @@ def test_moved_names_still_work_with_a_deprecation_warning(old, new):
         getattr(importlib.import_module(old_mod), "no_such_name")
 
 
+def _old_modules():
+    from zoo.deprecation import MODULES
+
+    return sorted(MODULES.items())
+
+
+@pytest.mark.parametrize("old,new", _old_modules())
+def test_old_module_paths_are_the_new_modules_with_a_deprecation_warning(old, new):
+    """0.x's flat modules (``zoo.precision``, ``zoo.hooks``) became the wings; the old path is the new
+    module itself -- imported, ``from``-imported or reached as ``zoo.NAME`` -- and says where it went."""
+    import importlib
+    import subprocess
+    import sys
+
+    code = (f"import warnings, importlib, zoo\n"
+            f"warnings.simplefilter('error', DeprecationWarning)\n"
+            f"try:\n    importlib.import_module({old!r})\nexcept DeprecationWarning as w:\n    print(w)\n"
+            f"warnings.simplefilter('ignore')\n"
+            f"assert importlib.import_module({old!r}) is importlib.import_module({new!r})\n"
+            f"assert getattr(zoo, {old.split('.', 1)[1]!r}) is importlib.import_module({new!r}) "
+            f"or {old!r} == 'zoo.build'\n"
+            f"assert zoo.build('gpt_tiny', num_layers=1).spec.num_layers == 1\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert f"{old} is deprecated: use {new}" in out.stdout
+
+
+def test_dir_zoo_is_the_public_api_and_the_wings():
+    import zoo
+
+    names = set(dir(zoo))
+    assert set(zoo.__all__) <= names
+    assert {"model", "io", "run", "inside", "guard", "convert", "train", "experiment", "testing"} <= names
+    internal = {"layers", "generate", "hooks", "trust", "workload", "budget", "inspection", "deprecation",
+                "doors", "precision", "accounting", "bench", "tasks", "contract"}
+    assert not names & internal, names & internal
+    assert len(names) <= 50
+
+
 # ---------------------------------------------------------------------- names that say one thing
 def test_zoo_spec_is_the_module_and_still_parses_when_called():
     import importlib
@@ -275,16 +298,17 @@ def test_zoo_spec_is_the_module_and_still_parses_when_called():
 
     import zoo
 
-    mod = importlib.import_module("zoo.spec")
-    assert zoo.spec is mod is sys.modules["zoo.spec"] and isinstance(mod, types.ModuleType)
+    mod = importlib.import_module("zoo.model.spec")
+    assert zoo.spec is mod is sys.modules["zoo.model.spec"] and isinstance(mod, types.ModuleType)
     assert zoo.spec("gpt_tiny", num_layers=1) == mod.parse_spec("gpt_tiny", num_layers=1)
-    assert zoo.spec.ModelSpec is zoo.ModelSpec
+    assert zoo.model.spec.ModelSpec is zoo.ModelSpec
 
 
 def test_one_meaning_per_name():
     """FAMILIES is the component family table and nothing else; Family its row; the converters of
     transformers families are Converters; the layer's kernel call is not the module's attend."""
-    from zoo import components, convert, layers, registry
+    from zoo import components, convert, registry
+    from zoo.model import layers
 
     assert all(isinstance(f, components.Family) for f in components.FAMILIES)
     assert registry.FAMILY_NAMES == tuple(f.name for f in components.FAMILIES)

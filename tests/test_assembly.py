@@ -1,4 +1,4 @@
-"""zoo.assembly: the one place a model object comes into being (construct, build on meta, fill,
+"""zoo.model.assembly: the one place a model object comes into being (construct, build on meta, fill,
 probe).  Loading (zoo.load) and conversion (zoo.convert) both go through :func:`fill`."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.assembly import SkipRandomInit, fill, on_meta, probe_attention
+from zoo.model.assembly import SkipRandomInit, fill, on_meta, probe_attention
 from zoo.components import AttentionKernel, BuildContext
 
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import zoo
-from zoo.compiled import StaticCache
+from zoo.run.compiled import StaticCache
 from zoo.convert import from_transformers
-from zoo.layers import AttnArgs
+from zoo.model.layers import AttnArgs
 
 T = pytest.importorskip("transformers")
 from convert_cases import _decoder  # noqa: E402
@@ -229,19 +229,19 @@ def test_compiled_decoding_over_the_static_latent_cache():
     model = zoo.build(dict(arch="decoder", vocab_size=50, d_model=32, num_layers=2, num_heads=4, head_dim=8,
                            attention={"kind": "mla", "kv_lora_rank": 16, "nope_dim": 8, "v_dim": 6},
                            positions="rope", norm="rmsnorm", ffn="swiglu"), seed=0).eval()
-    ids, padding = zoo.generate.left_pad([[5, 6, 7, 8, 9, 10, 11], [40, 41, 42]], 0)
+    ids, padding = zoo.run.generate.left_pad([[5, 6, 7, 8, 9, 10, 11], [40, 41, 42]], 0)
     assert_same_logits(model, ids, padding, 8)
 
 
 @pytest.mark.parametrize("q_lora", [0, 12])
 def test_flops_and_cache_accounting_of_mla_and_dense_layers(q_lora):
-    """zoo.accounting (from the layer the kernel brings: its weight matrices, d_n + d_r and d_v
+    """zoo.inside.costs (from the layer the kernel brings: its weight matrices, d_n + d_r and d_v
     features, its latent cache_layout; dense_ffn layers counted as dense) equals what
     FlopCounterMode counts in a forward (float64: the experts run as ordinary matmuls), and the
     DeepSeek-V2-Lite preset's cache is its latents: 27 layers x 576 numbers per token."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from zoo import accounting
+    from zoo.inside import costs as accounting
 
     model = zoo.build(dict(arch="decoder", vocab_size=60, d_model=32, num_layers=3, num_heads=4, head_dim=8,
                            attention={"kind": "mla", "kv_lora_rank": 16, "q_lora_rank": q_lora, "nope_dim": 8,

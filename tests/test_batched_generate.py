@@ -77,10 +77,10 @@ def test_rows_that_stop_are_padded_and_the_rest_go_on(pair):
 
 def test_ragged_prefill_is_taken_and_gives_what_the_padded_prefill_gives(pair, monkeypatch):
     """The 16 prompts carry ~48% padding, so generate prefills them one by one and merges the
-    caches (zoo.generate._ragged_prefill); forced back to the one padded prefill, the tokens and
+    caches (zoo.run.generate._ragged_prefill); forced back to the one padded prefill, the tokens and
     the logits of every step are the same."""
-    import zoo.generate as gen
-    from zoo.layers import KVCache
+    import zoo.run.generate as gen
+    from zoo.model.layers import KVCache
 
     hf, z = pair
     rows = bench.mixed_prompts(hf.config.vocab_size)

@@ -1,4 +1,4 @@
-"""Beam search (zoo.beam, GenerationOptions.num_beams...): the same tokens as transformers' beam
+"""Beam search (zoo.run.beam, GenerationOptions.num_beams...): the same tokens as transformers' beam
 search on converted GPT-2, Llama, T5, BART and Marian models (random weights, built from config
 objects, offline), with and without a stop token, length penalties, early stopping, no-repeat
 n-grams and several returned sequences; cache = no-cache; the n-gram ban against a plain loop."""
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.beam import banned_ngram_tokens
+from zoo.run.beam import banned_ngram_tokens
 
 pytest.importorskip("transformers")
 from convert_cases import CASES, marian, padded  # noqa: E402
@@ -107,7 +107,7 @@ def test_beams_stream_and_text():
     tok = zoo.tokenizer("byte")
     ids = [[5, 6, 7], [8, 9]]
     full = model.generate(ids, max_new_tokens=5, num_beams=3)
-    steps = torch.stack(list(zoo.generate.stream(model, ids, 5, num_beams=3)), dim=1)
+    steps = torch.stack(list(zoo.run.generate.stream(model, ids, 5, num_beams=3)), dim=1)
     assert torch.equal(steps, full[:, -5:])
     texts = model.generate(["ab", "c"], 4, tokenizer=tok, num_beams=3, num_return_sequences=2)
     assert len(texts) == 2 and all(isinstance(t, list) and len(t) == 2 for t in texts)

@@ -1,4 +1,4 @@
-"""`zoo bench` and zoo.bench: the timing protocol, FLOP accounting and every task on every
+"""`zoo bench` and zoo.inside.speed: the timing protocol, FLOP accounting and every task on every
 architecture.  Functional checks only: nothing here asserts a speed (the machine is shared)."""
 import json
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.bench import Timing, bench, count_flops, greedy, time_fn
+from zoo.inside.speed import Timing, bench, count_flops, greedy, time_fn
 
 SMALL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, vocab_size=97, max_len=64)
 
@@ -145,7 +145,7 @@ def test_converted_and_loaded_weights_are_contiguous(tmp_path):
 def test_decode_bytes_is_the_hand_count():
     """One decoding step reads every weight of the decoder stack and the (tied) LM head once, one
     embedding row per table, and 2 x layers x h_kv x hd x context floats of KV cache."""
-    from zoo.accounting import decode_bytes
+    from zoo.inside.costs import decode_bytes
 
     L, D, F, V, h, T = 2, 32, 64, 97, 2, 64
     m = zoo.build("gpt_tiny", seed=0, num_layers=L, d_model=D, num_heads=h, d_ff=F, vocab_size=V,
@@ -161,7 +161,7 @@ def test_decode_bytes_is_the_hand_count():
 
 
 def test_memory_bandwidth_is_measured():
-    from zoo.bench import memory_bandwidth
+    from zoo.inside.speed import memory_bandwidth
 
     bw = memory_bandwidth(nbytes=64 << 20, repeats=3)
     assert 0.1 < bw < 10_000  # GB/s: a real number, not a placeholder
@@ -171,7 +171,7 @@ def test_int8_linear_matches_the_hand_quantized_product():
     """Per-channel int8 weights, quantized here by hand (round(W / (max|row| / 127))), times the
     float input: FBGEMM's kernel (which also quantizes the input per call) lands within int8
     rounding of it, and of the float32 layer."""
-    from zoo.precision import Int8Linear, int8_supported
+    from zoo.run.precision import Int8Linear, int8_supported
 
     if not int8_supported():
         pytest.skip("no int8 engine in this PyTorch build")
@@ -194,7 +194,7 @@ def test_int8_linear_matches_the_hand_quantized_product():
 
 
 def test_quantize_int8_model_generates_and_stays_close():
-    from zoo.precision import int8_supported, quantize_int8
+    from zoo.run.precision import int8_supported, quantize_int8
 
     if not int8_supported():
         pytest.skip("no int8 engine in this PyTorch build")
@@ -219,8 +219,8 @@ def test_quantize_int8_model_generates_and_stays_close():
 def test_decode_speed_and_the_run_tab_speed_line():
     """The UI's line after a generation: tokens/s, bytes per token and the roofline fraction, by
     hand from decode_bytes; then a real run of the shipped poet_gpt fills it in both languages."""
-    from zoo.accounting import decode_bytes
-    from zoo.bench import decode_speed
+    from zoo.inside.costs import decode_bytes
+    from zoo.inside.speed import decode_speed
     from zoo.ui.common import raw
     from zoo.ui.run_tab import run, speed_line
 

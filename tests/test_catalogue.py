@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.components import BuildContext, MaskContext
-from zoo.layers import attend
+from zoo.model.layers import attend
 
 xt = pytest.importorskip("x_transformers.x_transformers")
 xa = pytest.importorskip("x_transformers.attend")

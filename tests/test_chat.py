@@ -1,4 +1,4 @@
-"""Issue 24, goal 5: chat templates (``zoo.chat``), ``model.chat``, ``zoo chat``.
+"""Issue 24, goal 5: chat templates (``zoo.run.chat``), ``model.chat``, ``zoo chat``.
 
 The reference is transformers' ``apply_chat_template`` on a ``PreTrainedTokenizerFast`` built
 offline around the same template, for the templates of five real families (the ``chat_template``
@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 import zoo  # noqa: E402
-from zoo.chat import ChatError, folder_template, render, template_of  # noqa: E402
+from zoo.run.chat import ChatError, folder_template, render, template_of  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "chat_templates"
 FAMILIES = sorted(p.stem for p in FIXTURES.glob("*.json"))
@@ -152,7 +152,7 @@ def test_model_chat_equals_transformers_generate_on_the_template(tmp_path):
     reply = model.chat(msgs, max_new_tokens=12)
     assert reply == want
     assert "".join(model.chat(msgs, max_new_tokens=12, stream=True)) == want
-    assert zoo.chat.prompt(model, msgs) == tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    assert zoo.run.chat.prompt(model, msgs) == tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
 
 
 def test_the_template_survives_save_load_and_a_second_save(tmp_path):
@@ -165,7 +165,7 @@ def test_the_template_survives_save_load_and_a_second_save(tmp_path):
     zoo.save(a, tmp_path / "b")  # load -> save keeps it (CARRIED_EXTRAS)
     b = zoo.load(tmp_path / "b", verify=True)
     assert template_of(b) == template_of(model)
-    assert zoo.chat.prompt(b, CONVERSATIONS["system"]).startswith("<|begin_of_text|><|start_header_id|>system")
+    assert zoo.run.chat.prompt(b, CONVERSATIONS["system"]).startswith("<|begin_of_text|><|start_header_id|>system")
 
 
 def test_folder_templates_in_their_three_forms(tmp_path):
@@ -232,10 +232,10 @@ def test_a_long_conversation_gets_the_room_its_context_leaves(tmp_path):
     d, _, _ = hf_folder(tmp_path)
     model = zoo.convert.from_pretrained(d)  # max_len 256
     msgs = [{"role": "user", "content": "x" * 100}]
-    n = len(model.tokenizer.encode(zoo.chat.prompt(model, msgs)))
+    n = len(model.tokenizer.encode(zoo.run.chat.prompt(model, msgs)))
     pieces = list(model.chat(msgs, max_new_tokens=1000, stream=True, stop_tokens=[]))
     assert 1 <= len(pieces) <= 256 - n + 1  # each piece is at least one token
     with pytest.raises(zoo.ZooError, match="exceeds max_len"):  # what the cap avoids
-        model.generate(zoo.chat.prompt(model, msgs), 1000)
+        model.generate(zoo.run.chat.prompt(model, msgs), 1000)
     with pytest.raises(ChatError, match="reads at most 256"):
         model.chat([{"role": "user", "content": "x" * 300}])

@@ -1,4 +1,4 @@
-"""Compiled decoding (zoo.compiled, ``generate(..., compile=True)``): the same tokens as eager
+"""Compiled decoding (zoo.run.compiled, ``generate(..., compile=True)``): the same tokens as eager
 decoding, one graph for every step (no recompiles), compiled once per model and shape.
 
 Compiling on a CPU costs ~10-40 s per graph, so the gpt_tiny model and its graphs are shared by a
@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 import zoo
-from zoo import compiled
+from zoo.run import compiled
 from zoo.errors import ZooError
 
 pytestmark = pytest.mark.slow  # each new model or shape compiles for tens of seconds on a CPU
@@ -48,7 +48,7 @@ def assert_same_logits(model, ids, padding, steps):
     cache, every step attending over all its slots behind a mask) against eager (the growing
     cache).  Stronger than equal tokens: a random-weight model's argmax can survive a wrong
     attention."""
-    from zoo import generate as g
+    from zoo.run import generate as g
 
     with torch.inference_mode():
         comp = compiled.decoder_logits(model, ids, padding, steps)
@@ -70,7 +70,7 @@ def test_padded_batch_with_score_bias_positions():
     """ALiBi reads every cached key's position (StaticCache.pos, counted per row from its first
     real token) and a left-padded batch masks its pads: logits as eager, step by step."""
     model = zoo.build("gpt_tiny", positions="alibi", num_layers=2, seed=0).eval()
-    ids, padding = zoo.generate.left_pad([[5, 6, 7, 8, 9, 10, 11, 12, 13], [40, 41, 42]], 0)
+    ids, padding = zoo.run.generate.left_pad([[5, 6, 7, 8, 9, 10, 11, 12, 13], [40, 41, 42]], 0)
     assert_same_logits(model, ids, padding, 12)
     assert compiled.last_steps(model).recompiles == 0
 
@@ -113,7 +113,7 @@ def test_eager_choices_run_on_the_compiled_logits(tiny):
 
 def test_streaming_compiled(tiny):
     model, ids, out = tiny
-    steps = list(zoo.generate.stream(model, ids, N, compile=True))
+    steps = list(zoo.run.generate.stream(model, ids, N, compile=True))
     assert torch.equal(torch.stack(steps, dim=1), out[:, T0:])
 
 
@@ -191,7 +191,7 @@ def test_bench_reports_compiled_against_eager_decoding(tiny):
     """``zoo.bench(compile=True)``: the generate row times compiled decoding, paired with eager;
     the report carries both rates and the recompile count (the fixture's graphs are reused: the
     same (1, 16) + 24 shape)."""
-    from zoo.bench import bench
+    from zoo.inside.speed import bench
 
     model, _, _ = tiny
     graphs = dynamo_graphs()
@@ -219,7 +219,7 @@ def test_zoo_bench_compile_prints_compiled_vs_eager():
 
 
 def test_bench_compile_of_an_uncompilable_model_says_why():
-    from zoo.bench import bench
+    from zoo.inside.speed import bench
 
     model = zoo.build("t5_tiny", seed=0)
     report = bench(model, tasks=("generate",), compile=True, prompt_len=8, new_tokens=4,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.layers import attend
+from zoo.model.layers import attend
 
 T = pytest.importorskip("transformers")
 
@@ -109,7 +109,7 @@ def test_parallel_residual_is_x_plus_both_branches():
     z = zoo.build({**BASE, "parallel_residual": True, "num_layers": 1, "positions": "learned"}, seed=2)
     block = z.decoder.blocks[0]
     x = torch.randn(2, 5, 16)
-    args = zoo.layers.AttnArgs.make(5, 5, x.device, is_causal=True)
+    args = zoo.model.layers.AttnArgs.make(5, 5, x.device, is_causal=True)
     by_hand = x + block.attn(block.attn_res.norm(x), args) + block.ffn(block.ffn_res.norm(x))
     assert (block(x, args) - by_hand).abs().max() < 1e-6
 
@@ -147,7 +147,7 @@ def test_mask_pattern_gives_each_layer_its_masks():
         mctx = MaskContext(q_len=8, k_len=8, device=x.device, q_offset=0, batch_size=2)
         m, causal = model.decoder.build_mask(mctx)
         rs = model.decoder.positions.qk_state(pos)
-        a = zoo.layers.AttnArgs.make(8, 8, x.device, mask=m, is_causal=causal, rotary=model.decoder.positions,
+        a = zoo.model.layers.AttnArgs.make(8, 8, x.device, mask=m, is_causal=causal, rotary=model.decoder.positions,
                                      rot_state=rs)
         x = st.blocks[i](x, a)
         outs.append(x)

@@ -46,7 +46,7 @@ def test_requesting_cuda_without_gpu_is_a_clear_error():
 @pytest.mark.gpu
 def test_static_cache_decoding_captures_as_one_cuda_graph():
     """The preallocated cache is written in place and nothing asks the host for a value, so a whole
-    greedy generation records as one CUDA graph whose replay gives zoo.generate's tokens."""
+    greedy generation records as one CUDA graph whose replay gives zoo.run.generate's tokens."""
     model = zoo.build("gpt_tiny", seed=0, device="cuda", dtype="bfloat16").eval()
     prompt = torch.randint(1, 512, (1, 8), device="cuda")
     N = 12

@@ -91,7 +91,7 @@ def test_chinese_labels_render_in_the_inside_view(tmp_path):
     from matplotlib import font_manager
     from matplotlib.ft2font import FT2Font
 
-    from zoo.plots import cjk_font
+    from zoo.inside.plots import cjk_font
 
     exp = {"name": "poem_probe", "base": {"preset": "gpt_tiny", "num_layers": 1, "d_model": 32,
                                           "num_heads": 2, "d_ff": 64, "max_len": 32},

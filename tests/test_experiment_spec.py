@@ -8,7 +8,7 @@ import pytest
 
 import zoo
 import zoo.experiment as ze
-from zoo.accounting import forward_cost
+from zoo.inside.costs import forward_cost
 from zoo.experiment.spec import ExperimentError
 
 BASE = {"name": "t", "base": {"preset": "gpt_tiny", "num_layers": 1, "d_model": 32, "num_heads": 2,

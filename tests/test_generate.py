@@ -6,9 +6,9 @@ import torch
 import zoo
 
 from helpers import shrunk
-from zoo.generate import left_pad, pick_next, stream
+from zoo.run.generate import left_pad, pick_next, stream
 from zoo.registry import get_registry
-from zoo.tokenizers import tokenizer
+from zoo.io.tokenizers import tokenizer
 
 SMALL = dict(vocab_size=96, d_model=32, num_heads=4, d_ff=64, max_len=64)
 
@@ -163,7 +163,7 @@ def test_penalize_repeats_is_transformers_repetition_penalty():
     token's positive logit is divided by the penalty, a negative one multiplied."""
     from transformers import RepetitionPenaltyLogitsProcessor
 
-    from zoo.generate import penalize_repeats
+    from zoo.run.generate import penalize_repeats
 
     torch.manual_seed(0)
     logits = torch.randn(3, 50) * 4
@@ -298,7 +298,7 @@ def test_text_streaming_holds_back_partial_utf8():
 
     h = model.lm_head.register_forward_hook(force)
     try:
-        pieces = list(zoo.generate.stream_text(model, "今天", len(target), tokenizer=tok,
+        pieces = list(zoo.run.generate.stream_text(model, "今天", len(target), tokenizer=tok,
                                                stop_tokens=[]))
     finally:
         h.remove()
@@ -383,7 +383,7 @@ def test_cache_equals_no_cache_on_gpu(positions):
 def test_transposed_lm_head_path_gives_the_same_tokens(monkeypatch):
     """Large CPU LM heads are read through a transposed copy while decoding; same tokens, and the
     model's own weights stay as they were."""
-    import zoo.generate as G
+    import zoo.run.generate as G
 
     for preset in ("gpt_tiny", "t5_tiny"):
         model = small(preset, positions="rope")

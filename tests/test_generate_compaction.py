@@ -1,8 +1,8 @@
 """Finished rows stop costing compute (issue 27, item 4): a batch drops the rows that have stopped.
 
 A row that produced a stop token only yields padding afterwards.  ``generate`` therefore shrinks
-the batch the model runs on once enough rows have finished (``zoo.generate._LiveRows``, the KV cache
-keeping the live rows, :meth:`zoo.layers.KVCache.keep`).  What must hold:
+the batch the model runs on once enough rows have finished (``zoo.run.generate._LiveRows``, the KV cache
+keeping the live rows, :meth:`zoo.model.layers.KVCache.keep`).  What must hold:
 
 - the tokens are transformers' own: its batched ``generate`` with the same end-of-sequence ids on
   the same weights and left-padded batch (it keeps finished rows; the tokens must not care);
@@ -23,7 +23,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import zoo.convert  # noqa: E402
-import zoo.generate as G  # noqa: E402
+import zoo.run.generate as G  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import batched_generate as bench  # noqa: E402
@@ -132,7 +132,7 @@ def test_encoder_decoder_drops_rows_with_their_memory():
 def test_kvcache_keep_selects_rows_of_every_buffer():
     """A hand-made cache: keys, values, positions, padding and cross keys of the kept rows, in
     order, with the capacity kept."""
-    from zoo.layers import KVCache
+    from zoo.model.layers import KVCache
 
     c = KVCache(1, capacity=6)
     k = torch.arange(4 * 2 * 3 * 2, dtype=torch.float32).view(4, 2, 3, 2) + 1

@@ -23,13 +23,13 @@ def _poison(model, name_part="decoder.blocks.0.ffn.down"):
 
 
 CALLS = {
-    "greedy": lambda m, ids: zoo.generate.generate(m, ids, 4),
-    "sample": lambda m, ids: zoo.generate.generate(m, ids, 4, do_sample=True, seed=1),
-    "sample_top_p": lambda m, ids: zoo.generate.generate(m, ids, 4, do_sample=True, top_p=0.9, seed=1),
-    "stream": lambda m, ids: list(zoo.generate.stream(m, ids, 4)),
-    "no_cache": lambda m, ids: zoo.generate.generate(m, ids, 4, use_cache=False),
-    "beam": lambda m, ids: zoo.generate.generate(m, ids, 4, num_beams=2),
-    "beam_sample": lambda m, ids: zoo.generate.generate(m, ids, 4, num_beams=2, do_sample=True, seed=1),
+    "greedy": lambda m, ids: zoo.run.generate.generate(m, ids, 4),
+    "sample": lambda m, ids: zoo.run.generate.generate(m, ids, 4, do_sample=True, seed=1),
+    "sample_top_p": lambda m, ids: zoo.run.generate.generate(m, ids, 4, do_sample=True, top_p=0.9, seed=1),
+    "stream": lambda m, ids: list(zoo.run.generate.stream(m, ids, 4)),
+    "no_cache": lambda m, ids: zoo.run.generate.generate(m, ids, 4, use_cache=False),
+    "beam": lambda m, ids: zoo.run.generate.generate(m, ids, 4, num_beams=2),
+    "beam_sample": lambda m, ids: zoo.run.generate.generate(m, ids, 4, num_beams=2, do_sample=True, seed=1),
 }
 
 
@@ -59,7 +59,7 @@ def test_the_step_is_the_one_that_went_wrong():
 
     model.forward = forward
     with pytest.raises(ZooError, match="logits of step 2 hold") as info:
-        zoo.generate.generate(model, [[1, 2, 3]], 5)
+        zoo.run.generate.generate(model, [[1, 2, 3]], 5)
     assert "though every weight is finite" in str(info.value)
 
 
@@ -72,12 +72,12 @@ def test_finite_weights_that_overflow_are_told_apart():
                 p.fill_(3e38)
     assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
     with pytest.raises(ZooError, match="every weight is finite: the activations overflowed"):
-        zoo.generate.generate(model, [[1, 2, 3]], 3, do_sample=True, seed=0)
+        zoo.run.generate.generate(model, [[1, 2, 3]], 3, do_sample=True, seed=0)
 
 
 def test_healthy_generation_is_unchanged():
     model = _model()
-    out = zoo.generate.generate(model, [[1, 2, 3]], 6)
+    out = zoo.run.generate.generate(model, [[1, 2, 3]], 6)
     # the same tokens as an uncached greedy loop over full forwards
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
@@ -88,7 +88,7 @@ def test_healthy_generation_is_unchanged():
 
 def test_huge_but_finite_logits_pass_and_each_kind_of_bad_value_is_caught():
     """The check reads one sum: a sum that overflows on finite logits is re-checked exactly."""
-    from zoo.health import finite_steps
+    from zoo.guard.health import finite_steps
 
     model = _model()
 

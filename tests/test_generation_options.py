@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 import zoo
 from zoo.commands.run import command as run_command
-from zoo.generate import GenerationOptions, Option, generate
+from zoo.run.generate import GenerationOptions, Option, generate
 
 
 FIELDS = dataclasses.fields(GenerationOptions)
@@ -71,13 +71,13 @@ def test_zoo_run_has_one_flag_per_cli_field_and_passes_them_through(monkeypatch)
                         "repetition_penalty", "seed", "use_cache", "compile", "num_beams", "length_penalty",
                         "early_stopping", "no_repeat_ngram_size"}
     seen = {}
-    real = zoo.generate.generate
+    real = zoo.run.generate.generate
 
     def spy(model, ids, max_new_tokens=32, **options):
         seen.update(options, max_new_tokens=max_new_tokens)
         return real(model, ids, max_new_tokens, **options)
 
-    monkeypatch.setattr("zoo.models.generate", spy)
+    monkeypatch.setattr("zoo.run.generate.generate", spy)  # what model.generate calls (zoo.model.doors)
     result = CliRunner().invoke(run_command, ["gpt_tiny", "-p", "hi", "-n", "3", "--sample",
                                               "--temperature", "0.7", "--top-k", "5", "--no-cache",
                                               "--seed", "4"])

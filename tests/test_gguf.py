@@ -299,7 +299,7 @@ def test_convert_cli_then_run_and_the_template_travels(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(ids), direct(ids))
     assert loaded.tokenizer.encode("hello world") == direct.tokenizer.encode("hello world")
-    from zoo.chat import template_of
+    from zoo.run.chat import template_of
 
     assert template_of(direct)["template"] == template_of(loaded)["template"] == TEMPLATE
     assert template_of(loaded)["special_tokens"] == {"bos_token": "<s>", "eos_token": "<|im_end|>",
@@ -307,7 +307,7 @@ def test_convert_cli_then_run_and_the_template_travels(tmp_path):
 
 
 def test_the_chat_prompt_equals_transformers_gguf_tokenizer_apply_chat_template(tmp_path):
-    import zoo.chat
+    import zoo.run.chat
 
     tpl = "{{ bos_token }}" + TEMPLATE + "{{ eos_token if not add_generation_prompt }}"
     write_gguf(tmp_path / "m.gguf", "llama", hf_model("llama"), Q.Q8_0, template=tpl)
@@ -317,7 +317,7 @@ def test_the_chat_prompt_equals_transformers_gguf_tokenizer_apply_chat_template(
             {"role": "user", "content": "héllo"}]
     for gen in (True, False):
         want = ref.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
-        assert zoo.chat.prompt(model, msgs, add_generation_prompt=gen) == want
+        assert zoo.run.chat.prompt(model, msgs, add_generation_prompt=gen) == want
         assert model.tokenizer.encode(want) == list(ref.apply_chat_template(
             msgs, tokenize=True, add_generation_prompt=gen, return_dict=False))
 

@@ -12,7 +12,7 @@ import torch
 
 import zoo
 from zoo.errors import ZooError
-from zoo.hooks import ActivationCache, act_name, edit_positions, hook_names
+from zoo.inside.hooks import ActivationCache, act_name, edit_positions, hook_names
 
 from helpers import shrunk
 

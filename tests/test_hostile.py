@@ -100,7 +100,7 @@ def test_the_budget_names_the_field_and_an_explicit_budget_changes_the_answer():
 
 
 def test_budget_estimate_is_exact():
-    from zoo.budget import estimate
+    from zoo.guard.build_budget import estimate
 
     for preset in ("gpt_tiny", "t5_tiny", "bert_tiny", "llama_tiny"):
         model = zoo.build(preset, seed=0)
@@ -116,7 +116,7 @@ def test_escaping_shard_index_is_refused(ctx):
 
 
 def test_confine_directly(tmp_path):
-    from zoo.trust import confine
+    from zoo.guard.files import confine
 
     (tmp_path / "m").mkdir()
     (tmp_path / "secret").write_text("x")
@@ -157,7 +157,7 @@ def test_error_messages_quote_bounded_values():
         zoo.spec({"arch": "decoder", "vocab_size": huge, "d_model": 8, "num_layers": 1,
                   "num_heads": 1})
     assert len(str(info.value)) < 300
-    from zoo.trust import short
+    from zoo.guard.files import short
 
     assert short(10**100_000) == f"<int of {(10**100_000).bit_length()} bits>"
     assert len(short("x" * 10**6)) <= 80

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import zoo
-from zoo.budget import resolve_budget
-from zoo.generate import generate
+from zoo.guard.build_budget import resolve_budget
+from zoo.run.generate import generate
 
 FIELDS = ("arch", "vocab_size", "d_model", "num_layers", "num_heads", "max_len", "num_kv_heads",
           "head_dim", "d_ff", "dropout", "attn_scale", "qkv_bias", "tie_embeddings", "type_vocab_size",
@@ -50,7 +50,7 @@ def test_mutated_presets_parse_or_raise_zoo_error(preset, changes):
     if spec is not None:  # a valid spec: the budget check answers too (arithmetic, no building)
         assert spec.to_dict() == zoo.spec(spec.to_yaml()).to_dict()
         try:
-            zoo.budget.check(spec, budget=1e9)
+            zoo.guard.build_budget.check(spec, budget=1e9)
         except zoo.SpecError as exc:
             assert exc.where and "budget" in str(exc)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.lens import head_scores, in_context_loss, induction_score, repeated_tokens
+from zoo.inside.lens import head_scores, in_context_loss, induction_score, repeated_tokens
 
 FOLDER = Path(__file__).resolve().parent.parent / "checkpoints" / "induction_2l"
 pytestmark = pytest.mark.skipif(not (FOLDER / "model.safetensors").exists(),
@@ -42,7 +42,7 @@ def test_in_context_learning(model):
 
 
 def test_patching_locates_the_circuit_in_layer_1(model):
-    from zoo.patching import patch_heads
+    from zoo.inside.patching import patch_heads
     g = torch.Generator().manual_seed(9)
     half = torch.randint(0, 64, (8, 12), generator=g)
     clean = torch.cat([half, half[:, :-1]], 1)

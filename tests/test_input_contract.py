@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import zoo
-from zoo.contract import META_KEY, InputContract, InputError, InputWarning, contract_of, unknown_characters
-from zoo.generate import generate_text, stream_text
+from zoo.run.input_contract import META_KEY, InputContract, InputError, InputWarning, contract_of, unknown_characters
+from zoo.run.generate import generate_text, stream_text
 
 ROOT = Path(__file__).resolve().parent.parent
 NUMERALS_REFUSED = ["100000000", "123456789", "-5", "1.5", "00012", "abc", "1,000", "", "4 2"]
@@ -134,7 +134,7 @@ def test_a_contract_saved_with_a_model_comes_back(tmp_path, tiny_char):
     with pytest.raises(InputError, match="letters a to h.*characters outside it: 'A'"):
         again.generate("abA", 2)
     assert isinstance(again.generate("abc", 2), str)
-    zoo.save(again, tmp_path / "m2")  # load -> save hands the contract on (zoo.io.CARRIED_EXTRAS)
+    zoo.save(again, tmp_path / "m2")  # load -> save hands the contract on (zoo.io.checkpoint.CARRIED_EXTRAS)
     assert contract_of(zoo.load(tmp_path / "m2")).to_json() == contract
 
 

@@ -6,7 +6,7 @@ import torch
 import zoo
 
 from helpers import kernel, shrunk
-from zoo.inspection import trace
+from zoo.inside.trace import trace
 
 PRESETS = zoo.list_presets()
 
@@ -240,7 +240,7 @@ def test_trace_records_the_eager_kernels_own_steps_without_recomputing():
 
 
 def test_trace_keeps_the_kernel_contract_for_fully_masked_rows():
-    """zoo.trace goes through the engine's kernel path (zoo.layers.kernel_steps): left-padded
+    """zoo.trace goes through the engine's kernel path (zoo.model.layers.kernel_steps): left-padded
     queries see no real key, so their rows show -inf scores, zero weights and a zero output, and
     the traced logits equal the model's own (sdpa) forward."""
     model = zoo.build("gpt_tiny", num_layers=1, seed=0).eval()

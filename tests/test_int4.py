@@ -1,4 +1,4 @@
-"""Issue 27, goal 3: weight-only int4 through PyTorch's own CPU kernel (zoo.precision).
+"""Issue 27, goal 3: weight-only int4 through PyTorch's own CPU kernel (zoo.run.precision).
 
 The reference is computed here, independently: each group's minimum, maximum, scale and 4-bit
 codes in float64, the dequantized weight ``q * scale + min``, and ``x @ W^T + b`` in float64.  The
@@ -17,7 +17,7 @@ from torch import nn
 
 import zoo
 from zoo.errors import ZooError
-from zoo.precision import Int4Linear, int4_supported, quantize_int4
+from zoo.run.precision import Int4Linear, int4_supported, quantize_int4
 
 pytestmark = [pytest.mark.skipif(not int4_supported(), reason="this PyTorch has no CPU int4 kernel"),
               pytest.mark.usefixtures("one_thread")]
@@ -71,7 +71,7 @@ def test_the_packed_bytes_are_four_bits_a_weight_plus_the_group_table():
 def test_quantize_int4_replaces_every_linear_and_pads_the_head():
     model = zoo.build("gpt2", seed=0, vocab_size=1001, max_len=64, d_model=64, num_layers=2,
                       num_heads=2, d_ff=256)
-    ref_bytes = zoo.accounting.decode_bytes(model, 8)["weights"]
+    ref_bytes = zoo.inside.costs.decode_bytes(model, 8)["weights"]
     quantize_int4(model, 32)
     assert not any(type(m) is nn.Linear for m in model.modules())
     assert model.quantized == "int4" and model.int4_groups == {32: 9} and model.int4_skipped == []
@@ -81,7 +81,7 @@ def test_quantize_int4_replaces_every_linear_and_pads_the_head():
         assert model(ids).shape == (1, 6, 1001)
         out = model.generate(ids, max_new_tokens=3, do_sample=False)
     assert out.shape == (1, 9)
-    assert zoo.accounting.decode_bytes(model, 8)["weights"] < ref_bytes / 4
+    assert zoo.inside.costs.decode_bytes(model, 8)["weights"] < ref_bytes / 4
 
 
 def test_a_group_size_that_does_not_divide_falls_back_per_layer_and_is_reported():

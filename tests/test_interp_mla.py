@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import zoo
-from zoo.hooks import run_with_cache
-from zoo.lens import logit_attribution
-from zoo.patching import patch_direct_path, patch_heads
+from zoo.inside.hooks import run_with_cache
+from zoo.inside.lens import logit_attribution
+from zoo.inside.patching import patch_direct_path, patch_heads
 
 from convert_cases import deepseek_v2_small
 

@@ -123,7 +123,7 @@ def test_save_refuses_foreign_modules(tmp_path):
 
 
 KILLER = textwrap.dedent("""
-    import sys, time, torch, zoo, zoo.io as io
+    import sys, time, torch, zoo, zoo.io.checkpoint as io
     real = io.save_file
     def slow_save(tensors, path, metadata=None):
         real(tensors, path, metadata=metadata)   # the new file is fully written to the temp path...
@@ -137,7 +137,7 @@ KILLER = textwrap.dedent("""
 # The write itself, slowed down: safetensors' real bytes go to the temp file in 4 KB pieces, and
 # after the first piece the child reports how many bytes are on disk and how many there will be.
 MID_WRITE = textwrap.dedent("""
-    import os, sys, time, zoo, zoo.io as io
+    import os, sys, time, zoo, zoo.io.checkpoint as io
     from safetensors.torch import save
     def chunked_save(tensors, path, metadata=None):
         data = save(tensors, metadata=metadata)
@@ -231,7 +231,7 @@ def test_digest_is_stored_verified_and_catches_one_flipped_bit(tmp_path):
     path = zoo.save(zoo.build(tiny(), seed=0), tmp_path / "m")
     stored = zoo.read_metadata(path)["zoo.digest"]
     assert stored == _digest_by_hand(path)
-    assert zoo.io.verify_digest(path) == stored
+    assert zoo.io.checkpoint.verify_digest(path) == stored
     zoo.load(path, verify=True)
     raw = bytearray(path.read_bytes())
     raw[-5] ^= 0x01  # one bit of the last tensor's data
@@ -240,7 +240,7 @@ def test_digest_is_stored_verified_and_catches_one_flipped_bit(tmp_path):
     with pytest.raises(zoo.CheckpointError, match="digest"):
         zoo.load(path, verify=True)  # ...with it, it is
     with pytest.raises(zoo.CheckpointError, match="digest"):
-        zoo.io.check(path)
+        zoo.io.checkpoint.check(path)
 
 
 def test_dtype_policy_floats_only_and_one_dtype_unless_cast(tmp_path):
@@ -267,7 +267,7 @@ def test_header_shapes_are_checked_before_building(tmp_path, monkeypatch):
     src = zoo.save(zoo.build(tiny(), seed=0), tmp_path / "m")
     spec = zoo.load_spec(src).replace(vocab_size=5_000_000)  # fits the budget, not the tensors
     _rewrite(src, tmp_path / "claims.safetensors", meta_changes={"zoo.spec": spec.to_yaml()})
-    build_module = sys.modules["zoo.build"]  # (``zoo.build`` the attribute is the function)
+    build_module = sys.modules["zoo.model.build"]  # (``zoo.build`` the attribute is the function)
 
     def no_build(*a, **k):
         raise AssertionError("built before checking the header")

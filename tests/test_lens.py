@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from zoo.errors import ZooError
-from zoo.lens import (detection_pattern, head_scores, in_context_loss, induction_score, logit_attribution,
+from zoo.inside.lens import (detection_pattern, head_scores, in_context_loss, induction_score, logit_attribution,
                       logit_lens, repeated_tokens)
 
 from tl_support import V, gpt2_pair

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.build import checkpoint_or_spec
+from zoo.model.build import checkpoint_or_spec
 
 SMALL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, vocab_size=97, max_len=64)
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import zoo
 from zoo.components import BuildContext
-from zoo.layers import attend
+from zoo.model.layers import attend
 from zoo.registry import get_registry
 
 NEW = {"position": ["rope", "alibi", "t5_relative"], "norm": ["rmsnorm"], "placement": ["sandwich"],

@@ -1,11 +1,11 @@
-"""zoo.data.to_chinese_numeral against cn2an (a library nobody here wrote) and hand-checked cases."""
+"""zoo.train.data.to_chinese_numeral against cn2an (a library nobody here wrote) and hand-checked cases."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from zoo.data import MAX_NUMERAL, DataError, sample_numbers, to_chinese_numeral
+from zoo.train.data import MAX_NUMERAL, DataError, sample_numbers, to_chinese_numeral
 
 cn2an = pytest.importorskip("cn2an")
 

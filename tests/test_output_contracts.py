@@ -1,9 +1,9 @@
 """Component outputs checked at the boundary (issue 22, goal 6).
 
 Each family's output contract is declared once, in its row of the family table
-(``zoo.components.FAMILIES[i].outputs``); the build probe (``zoo.assembly.probe_components``) runs a
+(``zoo.components.FAMILIES[i].outputs``); the build probe (``zoo.model.assembly.probe_components``) runs a
 new model at two lengths with every plugin component held to it, and at run time each third-party
-component's output is checked once per new input shape (``zoo.output_contract``).  The faulty
+component's output is checked once per new input shape (``zoo.guard.outputs``).  The faulty
 components here are the built-ins with one method spoiled -- the wrong shape, dtype, device, type,
 or NaN -- only at one sequence length, registered through a test plugin like any third-party one.
 """
@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo import output_contract
-from zoo.assembly import PROBE_LENGTHS, probe_components
+from zoo.guard import outputs as output_contract
+from zoo.model.assembly import PROBE_LENGTHS, probe_components
 from zoo.components import FAMILIES, FAMILY, BuildContext, MaskContext
 from zoo.registry import Registry
 from zoo.testing import using_registry

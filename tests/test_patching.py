@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from zoo.errors import ZooError
-from zoo.patching import (attribution_patch, patch_direct_path, patch_heads, patch_heads_positions,
+from zoo.inside.patching import (attribution_patch, patch_direct_path, patch_heads, patch_heads_positions,
                           patch_layers_positions, patching_figure)
 
 from tl_support import V, gpt2_pair

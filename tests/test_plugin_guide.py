@@ -25,7 +25,7 @@ from torch import nn
 import zoo
 import zoo.testing
 from zoo.components import Capabilities
-from zoo.layers import attend
+from zoo.model.layers import attend
 from zoo.registry import Registry
 from zoo.testing import kit_registry, using_registry
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo.data import DataError, bigram_fill, ngram_baselines, read_documents
+from zoo.train.data import DataError, bigram_fill, ngram_baselines, read_documents
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "data" / "tang_train.txt.xz"

@@ -210,14 +210,14 @@ def test_readme_numbers_are_performance_md_numbers():
     assert f"decode at **{int8}** float32" in perf.replace("\n", " ")  # the prose says the table's
 
 
-# ---------------------------------------------------------------------- zoo.precision, import zoo
+# ---------------------------------------------------------------------- zoo.run.precision, import zoo
 def test_precision_is_reachable_after_import_zoo_and_import_stays_light():
     code = ("import sys, zoo\n"
-            "assert 'zoo.precision' not in sys.modules\n"
+            "assert 'zoo.run.precision' not in sys.modules\n"
             "heavy = [m for m in ('gradio', 'matplotlib', 'transformers') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
-            "assert callable(zoo.precision.quantize_int8) and 'zoo.precision' in sys.modules\n"
-            "assert 'precision' in dir(zoo)\n"
+            "assert callable(zoo.run.precision.quantize_int8) and 'zoo.run.precision' in sys.modules\n"
+            "assert 'run' in dir(zoo) and 'precision' in dir(zoo.run)\n"
             "try:\n    zoo.no_such_thing\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit(1)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
     assert r.returncode == 0, r.stderr

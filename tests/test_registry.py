@@ -181,6 +181,6 @@ def test_the_family_table_is_the_one_description():
                                                "norm": "norm", "placement": "placement", "ffn": "ffn"}
     # checkpoint metadata names the plugin of every component the spec uses, masks included
     d = tiny(mask=["causal", {"kind": "sliding_window", "window": 4}])
-    assert set(zoo.io.plugins_used(zoo.spec(d))) == {
+    assert set(zoo.io.checkpoint.plugins_used(zoo.spec(d))) == {
         "zoo.attention_sdpa", "zoo.masks", "zoo.pos_sinusoidal", "zoo.norm_layernorm", "zoo.placements",
         "zoo.ffn_mlp"}

@@ -95,18 +95,18 @@ def test_optional_types_are_checked_whichever_way_they_are_written(tp):
 
 
 def test_the_compatibility_rules_live_in_their_own_module(monkeypatch):
-    """zoo.compat holds the rules and the spec parser runs them; the registry only loads and looks
+    """zoo.guard.compat holds the rules and the spec parser runs them; the registry only loads and looks
     up (its old rule methods forward with a DeprecationWarning)."""
-    from zoo import compat
+    from zoo.guard import compat
     from zoo.registry import get_registry
 
     with pytest.raises(zoo.IncompatibleComponentsError, match="only supports a plain causal mask"):
         zoo.spec("gpt_tiny", attention="cope", mask="bidirectional")
     monkeypatch.setattr(compat, "check_compatible", lambda *a, **k: None)
     monkeypatch.setattr(spec_mod, "check_compatible", compat.check_compatible)
-    zoo.spec("gpt_tiny", attention="cope", mask="bidirectional")  # the parser asks zoo.compat
+    zoo.spec("gpt_tiny", attention="cope", mask="bidirectional")  # the parser asks zoo.guard.compat
     monkeypatch.undo()
-    with pytest.warns(DeprecationWarning, match="zoo.compat.require"):
+    with pytest.warns(DeprecationWarning, match="zoo.guard.compat.require"):
         get_registry().require(zoo.spec("gpt_tiny"), "supports_kv_cache", "generation")
     assert [f for f, _ in compat.stack_components(zoo.spec("gpt_tiny"), "decoder")] == [
         "attention", "positions", "norm", "placement", "ffn", "mask"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.data import numeral_pairs, read_documents
+from zoo.train.data import numeral_pairs, read_documents
 from zoo.train import MLMTask, TrainConfig, evaluate, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_checkpoint_is_small_self_describing_and_has_a_card(models, name):
     assert (folder / "loss.png").stat().st_size > 1000
     machine_path = re.compile(r"(?<![\w.])/(home|root|tmp|work|usr|Users|mnt|opt)/")
     assert not machine_path.search(card)  # no paths of the machine that trained it
-    assert not any(machine_path.search(v) for v in zoo.io.read_metadata(folder).values())
+    assert not any(machine_path.search(v) for v in zoo.io.checkpoint.read_metadata(folder).values())
 
 
 def _windows_setup(model, objective, block):

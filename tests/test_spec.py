@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 import zoo
-from zoo.spec import parse_spec
+from zoo.model.spec import parse_spec
 
 from helpers import tiny
 
@@ -134,7 +134,7 @@ def test_yaml_is_loaded_safely(tmp_path):
 
 def test_the_component_fields_of_model_spec_are_the_family_table():
     """One field per spec family, derived from its row (name, type, default None), in table order
-    before ``head``: adding a family row adds the field without a line in zoo/spec.py."""
+    before ``head``: adding a family row adds the field without a line in zoo/model/spec.py."""
     import dataclasses
     import importlib
     import typing

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.tokenizers import from_json, split_specials, to_json, tokenizer
+from zoo.io.tokenizers import from_json, split_specials, to_json, tokenizer
 
 ZH = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"
 MIXED = "Attention is all you need —— 注意力就是你所需要的一切！😀"

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.data import (is_heldout_number, numeral_pairs, read_documents, read_pairs, sample_numbers,
+from zoo.train.data import (is_heldout_number, numeral_pairs, read_documents, read_pairs, sample_numbers,
                       split_holdout, to_chinese_numeral, write_pairs)
 from zoo.train import (CLMObjective, TrainConfig, exact_match_rate, greedy_seq2seq, lr_at,
                        read_metrics, train)

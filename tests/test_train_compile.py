@@ -72,7 +72,7 @@ def test_the_peak_is_measured_once_and_named_in_the_log(data, tmp_path):
     first = machine_peak("cpu", torch.float32)
     again = machine_peak("cpu", torch.float32)
     assert again == first and first["peak_flops"] > 1e8  # cached: the very same measurement
-    assert "zoo.bench.matmul_peak" in first["peak_method"] and "1 thread" in first["peak_method"]
+    assert "zoo.inside.speed.matmul_peak" in first["peak_method"] and "1 thread" in first["peak_method"]
     train(gpt2ish(), data, out=tmp_path / "o", steps=4, log_every=2, **Q)
     start = read_metrics(tmp_path / "o")[0]
     assert start["event"] == "start" and start["peak_gflops"] == first["peak_flops"] / 1e9

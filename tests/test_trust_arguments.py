@@ -1,5 +1,5 @@
 """Issue 22: the engine's entry points check their ``model`` and ``ids`` arguments once
-(:mod:`zoo.arguments`), and a write target must name a file or folder of its own."""
+(:mod:`zoo.run.arguments`), and a write target must name a file or folder of its own."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import torch
 
 import zoo
 from zoo.errors import ZooError
-from zoo.trust import write_target
+from zoo.guard.files import write_target
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,8 @@ def models():
 
 
 ENTRY = {
-    "generate": lambda m, ids: zoo.generate.generate(m, ids, 2),
-    "stream": lambda m, ids: list(zoo.generate.stream(m, ids, 2)),
+    "generate": lambda m, ids: zoo.run.generate.generate(m, ids, 2),
+    "stream": lambda m, ids: list(zoo.run.generate.stream(m, ids, 2)),
     "trace": lambda m, ids: zoo.trace(m, ids),
     "fill_mask": lambda m, ids: zoo.fill_mask(m, ids, mask_id=3),
     "classify": lambda m, ids: zoo.classify(m, ids),
@@ -64,7 +64,7 @@ def test_good_ids_still_work_everywhere(models):
     assert zoo.trace(gpt, [1, 2, 3]).logits.shape == (1, 3, 300)
     assert zoo.trace(gpt, torch.tensor([[1, 2], [3, 4]], dtype=torch.int32)).logits.shape == (2, 2, 300)
     assert zoo.fill_mask(bert, [5, 3, 6], mask_id=3)[0][0]["position"] == 1
-    assert zoo.generate.generate(gpt, [1, 2], 2).shape == (1, 4)
+    assert zoo.run.generate.generate(gpt, [1, 2], 2).shape == (1, 4)
 
 
 @pytest.mark.parametrize("target", [".", "./", "..", "/", "sub/..", "sub/./.."])

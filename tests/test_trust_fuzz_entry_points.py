@@ -3,7 +3,7 @@
 Two generators:
 
 * **the public API**: every callable in ``zoo.__all__`` (and the public functions of ``zoo.train``,
-  ``zoo.generate`` and ``zoo.tokenizers``), called with arguments drawn from strategies derived from
+  ``zoo.run.generate`` and ``zoo.io.tokenizers``), called with arguments drawn from strategies derived from
   each parameter's *annotation* (``int`` -> edge integers, ``float`` -> NaN/inf/huge/tiny,
   ``str | os.PathLike`` -> hostile paths, ``bool`` -> booleans and look-alikes, ``Any`` -> all of
   them) and, for a few parameter *names* with a meaning (``model``, ``source``, ``ids``, ``text``),
@@ -128,8 +128,8 @@ def strategy_for(name: str, annotation, env: Env, writes: bool):
 
 # ---------------------------------------------------------------------- the public API
 def _public():
-    import zoo.generate as gen
-    import zoo.tokenizers as toks
+    import zoo.run.generate as gen
+    import zoo.io.tokenizers as toks
     import zoo.train as tr
 
     out = {}
@@ -216,7 +216,7 @@ def _arguments(fn, name: str, env: Env):
 
 
 #: Public functions the fuzzer still breaks, each with what it found (strict: a fix makes the test
-#: XPASS and fail, so the entry is removed with the fix).  Empty since zoo.arguments (issue 22):
+#: XPASS and fail, so the entry is removed with the fix).  Empty since zoo.run.arguments (issue 22):
 #: classify, fill_mask, generate, stream and trace check their model and ids.
 KNOWN: dict[str, str] = {}
 
@@ -246,7 +246,7 @@ def test_public_function_returns_or_raises_zoo_error(name, env):
 def test_the_generator_covers_the_public_api():
     """Not a hand list: a new public function is fuzzed without editing this file."""
     assert {"zoo.build", "zoo.load", "zoo.save", "zoo.spec", "zoo.tokenizer", "zoo.trace",
-            "zoo.train.train", "zoo.generate.generate"} <= set(PUBLIC)
+            "zoo.train.train", "zoo.run.generate.generate"} <= set(PUBLIC)
     assert len(PUBLIC) >= 20
 
 

@@ -16,7 +16,7 @@ import torch
 
 import zoo
 from zoo.errors import CheckpointError
-from zoo.io import INTEGRITY_KEY, metadata_sha
+from zoo.io.checkpoint import INTEGRITY_KEY, metadata_sha
 
 import hostile_corpus as hc  # tests/ is on sys.path (conftest)
 
@@ -79,7 +79,7 @@ def test_an_edited_spec_is_caught_and_would_change_the_outputs(ckpt, tmp_path, l
 def test_one_flipped_byte_in_any_metadata_entry_is_caught(ckpt, tmp_path, key):
     """A flip of one bit in a digit keeps the entry well-formed (``512`` -> ``513``, ``0.1.0`` ->
     ``1.1.0``), so only the integrity hash can tell; a flip anywhere else is caught as well."""
-    from zoo.loading import check
+    from zoo.io.loading import check
 
     text = zoo.read_metadata(ckpt)[key]
     digit = text.index("e-05") + 3 if key == "zoo.spec" else next(
@@ -136,7 +136,7 @@ def test_the_same_plugin_name_and_version_with_other_maths_is_caught(ckpt, swapp
 def test_an_edited_source_with_the_same_behaviour_loads_with_a_note(ckpt, monkeypatch):
     """A built-in's file changes between commits (a docstring, a new option): the fingerprint, not
     the file's hash, decides -- the same outputs load, with a warning naming the component."""
-    import zoo.io as zio
+    import zoo.io.checkpoint as zio
 
     real = zio._source_sha
     monkeypatch.setattr(zio, "_source_sha", lambda obj: "0" * 64 if "MLP" in obj.__name__
@@ -148,7 +148,7 @@ def test_an_edited_source_with_the_same_behaviour_loads_with_a_note(ckpt, monkey
 def test_a_different_implementation_under_an_identical_identity_is_caught_by_behaviour(
         ckpt, swapped_mlp, monkeypatch):
     """Even with identical recorded identities (the source hash faked), the fingerprint differs."""
-    import zoo.io as zio
+    import zoo.io.checkpoint as zio
 
     real = zio._source_sha
     monkeypatch.setattr(zio, "_source_sha", lambda obj: real(obj.__mro__[1])  # MLP's own file
@@ -159,7 +159,7 @@ def test_a_different_implementation_under_an_identical_identity_is_caught_by_beh
 
 
 def test_an_intact_checkpoint_verifies_and_check_reports_each_step(ckpt):
-    from zoo.loading import check
+    from zoo.io.loading import check
 
     assert zoo.load(ckpt, verify=True) is not None
     steps = dict(check(ckpt))
@@ -169,7 +169,7 @@ def test_an_intact_checkpoint_verifies_and_check_reports_each_step(ckpt):
 def test_a_checkpoint_saved_before_the_integrity_entry_keeps_loading(ckpt, tmp_path):
     old = _rewrite(ckpt, tmp_path / "old.safetensors", lambda meta: meta.pop(INTEGRITY_KEY))
     assert zoo.load(old, verify=True) is not None  # the tensor digest is still verified
-    from zoo.loading import check
+    from zoo.io.loading import check
 
     assert "none stored" in dict(check(old))["integrity"]
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 import zoo
-from zoo.tokenizer_rules import (MAX_EXPANSION, check_tokenizer_json, library_call, min_width,
+from zoo.guard.tokenizer_files import (MAX_EXPANSION, check_tokenizer_json, library_call, min_width,
                                  regex_hazard)
-from zoo.tokenizers import from_json, tokenizer
+from zoo.io.tokenizers import from_json, tokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -205,7 +205,7 @@ def test_odd_tokenizer_paths(path):
 
 
 def test_a_huge_tokenizer_file_is_refused_by_its_size(tmp_path, monkeypatch):
-    import zoo.tokenizer_rules as rules
+    import zoo.guard.tokenizer_files as rules
 
     monkeypatch.setattr(rules, "MAX_TOKENIZER_JSON_BYTES", 100)
     p = tmp_path / "tokenizer.json"

@@ -37,7 +37,7 @@ def test_only_the_documented_endpoints_are_public(client):
 def test_run_generates_the_same_text_as_the_library(client):
     name = run_checkpoint_name()
     text, fills = client.predict(name, "床前", 0, 0, 1, 12, 0, api_name="/run")
-    model = zoo.load(name) if name != "ui_gpt" else zoo.load(zoo.io.resolve_checkpoint("ui_gpt"))
+    model = zoo.load(name) if name != "ui_gpt" else zoo.load(zoo.io.checkpoint.resolve_checkpoint("ui_gpt"))
     assert text == model.generate("床前", 12)
 
 
@@ -90,7 +90,7 @@ def test_inspect_through_the_api(client):
     """The API returns the attention data (the page draws it); the weights are the model's."""
     r = client.predict("ui_bert", "床前明月光", "encoder", 1, 2, api_name="/inspect")
     assert r["tokens"] == list("床前明月光") and r["next"] == ""  # an encoder predicts no next token
-    model = zoo.load(zoo.io.resolve_checkpoint("ui_bert"))
+    model = zoo.load(zoo.io.checkpoint.resolve_checkpoint("ui_bert"))
     want = zoo.trace(model, text="床前明月光")["encoder.blocks.1.attn.weights"][0, 2]
     assert max(abs(a - float(b)) for ra, rb in zip(r["weights"], want) for a, b in zip(ra, rb)) < 1e-4
     assert len(r["attention"]["w"]) == 2 and len(r["attention"]["w"][0]) == 4  # layers x heads

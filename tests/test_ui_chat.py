@@ -67,7 +67,7 @@ def _dirs(request, tmp_path, monkeypatch):
 def controls(max_new_tokens=12, temperature=0.0, **more) -> list:
     """The tab's generation controls in ``ui_options`` order: greedy unless told otherwise."""
     values = dict(run_tab.UI_DEFAULTS, max_new_tokens=max_new_tokens, temperature=temperature, **more)
-    from zoo.generate import GenerationOptions
+    from zoo.run.generate import GenerationOptions
 
     fields = GenerationOptions.__dataclass_fields__
     return [values.get(n, fields[n].default) for n, _ in run_tab.ui_options()]
@@ -79,17 +79,17 @@ def send(name, message, history=(), system="", lang="en", **opts):
 
 @pytest.fixture
 def sent(monkeypatch):
-    """Every prompt text that reaches zoo.generate.stream_text, with its options."""
-    import zoo.generate
+    """Every prompt text that reaches zoo.run.generate.stream_text, with its options."""
+    import zoo.run.generate
 
     seen = []
-    real = zoo.generate.stream_text
+    real = zoo.run.generate.stream_text
 
     def spy(model, prompt, max_new_tokens=32, **options):
         seen.append((prompt, max_new_tokens, options))
         return real(model, prompt, max_new_tokens, **options)
 
-    monkeypatch.setattr(zoo.generate, "stream_text", spy)
+    monkeypatch.setattr(zoo.run.generate, "stream_text", spy)
     return seen
 
 
@@ -115,8 +115,8 @@ def test_the_prompt_the_tab_sends_is_the_templates_render_as_transformers_makes_
     msgs = [{"role": "system", "content": "Be brief."}] + history + [{"role": "user", "content": question}]
     want = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
     model = common.load_checkpoint("ui_chat")
-    t = zoo.chat.template_of(model)
-    assert sent[-1][0] == want == zoo.chat.render(t["template"], msgs, add_generation_prompt=True,
+    t = zoo.run.chat.template_of(model)
+    assert sent[-1][0] == want == zoo.run.chat.render(t["template"], msgs, add_generation_prompt=True,
                                                   **t["special_tokens"])
     assert steps[0][3] == want  # the rendered prompt shown on the page is what the model read
     assert steps[0][0][-2]["content"] == "What is 2+2? &lt;b&gt;&amp;&lt;/b&gt;"  # shown as typed, not as HTML
@@ -160,14 +160,14 @@ def test_a_reply_stops_at_the_end_of_turn_token(chat_models, tmp_path, monkeypat
     tok.save_pretrained(tmp_path / "hf")
     zoo.save(zoo.convert.from_pretrained(tmp_path / "hf"), d / "ui_chat_stop")
     chosen = []  # every token generation chose, in order
-    real = zoo.generate.stream
+    real = zoo.run.generate.stream
 
     def counting(*args, **kwargs):
         for step in real(*args, **kwargs):
             chosen.append(int(step[0]))
             yield step
 
-    monkeypatch.setattr(zoo.generate, "stream", counting)
+    monkeypatch.setattr(zoo.run.generate, "stream", counting)
     steps = send("ui_chat_stop", "Hi", max_new_tokens=16)
     assert steps[-1][1][-1]["content"] == want
     assert chosen == ids[:ids.index(eos) + 1]  # transformers' tokens, and not one after <|im_end|>
@@ -321,7 +321,7 @@ def test_chat_in_the_browser(server):
         expect(box).to_have_value("")
         page.locator("#run-chat-prompt-box").get_by_text("Prompt the model reads").click()
         expect(page.locator("#run-chat-prompt textarea")).to_have_value(
-            zoo.chat.prompt(model, [{"role": "user", "content": "Hello <b>there</b>!"}]))
+            zoo.run.chat.prompt(model, [{"role": "user", "content": "Hello <b>there</b>!"}]))
         page.screenshot(path=str(SHOTS / "chat.png"), full_page=True)
         page.locator("#lang-switch label", has_text="中文").click()
         expect(note).to_contain_text("该检查点带有对话模板")

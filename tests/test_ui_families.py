@@ -69,12 +69,12 @@ def test_a_new_family_row_reaches_the_form_the_yaml_and_both_languages(router_fa
 
 
 def test_the_forms_boxes_are_the_specs_basic_settings(monkeypatch):
-    """The Build form's scalar boxes are the settings ModelSpec declares basic (zoo.spec.basic /
+    """The Build form's scalar boxes are the settings ModelSpec declares basic (zoo.model.spec.basic /
     per_stack(basic=True)), each a box of its annotated type: declaring one more basic is a box in
     the form, written into the YAML and read back, labelled in both languages, with no line in ui/."""
     import dataclasses
 
-    from zoo import spec as spec_mod
+    from zoo.model import spec as spec_mod
 
     declared = [f.name for f in dataclasses.fields(zoo.ModelSpec) if f.metadata.get("basic")]
     assert set(build_tab.scalar_fields()) == set(declared) == set(spec_mod.BASIC_FIELDS)

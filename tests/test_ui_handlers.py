@@ -260,7 +260,7 @@ def test_run_streams_the_same_text_as_zoo_generate():
 
 
 def test_run_passes_the_repetition_penalty_to_generation():
-    """The Run tab's repetition penalty reaches zoo.generate (greedy here), and 1.0 is off."""
+    """The Run tab's repetition penalty reaches zoo.run.generate (greedy here), and 1.0 is off."""
     model = zoo.load(common.checkpoint_path("ui_gpt"))
     on = list(run_tab.run("ui_gpt", "床前明月光", 0.0, 0, 1.0, 16, 0, 3.0))[-1][0]
     assert on == model.generate("床前明月光", 16, repetition_penalty=3.0)
@@ -492,7 +492,7 @@ def test_inspect_takes_the_models_own_stack_when_the_dropdown_is_stale():
 
 def test_build_cost_curve_and_memory_table():
     if not build_tab.cost_available():
-        pytest.skip("zoo.accounting / zoo.plots not installed")
+        pytest.skip("zoo.inside.costs / zoo.inside.plots not installed")
     fig, rows = build_tab.cost(build_tab.preset_yaml("gpt_tiny"))
     assert fig is not None and [r[0] for r in rows] == list(build_tab.COST_LENGTHS)
     # the attention core's share grows with the length (quadratic vs linear)
@@ -615,7 +615,7 @@ def test_building_the_app_draws_chinese_without_a_system_font(monkeypatch):
     figures the app draws at start-up now find the PyPI font (system faces hidden here)."""
     import warnings
 
-    from zoo import plots
+    from zoo.inside import plots
     from zoo.ui.app import build_app
 
     monkeypatch.setattr(plots, "_FONT", {})

@@ -1,5 +1,5 @@
 """The Interpret tab (issue 26, goal 7): logit lens, head scores and patching as hoverable heatmaps,
-in English and Chinese.  Handler tests compare the cells with zoo.lens / zoo.patching on the same
+in English and Chinese.  Handler tests compare the cells with zoo.inside.lens / zoo.inside.patching on the same
 checkpoint; browser tests (Debian's Chromium through Playwright) click through the tab, hover cells
 and save screenshots under artifacts/ui/ (gitignored)."""
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _cells(html_text: str) -> dict[tuple[int, int], float]:
 
 
 def test_lens_cells_are_the_library_logit_lens(ckpts):
-    from zoo.lens import logit_lens
+    from zoo.inside.lens import logit_lens
     from zoo.ui import interp_tab
     from zoo.ui.common import load_checkpoint
 
@@ -50,8 +50,8 @@ def test_lens_cells_are_the_library_logit_lens(ckpts):
 
 
 def test_scores_and_patching_cells(ckpts):
-    from zoo.lens import head_scores
-    from zoo.patching import patch_layers_positions
+    from zoo.inside.lens import head_scores
+    from zoo.inside.patching import patch_layers_positions
     from zoo.ui import interp_tab
     from zoo.ui.common import load_checkpoint
 

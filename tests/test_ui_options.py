@@ -1,4 +1,4 @@
-"""The Run tab's generation controls are the fields of zoo.generate.GenerationOptions: one control
+"""The Run tab's generation controls are the fields of zoo.run.generate.GenerationOptions: one control
 per option a person sets by hand (its Option declares a step), its range from the declaration, its
 value passed to generation under the option's name.  A new option is one declaration (and its use in
 the decoding loop): it appears as a control, labelled in both languages, and its value reaches
@@ -11,7 +11,7 @@ import pytest
 
 gr = pytest.importorskip("gradio")
 
-from zoo import generate  # noqa: E402
+from zoo.run import generate  # noqa: E402
 from zoo.ui import i18n, run_tab  # noqa: E402
 from zoo.ui.i18n import Translator  # noqa: E402
 

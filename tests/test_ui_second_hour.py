@@ -97,7 +97,7 @@ def test_the_grid_labels_are_legible_at_1280():
     import matplotlib.text as mtext
     import torch
 
-    from zoo import plots
+    from zoo.inside import plots
     from zoo.ui.inspect_tab import GRID_SHOWN_PX, legible_grid
 
     for L, H in ((4, 5), (12, 12)):
@@ -270,7 +270,7 @@ def test_inspect_layer_out_of_range_is_in_the_error_box_and_the_grid_is_legible(
         shown = img.bounding_box()["width"]
         natural = pg.evaluate("(el) => el.naturalWidth", img.element_handle())
         # the figure is 1 + 2 H inches at matplotlib's dpi; labels at >= 10 px on the page
-        from zoo import plots
+        from zoo.inside import plots
         import torch
 
         from zoo.ui.inspect_tab import legible_grid

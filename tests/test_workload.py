@@ -1,4 +1,4 @@
-"""Issue 22, goal 2: work sized before it starts (zoo.workload) -- a forward, a trace, a
+"""Issue 22, goal 2: work sized before it starts (zoo.guard.run_budget) -- a forward, a trace, a
 generation and a training step are refused with the field to change when they cannot fit, before
 any tensor is made; ordinary work passes untouched."""
 from __future__ import annotations
@@ -9,17 +9,17 @@ import pytest
 import torch
 
 import zoo
-import zoo.workload as workload
+import zoo.guard.run_budget as workload
 from zoo.errors import ZooError
 
 
 def _budget(monkeypatch, value: float) -> None:
-    """Set the work budget in every copy of zoo.workload the entry points actually use: a test that
+    """Set the work budget in every copy of zoo.guard.run_budget the entry points actually use: a test that
     re-imports zoo's modules (the plugin tests clear sys.modules) leaves the engine bound to another
     module object, and a budget patched only on this file's copy would let a 10 GB generation run."""
-    import zoo.generate as gen
-    import zoo.inspection as insp
-    import zoo.models as models
+    import zoo.run.generate as gen
+    import zoo.inside.trace as insp
+    import zoo.model.models as models
     import zoo.train.loop as loop
 
     monkeypatch.setattr(workload, "BUDGET", value)
@@ -81,7 +81,7 @@ def test_10000_prompts_x_250_new_tokens_are_refused_naming_the_cache(monkeypatch
     ids = torch.ones(10000, 10, dtype=torch.long)
     t = time.perf_counter()
     with pytest.raises(ZooError) as info:
-        zoo.generate.generate(model, ids, 250)
+        zoo.run.generate.generate(model, ids, 250)
     assert time.perf_counter() - t < 2.0
     msg = str(info.value)
     # by hand: 2 x 4 layers x 10000 x 4 heads x 260 x 32 x 4 B = 10.6 GB of cache
@@ -94,7 +94,7 @@ def test_beam_search_counts_its_beams(monkeypatch):
     ids = torch.ones(1000, 10, dtype=torch.long)  # 1.06 GB of cache: fits ...
     workload.check_generate(model, 1000, 10, 250)
     with pytest.raises(ZooError, match="10000 rows"):  # ... but not with 10 beams each
-        zoo.generate.generate(model, ids, 250, num_beams=10)
+        zoo.run.generate.generate(model, ids, 250, num_beams=10)
 
 
 def test_a_training_step_is_refused_before_the_run(tmp_path, budget_16gb):
@@ -109,7 +109,7 @@ def test_a_training_step_is_refused_before_the_run(tmp_path, budget_16gb):
 
 def test_ordinary_work_passes_and_the_default_budget_is_the_machine(monkeypatch):
     model = _tiny()
-    assert zoo.generate.generate(model, [[1, 2, 3]], 4).shape == (1, 7)
+    assert zoo.run.generate.generate(model, [[1, 2, 3]], 4).shape == (1, 7)
     assert zoo.trace(model, [1, 2, 3]).logits.shape == (1, 3, 512)
     # no BUDGET: a petabyte-sized forward is refused against the memory actually available
     assert workload.BUDGET is None
@@ -150,5 +150,5 @@ def test_a_latent_attention_cache_is_sized_by_its_latents(monkeypatch):
     # by hand: 2 layers x 10000 rows x 24 x 260 tokens x 4 B = 499.2 MB (2 x 4 heads x 8 would be 1.3 GB)
     _budget(monkeypatch, 0.45e9)
     with pytest.raises(ZooError) as info:
-        zoo.generate.generate(model, torch.ones(10000, 10, dtype=torch.long), 250)
+        zoo.run.generate.generate(model, torch.ones(10000, 10, dtype=torch.long), 250)
     assert "the KV cache 499.2 MB" in str(info.value), info.value

@@ -21,8 +21,8 @@ import yaml
 import zoo
 from zoo import components
 from zoo.errors import SpecError, ZooError
-from zoo.spec import yaml_to_dict
-from zoo.summary import parameter_table
+from zoo.model.spec import yaml_to_dict
+from zoo.inside.summary import parameter_table
 
 from .common import (LIMITS, check_name, check_spec_limits, check_value, error_box, error_outputs, handler,
                      inline_errors, raw, runs_dir, safe_markdown, shown_path)
@@ -39,11 +39,11 @@ def scalar_kind(field: str) -> tuple[type, bool]:
 
 
 def scalar_fields() -> tuple[str, ...]:
-    """The form's scalar fields: the spec's basic settings (``zoo.spec.basic`` /
-    ``per_stack(basic=True)`` in ModelSpec's declaration, :data:`zoo.spec.BASIC_FIELDS`), text boxes
+    """The form's scalar fields: the spec's basic settings (``zoo.model.spec.basic`` /
+    ``per_stack(basic=True)`` in ModelSpec's declaration, :data:`zoo.model.spec.BASIC_FIELDS`), text boxes
     first, then number boxes, each in declaration order; ``build.<field>`` is the label.  Read when
     called: a setting declared basic is a box here without a line changed in ``ui/``."""
-    from zoo import spec
+    from zoo.model import spec
 
     return tuple(sorted(spec.BASIC_FIELDS, key=lambda f: scalar_kind(f)[0] is not str))
 _DEFAULT_MASK = {"encoder": "bidirectional", "decoder": "causal"}
@@ -196,7 +196,7 @@ def set_param(text: str, path: list | tuple, param: str, value: Any) -> str:
 
 def parse_param_text(value: str) -> Any:
     """A parameter typed into a text field, read as a YAML scalar or list (``64``, ``[1, 2]``)."""
-    from zoo.trust import load_yaml
+    from zoo.guard.files import load_yaml
 
     try:
         return load_yaml(value, where="param") if isinstance(value, str) else value
@@ -308,7 +308,7 @@ def _future_rows(spec, role: str, T: int = 16) -> int:
     import torch
 
     from zoo.components import MaskContext
-    from zoo.layers import make_parts
+    from zoo.model.layers import make_parts
 
     T = max(2, min(T, spec.max_len))
     mask = torch.ones(T, T, dtype=torch.bool)
@@ -442,7 +442,7 @@ def block_diagram(spec, lang: str = "en") -> str:
 def cost_available() -> bool:
     """Whether zoo's accounting and plots are installed (matplotlib is in the ``ui`` extra)."""
     try:
-        from zoo import accounting, plots  # noqa: F401
+        from zoo.inside import costs as accounting, plots  # noqa: F401
     except ImportError:
         return False
     return hasattr(plots, "compute_cost_curve") and hasattr(accounting, "forward_cost")
@@ -458,7 +458,7 @@ def cost(text: str, lang: str = "en"):
     or the accounting module is absent."""
     if not cost_available():
         return None, []
-    from zoo import accounting, plots
+    from zoo.inside import costs as accounting, plots
 
     try:
         spec = _parse(text)
@@ -595,7 +595,7 @@ def _form(tr, values: dict) -> dict:
     """The form's fields (architecture, sizes, one dropdown per component family), by field."""
     import gradio as gr
 
-    from zoo.spec import ARCHS
+    from zoo.model.spec import ARCHS
 
     fields: dict[str, Any] = {}
     fields["arch"] = tr.add(gr.Dropdown(list(ARCHS), value=values.get("arch"), label=tr("build.arch"),

@@ -3,10 +3,10 @@
 An instruct model was tuned on conversations written in one exact format (ChatML's
 ``<|im_start|>user\\n...<|im_end|>``, Llama 3's header tokens, Gemma's ``<start_of_turn>``), and the
 format ships with it as a Jinja template (``zoo.extra.chat_template`` in the checkpoint, see
-:mod:`zoo.chat`).  This panel keeps the conversation as a list of ``{"role", "content"}`` dicts in
+:mod:`zoo.run.chat`).  This panel keeps the conversation as a list of ``{"role", "content"}`` dicts in
 the browser session (a ``gr.State``: server-side, one per page), renders it with the checkpoint's
-template exactly as ``zoo.chat`` (and transformers' ``apply_chat_template``) does, streams the reply
-token by token through :func:`zoo.chat.chat` (which stops at the tokenizer's eos and the
+template exactly as ``zoo.run.chat`` (and transformers' ``apply_chat_template``) does, streams the reply
+token by token through :func:`zoo.run.chat.chat` (which stops at the tokenizer's eos and the
 template's end-of-turn tokens), and shows the rendered prompt, so a learner sees what the model
 really reads: the special tokens, the role headers, the generation prompt at the end.
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import zoo
-from zoo.chat import ChatError
+from zoo.run.chat import ChatError
 
 from .common import (LIMITS, check_value, checkpoint_path, error_box, error_outputs, inline_errors,
                      load_checkpoint, safe_markdown)
@@ -41,17 +41,17 @@ def has_template(name: Any) -> bool:
     """Whether checkpoint ``name`` stores a chat template (read from its header, nothing loaded);
     False for a name that is no checkpoint (the tab's error box says why)."""
     try:
-        return bool(name) and f"zoo.extra.{zoo.chat.META_EXTRA}" in zoo.read_metadata(checkpoint_path(name))
+        return bool(name) and f"zoo.extra.{zoo.run.chat.META_EXTRA}" in zoo.read_metadata(checkpoint_path(name))
     except zoo.ZooError:
         return False
 
 
 def stop_token_texts(model) -> list[str]:
-    """The tokens a reply stops at (:func:`zoo.chat.stop_ids`: eos and end-of-turn), as text."""
+    """The tokens a reply stops at (:func:`zoo.run.chat.stop_ids`: eos and end-of-turn), as text."""
     tok = model.tokenizer
     inner = getattr(tok, "tok", None)
     out = []
-    for i in zoo.chat.stop_ids(tok):
+    for i in zoo.run.chat.stop_ids(tok):
         text = inner.id_to_token(i) if inner is not None and hasattr(inner, "id_to_token") else None
         out.append(text if text is not None else tok.decode([i]))
     return out
@@ -97,7 +97,7 @@ def window(model, messages: list[dict], max_new_tokens: int, lang: str = "en") -
     new tokens).  While the reply would have less room than ``min(max_new_tokens, max_len / 4)``,
     the oldest turn (a user message and the replies after it) is dropped; a system message always
     stays, and whole turns keep the user/assistant alternation templates insist on.  A last user
-    message that does not fit on its own is a :class:`~zoo.chat.ChatError`."""
+    message that does not fit on its own is a :class:`~zoo.run.chat.ChatError`."""
     tok = model.tokenizer
     max_len = model.spec.max_len
     want = max(1, min(int(max_new_tokens), max_len // REPLY_SHARE))
@@ -105,7 +105,7 @@ def window(model, messages: list[dict], max_new_tokens: int, lang: str = "en") -
     turns = messages[len(head):]
     dropped = 0
     while True:
-        n = len(tok.encode(zoo.chat.prompt(model, head + turns)))
+        n = len(tok.encode(zoo.run.chat.prompt(model, head + turns)))
         room = max_len - n + 1 if model.spec.arch == "decoder" else max_len - n
         later = [i for i, m in enumerate(turns) if i > 0 and m["role"] == "user"]
         if room >= want or not later:
@@ -137,7 +137,7 @@ def send(name, message, system, history, lang, *values):
     import gradio as gr
 
     model = load_checkpoint(name, lang)
-    if zoo.chat.template_of(model) is None:
+    if zoo.run.chat.template_of(model) is None:
         raise ChatError(t("chat.no_template", lang, name=name), where="checkpoint",
                         fix=t("chat.no_template_fix", lang))
     message = _message(message, lang)
@@ -149,13 +149,13 @@ def send(name, message, system, history, lang, *values):
         raise ChatError(t("chat.no_room", lang), where="max_new_tokens", fix=t("chat.no_room_fix", lang))
     check_value("max_new_tokens", max_new, lang=lang)
     seen, dropped = window(model, conversation(history, message, system), max_new, lang)
-    shown_prompt = zoo.chat.prompt(model, seen)
+    shown_prompt = zoo.run.chat.prompt(model, seen)
     kept = {"dropped": dropped, "max_len": model.spec.max_len}
     user = {"role": "user", "content": message}
     reply = ""
     yield shown(history + [user, {"role": "assistant", "content": ""}]), gr.skip(), "", shown_prompt, \
         dropped_line(kept, lang), kept
-    for piece in zoo.chat.chat(model, seen, max_new, stream=True, **options):
+    for piece in zoo.run.chat.chat(model, seen, max_new, stream=True, **options):
         reply += piece
         yield shown(history + [user, {"role": "assistant", "content": reply}]), gr.skip(), gr.skip(), \
             gr.skip(), gr.skip(), gr.skip()

@@ -278,7 +278,7 @@ def check_spec_limits(spec: "zoo.ModelSpec", lang: str = "en") -> int:
 
 # ---------------------------------------------------------------------- checkpoints by name
 def _allowed_roots() -> list[Path]:
-    from zoo.spec import preset_dirs
+    from zoo.model.spec import preset_dirs
 
     return [p.resolve() for p in preset_dirs()] + [runs_dir()]
 
@@ -286,7 +286,7 @@ def _allowed_roots() -> list[Path]:
 def checkpoint_table() -> dict[str, Path]:
     """name -> weights file, for every checkpoint the UI may open (checkpoint folders first, then
     the runs folder; a name found in both resolves to the checkpoint folder)."""
-    from zoo.io import WEIGHTS, resolve_checkpoint
+    from zoo.io.checkpoint import WEIGHTS, resolve_checkpoint
 
     out: dict[str, Path] = {}
     for name in zoo.list_checkpoints():

@@ -34,7 +34,7 @@ def sources() -> list[str]:
 def _overrides(text: str, where: str, lang: str = "en") -> dict:
     if not text or not text.strip():
         return {}
-    from zoo.trust import load_yaml
+    from zoo.guard.files import load_yaml
 
     data = load_yaml(text, where=where)  # bounded: size, depth, aliases, duplicate keys
     if not isinstance(data, dict):

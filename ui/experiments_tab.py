@@ -98,7 +98,7 @@ def check_budget(exp, lang: str = "en") -> None:
     """Refuse what would tie up the machine: too many trials, too many steps, a model above the UI's
     :data:`~zoo.ui.common.LIMITS` (a ``ZooError`` naming the field)."""
     import zoo.experiment as ze
-    from zoo.spec import parse_spec
+    from zoo.model.spec import parse_spec
 
     from .common import check_spec_limits
 

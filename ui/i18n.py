@@ -537,7 +537,7 @@ def family_strings() -> dict[str, tuple[str, str]]:
 def option_strings() -> dict[str, tuple[str, str]]:
     """``run.<option>`` -> (English, 中文) for every generation option the Run tab shows that has no
     label in :data:`STRINGS` yet (a new option is labelled by its name until translated)."""
-    from zoo.generate import GenerationOptions  # read when called, like the family table
+    from zoo.run.generate import GenerationOptions  # read when called, like the family table
 
     out = {}
     for f in dataclasses.fields(GenerationOptions):
@@ -548,9 +548,9 @@ def option_strings() -> dict[str, tuple[str, str]]:
 
 def basic_strings() -> dict[str, tuple[str, str]]:
     """``build.<field>`` -> (English, 中文) for every basic spec setting the Build form shows
-    (:data:`zoo.spec.BASIC_FIELDS`) that has no label in :data:`STRINGS` yet (labelled by its name
+    (:data:`zoo.model.spec.BASIC_FIELDS`) that has no label in :data:`STRINGS` yet (labelled by its name
     until translated)."""
-    from zoo.spec import BASIC_FIELDS
+    from zoo.model.spec import BASIC_FIELDS
 
     return {f"build.{f}": (f.replace("_", " "), f"{f}（规格字段）") for f in BASIC_FIELDS
             if f"build.{f}" not in STRINGS}

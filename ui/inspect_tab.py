@@ -9,7 +9,7 @@ models run.  With the lecture's numbers, weights row 0 is [0.4011, 0.1978, 0.401
 The checkpoint part runs ``zoo``'s inspection once on a text.  The attention view is drawn in the
 browser (:data:`ATTN_JS`): hover a cell to read its query token, key token, layer, head and weight;
 click a query token to see what it attends to in every layer and head (the view people use bertviz
-for).  The layer x head grid, the mask and the positional view are ``zoo.plots`` figures, the same
+for).  The layer x head grid, the mask and the positional view are ``zoo.inside.plots`` figures, the same
 ones ``zoo inspect`` writes as image files.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, e
                      inline_errors, load_checkpoint, raw, safe_markdown)
 from .i18n import t
 
-from zoo.contract import admit, route_notes
+from zoo.run.input_contract import admit, route_notes
 
 #: the lecture's example (seed 000): three tokens, d_k = 2
 SEED_Q = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
@@ -100,7 +100,7 @@ def calculate(q: Any, k: Any, v: Any, mask: Any, lang: str = "en") -> dict[str, 
     # the same numbers from the kernel models use
     comp = zoo.get_registry().get("attention", "eager")
     from zoo.components import BuildContext
-    from zoo.layers import attend
+    from zoo.model.layers import attend
 
     kernel = comp.make(BuildContext.for_heads(1, d_k, max_len=Q.size(0), scale=scale))
     with torch.no_grad():
@@ -159,7 +159,7 @@ def _weights_name(stack: str, layer: int) -> str:
 def positions_figure(spec, seq_len: int, role: str, model=None):
     """The view that fits the stack's position scheme: sinusoid waves, RoPE rotation, the score bias
     of ALiBi / T5, the similarity of learned position vectors (given the ``model``), or None."""
-    from zoo import plots
+    from zoo.inside import plots
 
     st = spec.stack(role)
     kind = st.positions.kind
@@ -187,7 +187,7 @@ def learned_positions_figure(weight: torch.Tensor, n: int = 32):
     a bright band along the diagonal (nearby positions look alike); a random one shows noise."""
     from matplotlib.figure import Figure
 
-    from zoo import plots
+    from zoo.inside import plots
 
     w = weight[: min(n, weight.size(0))].detach().float()
     w = w / w.norm(dim=-1, keepdim=True).clamp(min=1e-12)
@@ -213,7 +213,7 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
     the model's top next-token predictions."""
     import copy
 
-    from zoo import plots
+    from zoo.inside import plots
 
     # tracing swaps kernels for one run: work on a private copy, the cached model is shared
     model = copy.deepcopy(load_checkpoint(name, lang))

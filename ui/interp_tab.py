@@ -1,6 +1,6 @@
 """The Interpret tab: the logit lens, head scores and activation patching of a checkpoint (issue 26).
 
-Thin handlers over :mod:`zoo.lens` and :mod:`zoo.patching`; each returns one HTML heatmap whose
+Thin handlers over :mod:`zoo.inside.lens` and :mod:`zoo.inside.patching`; each returns one HTML heatmap whose
 cells carry their numbers (hover a cell: its ``title`` reads layer, head or position, token and
 value; ``data-*`` attributes hold the same for tests).  Text is encoded with the checkpoint's
 tokenizer; a checkpoint without one (``induction_2l``) takes token ids separated by spaces.
@@ -71,7 +71,7 @@ def heatmap(values: torch.Tensor, rows: list[str], cols: list[str], cell_text=No
 def lens_view(name: str, text: str, lang: str = "en") -> str:
     """The logit lens: top token (and its probability) after the embeddings and each layer, at each
     position."""
-    from zoo.lens import logit_lens
+    from zoo.inside.lens import logit_lens
 
     model = load_checkpoint(name, lang)
     ids, labels = encode(model, text, lang)
@@ -90,7 +90,7 @@ def lens_view(name: str, text: str, lang: str = "en") -> str:
 def scores_view(name: str, text: str, kind: str, lang: str = "en") -> str:
     """Head scores (layer x head) on the text; ``induction`` on random tokens repeated twice when
     the text has no repeats."""
-    from zoo.lens import HEAD_KINDS, head_scores, induction_score
+    from zoo.inside.lens import HEAD_KINDS, head_scores, induction_score
 
     model = load_checkpoint(name, lang)
     ids, _ = encode(model, text, lang)
@@ -115,7 +115,7 @@ def patch_view(name: str, clean: str, corrupted: str, lang: str = "en") -> str:
     corrupted run; the metric is the log-probability of the clean run's next token at the last
     position, scaled so 0 = corrupted, 1 = clean."""
     from zoo.errors import ZooError
-    from zoo.patching import patch_layers_positions
+    from zoo.inside.patching import patch_layers_positions
 
     model = load_checkpoint(name, lang)
     a, labels = encode(model, clean, lang)

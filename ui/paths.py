@@ -22,7 +22,7 @@ ABS_PATH = re.compile(r"(?<![\w.])/(?:[^/\s\"'`]+/)+([^/\s\"'`]+)")
 def _named_roots() -> list[tuple[str, str]]:
     """(server folder, the name the page uses for it), longest first: the runs folder by its own
     name (``runs``), every checkpoint folder as ``checkpoints``."""
-    from zoo.spec import preset_dirs
+    from zoo.model.spec import preset_dirs
 
     runs = runs_dir()
     roots = [(runs, runs.name)] + [(d, "checkpoints") for d in preset_dirs()]

@@ -1,6 +1,6 @@
 """The Run tab: text in, text out, from a shipped or saved checkpoint.
 
-- decoder-only: the continuation streams in as it is generated (``zoo.generate.stream_text``) with the
+- decoder-only: the continuation streams in as it is generated (``zoo.run.generate.stream_text``) with the
   sampling controls (temperature, top-k, top-p, max new tokens, seed, repetition penalty);
 - encoder-decoder: the same, from the source text to the target text;
 - encoder with an MLM head: fill-mask, the top candidates for each ``<mask>`` position.
@@ -32,7 +32,7 @@ from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoi
 from .controls import UI_DEFAULTS, sampling_options, ui_options
 from .i18n import STRINGS, t
 
-from zoo.contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
+from zoo.run.input_contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
 
 #: one example per shipped checkpoint: clicking it picks the checkpoint and runs the prompt
 EXAMPLES = {"poet_gpt": "床前明月光，", "poet_bert": "床前明<mask>光，疑是地上霜。", "numerals_t5": "10086"}
@@ -71,7 +71,7 @@ def model_card(name: str, lang: str = "en") -> str:
     if cert:
         lines.append(f"- {cert}")
     contract = meta.get(CONTRACT_KEY)
-    if contract:  # what the model accepts (zoo.contract): the same words as the card's Input section
+    if contract:  # what the model accepts (zoo.run.input_contract): the same words as the card's Input section
         try:
             lines.append("- " + t("run.contract", lang, text=InputContract.from_json(contract).summary()))
         except zoo.ZooError as exc:
@@ -144,9 +144,9 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
     """Stream ``(output text so far, fill-mask rows)``.  ``max_new_tokens`` is capped by what the
     model's ``max_len`` leaves after the prompt.  ``temperature`` 0 is greedy decoding, ``top_k`` 0
     and ``top_p`` 1 are off; ``repetition_penalty`` (1 = off) applies to greedy decoding too.
-    ``more``: any other :class:`~zoo.generate.GenerationOptions` (as the page's controls give
+    ``more``: any other :class:`~zoo.run.generate.GenerationOptions` (as the page's controls give
     them), checked by it.  ``stats``, when given, receives the finished generation's speed against
-    the memory roofline (:func:`zoo.bench.decode_speed`)."""
+    the memory roofline (:func:`zoo.inside.speed.decode_speed`)."""
     model = load_checkpoint(name, lang)
     text = check_text(text, lang)
     max_new_tokens = int(max_new_tokens or 0)
@@ -157,7 +157,7 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
     tok = _tokenizer(model, lang)
     check_value("input_tokens", len(tok.encode(text)), lang=lang)
     max_new_tokens = min(max_new_tokens, new_token_room(model, prompt_tokens(model, text)))
-    from zoo.generate import stream_text
+    from zoo.run.generate import stream_text
 
     options = sampling_options(temperature, top_k, top_p, seed, repetition_penalty, more)
     out = ""
@@ -167,7 +167,7 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
         out += piece
         yield out, []
     if stats is not None and out:
-        from zoo.bench import decode_speed
+        from zoo.inside.speed import decode_speed
 
         n_new, n_prompt = len(tok.encode(out)), len(tok.encode(text))
         stats.update(decode_speed(model, n_new, time.perf_counter() - start,
@@ -265,7 +265,7 @@ def _control(tr, name: str, opt, first: str | None):
     """The control of one option; "max new tokens" ends at what checkpoint ``first`` allows."""
     import gradio as gr
 
-    from zoo.generate import GenerationOptions
+    from zoo.run.generate import GenerationOptions
 
     value = UI_DEFAULTS.get(name, GenerationOptions.__dataclass_fields__[name].default)
     high = opt.ui_high
@@ -356,7 +356,7 @@ def card_again(lang: str, name) -> str | None:
 
 
 def note_lines(notes: list[str], lang: str = "en") -> str:
-    """The notes of a run (zoo.contract's InputWarnings), one line each, above the speed line."""
+    """The notes of a run (zoo.run.input_contract's InputWarnings), one line each, above the speed line."""
     return "".join(f"⚠ {t('run.note', lang)}: {safe_markdown(n)}  \n" for n in notes)
 
 

@@ -1,6 +1,6 @@
 """The small interfaces through which components meet.
 
-A plugin implements one of these base classes; the engine (``zoo.layers``) only ever talks to them.
+A plugin implements one of these base classes; the engine (``zoo.model.layers``) only ever talks to them.
 Shapes use: ``B`` batch, ``T`` sequence, ``h`` query heads, ``h_kv`` key/value heads, ``hd`` head
 dim, ``D`` d_model.
 
@@ -54,7 +54,7 @@ class BuildContext:
     component scale itself by depth (DeepNet-style placements, GPT-2's residual init).
 
     Inside a model, a component receives its stack resolved from the spec (``spec.stack(role)``, a
-    :class:`zoo.spec.StackSpec`: these fields plus the stack's other settings); on its own (tests,
+    :class:`zoo.model.spec.StackSpec`: these fields plus the stack's other settings); on its own (tests,
     the UI, the conformance kit) make one with :meth:`for_heads`.
     """
 
@@ -72,7 +72,7 @@ class BuildContext:
     @classmethod
     def from_spec(cls, spec: Any, role: str) -> "BuildContext":
         """The context of ``spec``'s ``role`` stack (``"encoder"`` or ``"decoder"``): the resolved
-        stack itself (``spec.stack(role)``, a :class:`zoo.spec.StackSpec`, is a BuildContext)."""
+        stack itself (``spec.stack(role)``, a :class:`zoo.model.spec.StackSpec`, is a BuildContext)."""
         return spec.stack(role)
 
     @classmethod
@@ -104,7 +104,7 @@ class AttentionKernel(nn.Module):
     kernel declares ``Capabilities(fused_causal=True)``: then it may instead get ``is_causal=True``
     with no mask and no bias, and must accept that keyword); no mask row is ever fully False (the
     engine opens such rows and zeroes their outputs afterwards), and a ``bias`` only reaches kernels
-    with ``supports_bias``.  ``zoo.layers.attend(kernel, q, k, v, ...)`` runs a kernel outside a
+    with ``supports_bias``.  ``zoo.model.layers.attend(kernel, q, k, v, ...)`` runs a kernel outside a
     model under the same rules.
 
     ``self.scale`` (from the context) multiplies q·k; ``self.dropout_p`` applies to weights in
@@ -114,7 +114,7 @@ class AttentionKernel(nn.Module):
 
     capabilities: ClassVar[Capabilities] = Capabilities()
     #: the self-attention layer (projections + cache) the engine builds around this kernel, as
-    #: ``layer(stack, kernel, head_norm=None)``; None: :class:`zoo.layers.Attention` (q/k/v
+    #: ``layer(stack, kernel, head_norm=None)``; None: :class:`zoo.model.layers.Attention` (q/k/v
     #: projections, cached keys and values).  A variant whose projections or cache differ (MLA's
     #: latent cache, plugins/attention_mla.py) names its own; the layer has ``forward(x, a, cache)``,
     #: ``run_kernel``, ``h``/``h_kv``/``hd`` and ``cache_layout``, like ``Attention``.
@@ -264,7 +264,7 @@ class FeedForward(nn.Module):
         self.config = config
 
     def macs_per_token(self) -> int:
-        """Multiply-adds one token costs here (:mod:`zoo.accounting`, MFU): by default every weight
+        """Multiply-adds one token costs here (:mod:`zoo.inside.costs`, MFU): by default every weight
         matrix once.  A block that uses only part of its weights per token (a mixture of experts:
         the router and the k chosen experts of E) says so by overriding this."""
         return sum(p.numel() for p in self.parameters() if p.dim() >= 2)
@@ -342,7 +342,7 @@ class Family:
     outputs:   the family's output contract: ``(method, expect)`` pairs, where ``expect(*args,
                **kwargs)`` takes the arguments of one call of ``method`` and returns what the call
                must give back (an :class:`Out`, or a tuple of them for a method returning a tuple).
-               The build probe and the run-time check (:mod:`zoo.output_contract`) hold every
+               The build probe and the run-time check (:mod:`zoo.guard.outputs`) hold every
                component of the family to it, and name the plugin of one that breaks it.
     """
 

@@ -11,7 +11,7 @@ from typing import Iterable
 
 
 #: Longest ``what`` / ``where`` / ``fix`` a message keeps (a safety net: values quoted in messages
-#: go through :func:`zoo.trust.short` already, so no message grows with a hostile input).
+#: go through :func:`zoo.guard.files.short` already, so no message grows with a hostile input).
 MAX_PART = 600
 
 

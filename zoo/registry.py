@@ -334,12 +334,12 @@ class Registry:
         return [c for f in fams for _, c in sorted(self.components[f].items())]
 
     # ------------------------------------------------------------------ moved
-    # the compatibility rules moved to zoo.compat (the registry loads and looks up);
-    # registry.require(spec, ...) still works, as zoo.compat.require(spec, ..., registry=registry)
-    stack_components = moved_method("Registry", "stack_components", "zoo.compat:stack_components")
-    check_compatible = moved_method("Registry", "check_compatible", "zoo.compat:check_compatible")
-    check_runtime = moved_method("Registry", "check_runtime", "zoo.compat:check_runtime")
-    require = moved_method("Registry", "require", "zoo.compat:require")
+    # the compatibility rules moved to zoo.guard.compat (the registry loads and looks up);
+    # registry.require(spec, ...) still works, as zoo.guard.compat.require(spec, ..., registry=registry)
+    stack_components = moved_method("Registry", "stack_components", "zoo.guard.compat:stack_components")
+    check_compatible = moved_method("Registry", "check_compatible", "zoo.guard.compat:check_compatible")
+    check_runtime = moved_method("Registry", "check_runtime", "zoo.guard.compat:check_runtime")
+    require = moved_method("Registry", "require", "zoo.guard.compat:require")
 
 
 
@@ -509,5 +509,4 @@ def list_plugins() -> list[PluginInfo]:
 
 
 #: moved with the compatibility rules
-__getattr__ = moved(__name__, {"STACK_COMPONENTS": "zoo.compat",
-                               "FAMILIES": "zoo.registry:FAMILY_NAMES"})
+__getattr__ = moved(__name__)  # the old names it had: zoo.deprecation.NAMES

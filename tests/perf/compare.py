@@ -49,8 +49,8 @@ import torch.utils._pytree
 from torch import nn
 
 import zoo
-from zoo.bench import count_flops, synchronize
-from zoo.build import resolve_dtype
+from zoo.inside.speed import count_flops, synchronize
+from zoo.model.build import resolve_dtype
 
 SHAPES = {
     "tiny": dict(n_layer=4, n_embd=256, n_head=4, vocab_size=8192, n_positions=1024),
@@ -271,7 +271,7 @@ def zoo_generate(model, prompt, n):
             return model.generate(prompt, max_new_tokens=n, do_sample=False)
         except TypeError:
             pass
-    from zoo.bench import greedy
+    from zoo.inside.speed import greedy
 
     return greedy(model, prompt, n)
 
@@ -734,8 +734,8 @@ class Compare:
         what each costs in quality: the held-out loss of the shipped poet_gpt in each precision."""
         import copy
 
-        from zoo.accounting import decode_bytes
-        from zoo.precision import int8_supported, quantize_int8
+        from zoo.inside.costs import decode_bytes
+        from zoo.run.precision import int8_supported, quantize_int8
 
         a = self.a
         shape = a.shapes[-1]
@@ -789,7 +789,7 @@ class Compare:
         """Mean next-token cross-entropy of the shipped poet_gpt on held-out poems, per precision."""
         import copy
 
-        from zoo.precision import int8_supported, quantize_int8
+        from zoo.run.precision import int8_supported, quantize_int8
 
         here = os.path.dirname(os.path.abspath(__file__))
         path = os.path.join(here, "..", "..", "data", "tang_heldout.txt")

@@ -11,20 +11,20 @@ What makes zoo's decoding capturable: the KV cache is preallocated (``model.new_
 and written in place, positions and greedy choices stay on the device, and nothing in the step asks
 the host for a value.  So the prefill and all ``N - 1`` steps of one generation are recorded as one
 graph (each step's shapes are fixed by its position, so the recording is exact); replaying it
-reproduces ``zoo.generate``'s tokens, which the script checks.
+reproduces ``zoo.run.generate``'s tokens, which the script checks.
 
 Reported (one table, also written to ``$OUT/gpu_decode.md`` and ``.json``):
 
 - decoding: ms per token from graph replays (prefill subtracted), tokens/s, bytes per step
-  (:func:`zoo.accounting.decode_bytes`), % of the HBM roofline against the spec bandwidth (H200:
+  (:func:`zoo.inside.costs.decode_bytes`), % of the HBM roofline against the spec bandwidth (H200:
   4.8 TB/s) and against the bandwidth measured here; the same model's eager loop and
-  ``zoo.generate`` beside it;
+  ``zoo.run.generate`` beside it;
 - prefill: a ``1 x 512`` prompt, FLOPs counted by PyTorch, MFU against the spec bf16 dense peak
   (H200: 989 TFLOP/s) and against a measured matmul peak.
 
 Issue 27 adds three sections (``--sections``; all by default):
 
-- ``compiled``: ``zoo.generate(..., compile=True)`` on the same shapes (:mod:`zoo.compiled`: the
+- ``compiled``: ``zoo.generate(..., compile=True)`` on the same shapes (:mod:`zoo.run.compiled`: the
   prefill and the static-cache decoding step compiled by Inductor, on CUDA with
   ``mode="reduce-overhead"``, i.e. CUDA graphs), bf16, batch 1: whole-call tokens/s, decode-only
   ms per token (the compiled step called ``N - 1`` times on its own, without the host's choosing
@@ -53,8 +53,8 @@ import time
 import torch
 
 import zoo
-from zoo.accounting import decode_bytes
-from zoo.bench import count_flops, matmul_peak, memory_bandwidth, time_paired
+from zoo.inside.costs import decode_bytes
+from zoo.inside.speed import count_flops, matmul_peak, memory_bandwidth, time_paired
 
 SHAPES = {  # GPT-2-style decoders with random weights (the speed does not depend on the values)
     "gpt2-medium": dict(num_layers=24, d_model=1024, num_heads=16, d_ff=4096),  # 355 M
@@ -190,7 +190,7 @@ def run_compiled(shape: str, device, dtype, P: int, N: int, repeats: int, bw: fl
                  spec_key: str | None) -> dict:
     """``generate(..., compile=True)``: compile time, whole-call and decode-only tokens/s, %
     roofline, recompiles, agreement with eager decoding of the same dtype."""
-    from zoo import compiled
+    from zoo.run import compiled
 
     torch.manual_seed(0)
     model = zoo.build(gpt_spec(shape), device=device, dtype=dtype, seed=0).eval()
@@ -265,7 +265,7 @@ def run_train(shape: str, device, batch: int, T: int, steps: int, peak: float,
     step, on random tokens; MFU = FLOPs counted on the eager step / time / peak."""
     import torch.nn.functional as F
 
-    from zoo.bench import count_flops
+    from zoo.inside.speed import count_flops
 
     torch.manual_seed(0)
     model = zoo.build(gpt_spec(shape), device=device, seed=0).train()
@@ -364,7 +364,7 @@ def train_table(rows) -> str:
 def table(rows, head) -> str:
     L = [head, "",
          "| model | params | graph tok/s (decode only) | ms/token | MB/step | % HBM roofline (spec) | "
-         "% roofline (measured bw) | eager loop tok/s | zoo.generate tok/s | same tokens | "
+         "% roofline (measured bw) | eager loop tok/s | zoo.run.generate tok/s | same tokens | "
          "prefill ms | prefill TFLOP/s | MFU (spec) | MFU (measured peak) |",
          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:

@@ -8,7 +8,7 @@ def parse_sets(items: Iterable[str]) -> dict[str, Any]:
     """``--set FIELD=VALUE`` options -> spec overrides; each VALUE is read as YAML (``2``, ``eager``,
     ``{kind: rope}``)."""
     from ..errors import SpecError
-    from ..trust import load_yaml
+    from ..guard.files import load_yaml
 
     overrides = {}
     for item in items:

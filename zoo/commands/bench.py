@@ -24,9 +24,9 @@ from zoo.commands import parse_sets
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cpu).")
 @click.option("--dtype", default=None, help="float32, bfloat16, float16 (default: the model's).")
 @click.option("--int8", "int8", is_flag=True,
-              help="int8 weights (CPU; zoo.precision.quantize_int8); training is skipped.")
+              help="int8 weights (CPU; zoo.run.precision.quantize_int8); training is skipped.")
 @click.option("--int4", "int4", is_flag=True,
-              help="int4 weights in groups (CPU; zoo.precision.quantize_int4); training is skipped.")
+              help="int4 weights in groups (CPU; zoo.run.precision.quantize_int4); training is skipped.")
 @click.option("--group-size", type=click.Choice(["32", "64", "128", "256"]), default="128",
               show_default=True, help="--int4: inputs per (scale, zero) group.")
 @click.option("--vs-float32", is_flag=True,
@@ -55,7 +55,7 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
               zoo bench gpt2 --task generate --int4 --group-size 32 --vs-float32
     """
     import torch
-    from zoo.bench import TASKS, bench
+    from zoo.inside.speed import TASKS, bench
 
     if threads:
         torch.set_num_threads(threads)
@@ -77,12 +77,12 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
                            where="zoo bench", fix="add --int8 or --int4")
     reference = copy.deepcopy(model).float() if vs_float32 else None
     if int8:
-        from zoo.precision import quantize_int8
+        from zoo.run.precision import quantize_int8
 
         quantize_int8(model)
         tasks = tuple(t for t in tasks if t != "train")  # int8 weights are for inference
     if int4:
-        from zoo.precision import quantize_int4
+        from zoo.run.precision import quantize_int4
 
         quantize_int4(model, int(group_size))
         tasks = tuple(t for t in tasks if t != "train")  # int4 weights are for inference too
@@ -110,7 +110,7 @@ def paired_decode(reference, quantized, prompt_len: int, new_tokens: int, rounds
     import time
 
     import torch
-    from zoo.bench import greedy, random_ids
+    from zoo.inside.speed import greedy, random_ids
 
     spec = quantized.spec
     prompt = random_ids(spec, 1, min(prompt_len, spec.max_len - new_tokens), "cpu",

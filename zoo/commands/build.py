@@ -3,7 +3,7 @@ import click
 
 import zoo
 from zoo.commands import parse_sets
-from zoo.summary import summary
+from zoo.inside.summary import summary
 
 
 @click.command("build")
@@ -17,7 +17,7 @@ from zoo.summary import summary
               help="Most memory the model may take, e.g. 64GB or inf (default: available memory).")
 def command(spec, sets, seed, save_to, show_yaml, budget):
     """Build SPEC (a YAML path or preset name) and print parameters per component and shapes."""
-    from zoo.budget import parse_bytes
+    from zoo.guard.build_budget import parse_bytes
 
     overrides = parse_sets(sets)
     model = zoo.build(spec, seed=seed, budget=parse_bytes(budget) if budget else None, **overrides)

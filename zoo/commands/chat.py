@@ -1,7 +1,7 @@
 """``zoo chat CHECKPOINT``: talk to an instruct checkpoint in its own chat template.
 
 An interactive loop: each line you type is a user message; the reply streams back; the whole
-conversation is kept and re-rendered each turn (``zoo.chat``).  Lines starting with ``/`` are
+conversation is kept and re-rendered each turn (``zoo.run.chat``).  Lines starting with ``/`` are
 commands: ``/reset`` forgets the conversation, ``/prompt`` shows the rendered prompt of the next
 turn, ``/exit`` (or end of input) leaves.  ``--system`` starts the conversation with a system
 message; ``--message TEXT`` (repeatable) runs without a prompt, one turn per message, for scripts.
@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from zoo.generate import cli_options
+from zoo.run.generate import cli_options
 
 
 @click.command("chat")
@@ -32,8 +32,8 @@ from zoo.generate import cli_options
 @click.option("--device", default=None, help="cpu or cuda (default cpu).")
 def command(checkpoint, system, messages, template_file, device, **options):
     """Chat with CHECKPOINT (a converted instruct model) in its own chat template."""
-    from zoo.chat import ChatError, chat, prompt, template_of
-    from zoo.trust import read_text
+    from zoo.run.chat import ChatError, chat, prompt, template_of
+    from zoo.guard.files import read_text
 
     from .run import load_model
 

@@ -13,7 +13,7 @@ import click
 @click.option("--no-digest", is_flag=True, help="Skip hashing the tensor bytes (the slow step).")
 def command(path, no_digest):
     """Check the checkpoint PATH (file, folder or shipped name) without loading it."""
-    from zoo.loading import check
+    from zoo.io.loading import check
 
     t0 = time.perf_counter()
     last = [t0]
@@ -26,7 +26,7 @@ def command(path, no_digest):
     check(path, digest=not no_digest, report=report)
     click.echo(f"checked in {time.perf_counter() - t0:.2f} s")
     from zoo.convert import certificate_text
-    from zoo.io import read_metadata
+    from zoo.io.checkpoint import read_metadata
 
     parity = certificate_text(read_metadata(path))  # converted checkpoints: their parity certificate
     if parity:

@@ -31,7 +31,7 @@ import zoo
               "FLOPs estimate (adds 'measured' to inspect.json).")
 def command(checkpoint, text, out, head, tokenizer, seed, device, measure):
     """Run CHECKPOINT once on TEXT and write attention figures and numbers to OUT."""
-    from zoo import accounting, plots
+    from zoo.inside import costs as accounting, plots
     from zoo.commands.run import load_model
 
     model = load_model(checkpoint, seed=seed, device=device, tokenizer=tokenizer)

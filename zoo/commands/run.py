@@ -15,10 +15,10 @@ import sys
 import click
 
 import zoo
-from zoo.loading import checkpoint_or_spec
-from zoo.contract import route_notes
-from zoo.generate import cli_options
-from zoo.tokenizers import tokenizer as make_tokenizer
+from zoo.io.loading import checkpoint_or_spec
+from zoo.run.input_contract import route_notes
+from zoo.run.generate import cli_options
+from zoo.io.tokenizers import tokenizer as make_tokenizer
 
 
 def load_model(source: str, *, seed: int = 0, device: str | None = None, tokenizer: str | None = None):

@@ -10,9 +10,9 @@ import os
 import click
 
 import zoo
-from zoo.loading import checkpoint_or_spec
+from zoo.io.loading import checkpoint_or_spec
 from zoo.commands import parse_sets
-from zoo.io import load_spec
+from zoo.io.checkpoint import load_spec
 from zoo.train import DEFAULT_OBJECTIVE, OBJECTIVES, TrainConfig, train
 from zoo.train.config import WINDOW_STARTS
 

@@ -26,7 +26,7 @@ import zoo
 def command(names, checks, archs, params, device, only_failed, as_json):
     """Check components against zoo's conformance kit; print measured errors and tolerances."""
     from zoo.testing import format_table, verify
-    from zoo.trust import load_yaml
+    from zoo.guard.files import load_yaml
 
     comp_params: dict = {}
     for item in params:

@@ -56,5 +56,4 @@ __all__ = ["ConvertError", "from_transformers", "from_pretrained", "from_gguf", 
 from ..deprecation import moved  # noqa: E402
 
 #: renamed: "family" and FAMILIES mean the component families of zoo.components
-__getattr__ = moved(__name__, {"Family": "zoo.convert.core:Converter",
-                               "FAMILIES": "zoo.convert.core:CONVERTERS"})
+__getattr__ = moved(__name__)  # the old names it had: zoo.deprecation.NAMES

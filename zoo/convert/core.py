@@ -19,15 +19,15 @@ from typing import Any, Callable, Mapping
 import torch
 from safetensors import SafetensorError
 
-from ..assembly import fill
-from ..build import build, resolve_dtype
+from ..model.assembly import fill
+from ..model.build import build, resolve_dtype
 from ..deprecation import moved
 from ..errors import CheckpointError, ZooError
-from ..io import conversion_metadata  # noqa: F401 - re-exported: zoo.convert.conversion_metadata
-from ..io import read_header
-from ..spec import parse_spec
-from ..tokenizers import tokenizer as make_tokenizer
-from ..trust import confine, open_read, read_bytes, read_text, safetensors_open, short, user_path
+from ..io.checkpoint import conversion_metadata  # noqa: F401 - re-exported: zoo.convert.conversion_metadata
+from ..io.checkpoint import read_header
+from ..model.spec import parse_spec
+from ..io.tokenizers import tokenizer as make_tokenizer
+from ..guard.files import confine, open_read, read_bytes, read_text, safetensors_open, short, user_path
 from ..version import __version__
 
 #: transformers activation name -> zoo's, and back (INV_ACTS)
@@ -444,7 +444,7 @@ class ShardedState(Mapping):
     the whole source as well.
 
     A tensor's bytes are read (``readinto``) straight into a new tensor at the offsets of the
-    shard's header (checked by ``safetensors`` and by :func:`zoo.io.read_header`), so no page of the
+    shard's header (checked by ``safetensors`` and by :func:`zoo.io.checkpoint.read_header`), so no page of the
     file stays mapped into the process; a dtype torch cannot hold that way (or a header zoo's reader
     refuses) goes through ``safetensors``' memory map and is copied out.  Each floating-point tensor
     read is checked for NaN / infinity on the way (``nonfinite``); :meth:`scan_rest` checks the
@@ -588,7 +588,7 @@ def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: 
     if tokenizer and (tj.exists() or tj.is_symlink()):  # confined to the folder, like the shards
         text = read_bytes(tj, root=path, kind="tokenizer", where="tokenizer.json", error=ConvertError)
         model.tokenizer = make_tokenizer("hf", json=text.decode("utf-8", "replace"))
-        from ..chat import ChatError, folder_template  # an instruct model's chat template comes along
+        from ..run.chat import ChatError, folder_template  # an instruct model's chat template comes along
 
         try:
             if (template := folder_template(path)) is not None:
@@ -880,5 +880,4 @@ def qkv(src: Source, st: dict, a: str, z: str, names=("q_proj", "k_proj", "v_pro
 
 
 #: renamed: "family" and FAMILIES mean the component families of zoo.components
-__getattr__ = moved(__name__, {"Family": "zoo.convert.core:Converter",
-                               "FAMILIES": "zoo.convert.core:CONVERTERS"})
+__getattr__ = moved(__name__)  # the old names it had: zoo.deprecation.NAMES

@@ -9,7 +9,7 @@ F16, BF16) or in *quantised blocks* (Q8_0: 32 int8 values and one float16 scale 
 
 How it is read, in four steps, none of which needs transformers:
 
-1. **Header** (the ``gguf`` library's ``GGUFReader``, on a file opened through :mod:`zoo.trust`):
+1. **Header** (the ``gguf`` library's ``GGUFReader``, on a file opened through :mod:`zoo.guard.files`):
    metadata and the tensor table.  Nothing is dequantised yet.
 2. **Config**: the metadata becomes the ``config.json`` a Hugging Face folder of the same model
    would have (:data:`ARCHS`: one declarative table per architecture, key by key), typed and
@@ -31,7 +31,7 @@ The tokenizer comes along: ``tokenizer.ggml.model`` ``llama`` (SentencePiece-sty
 fallback; merges given or recovered from the scores; Phi-3's and Gemma's variants, :data:`SP_STYLES`),
 ``gpt2`` (byte-level BPE) or ``t5`` (Unigram) is rebuilt as transformers' GGUF tokenizer builds it,
 as a ``tokenizers`` JSON, the ``hf`` tokenizer, stored inside the checkpoint by ``zoo.save``.  A chat
-template in the metadata is kept (``model.chat_template``; see zoo/chat.py).
+template in the metadata is kept (``model.chat_template``; see zoo/run/chat.py).
 
 Supported: the architectures transformers' own GGUF loader reads *and* zoo converts (llama and,
 named "mistral", Mistral; qwen2, qwen3, phi3, gpt2, the mixtures of experts qwen2moe, qwen3moe;
@@ -49,10 +49,10 @@ from typing import Any
 
 import torch
 
-from ..budget import resolve_budget
-from ..build import resolve_dtype
-from ..tokenizers import tokenizer as make_tokenizer
-from ..trust import open_read, short, user_path
+from ..guard.build_budget import resolve_budget
+from ..model.build import resolve_dtype
+from ..io.tokenizers import tokenizer as make_tokenizer
+from ..guard.files import open_read, short, user_path
 from .core import ConvertError, assemble, check_shapes, convert_state
 
 #: The GGML storage types read (all dequantised by ``gguf.quants.dequantize``).
@@ -707,7 +707,7 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
     ``model.chat_template``.  ``model.convert_info`` lists the storage types met
     (``quant_types``: name -> tensor count).  Offline; transformers is not needed.
 
-    ``budget`` (bytes; default: the memory available, see :mod:`zoo.budget`): converting holds
+    ``budget`` (bytes; default: the memory available, see :mod:`zoo.guard.build_budget`): converting holds
     the dequantised tensors and the model at once, about twice the model's size in ``dtype``; a
     file that needs more is refused before anything is dequantised.  Tensors holding NaN or
     infinity (a damaged scale decodes to one) are refused unless ``allow_nonfinite``."""

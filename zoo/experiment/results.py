@@ -211,7 +211,7 @@ class Results:
         ``curves`` (train loss per variant, mean line, seeds' range shaded), ``metrics`` (each
         metric's mean and 95% interval per variant), and ``attention_<variant>`` (the inside view,
         finished trials only)."""
-        from .. import plots
+        from ..inside import plots
 
         folder = Path(folder) if folder is not None else self.out / "figures"
         folder.mkdir(parents=True, exist_ok=True)
@@ -228,7 +228,7 @@ class Results:
         (partial curves of running trials included)."""
         from matplotlib.figure import Figure
 
-        from ..plots import cjk_font
+        from ..inside.plots import cjk_font
 
         _font(cjk_font())
         fig = Figure(figsize=(7.5, 4.2), layout="constrained")
@@ -260,7 +260,7 @@ class Results:
     def metrics_figure(self):
         from matplotlib.figure import Figure
 
-        from ..plots import cjk_font
+        from ..inside.plots import cjk_font
 
         _font(cjk_font())
         ms = self.metrics
@@ -286,12 +286,12 @@ class Results:
 
     def attention_figures(self) -> dict[str, Any]:
         """Per variant, its first finished seed's attention (last layer, mean over heads) on the
-        probe input, drawn by :func:`zoo.plots.attention_heatmap`."""
+        probe input, drawn by :func:`zoo.inside.plots.attention_heatmap`."""
         import torch
 
-        from .. import plots
-        from ..inspection import trace
-        from ..loading import load
+        from ..inside import plots
+        from ..inside.trace import trace
+        from ..io.loading import load
 
         figs = {}
         exp = self.experiment

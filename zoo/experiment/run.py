@@ -62,7 +62,7 @@ def _set_path(d: dict, key: str, value: Any, where: str) -> None:
 def resolve_spec(exp: Experiment, overrides: dict, where: str):
     """The variant's model spec: the base (a preset plus fields, or a full spec) with the
     variant's dotted spec overrides applied, validated by the spec parser."""
-    from ..spec import parse_spec
+    from ..model.spec import parse_spec
 
     base = exp.base_dict()
     preset = base.pop("preset", None)
@@ -80,9 +80,9 @@ def resolve_spec(exp: Experiment, overrides: dict, where: str):
 def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
     """The trials of ``exp`` (variants x seeds, variants outermost), with each variant's steps from
     the budget: ``steps`` as given; ``tokens`` / (batch_size x sequence length); ``flops`` /
-    training FLOPs per step (3 x the forward FLOPs of :func:`zoo.accounting.forward_cost`: the
+    training FLOPs per step (3 x the forward FLOPs of :func:`zoo.inside.costs.forward_cost`: the
     backward pass costs about twice the forward), so equal-FLOPs is one line."""
-    from ..accounting import forward_cost
+    from ..inside.costs import forward_cost
     from ..train.config import TrainConfig
     from .tasks import get_task
 
@@ -131,7 +131,7 @@ def attention_entropy(model, ids: list[int]) -> float:
     would be uniform attention, 0 one-hot (saturated softmax)."""
     import torch
 
-    from ..inspection import trace
+    from ..inside.trace import trace
 
     tr = trace(model, torch.tensor([ids]))
     w = tr.attention_stack()  # (L, B, h, Tq, Tk)
@@ -143,9 +143,9 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
     """Train one trial in ``out`` (resuming a killed one), score it, write ``result.json``."""
     import torch
 
-    from ..build import build
-    from ..io import atomic_write
-    from ..spec import parse_spec
+    from ..model.build import build
+    from ..io.checkpoint import atomic_write
+    from ..model.spec import parse_spec
     from ..train import train
     from ..train.config import TrainConfig
     from ..train.state import STATE_FILE
@@ -264,7 +264,7 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
 
 def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
     """Record the experiment in ``out`` (or check that ``out`` holds this very experiment)."""
-    from ..io import atomic_write
+    from ..io.checkpoint import atomic_write
 
     f = out / EXPERIMENT
     rec = {"name": exp.name, "fingerprint": exp.fingerprint(), "quick": exp.quick,
@@ -284,7 +284,7 @@ def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
 
 
 def _write_trial(t: Trial, out: Path) -> Path:
-    from ..io import atomic_write
+    from ..io.checkpoint import atomic_write
 
     d = t.folder(out)
     d.mkdir(parents=True, exist_ok=True)

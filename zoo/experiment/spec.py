@@ -157,7 +157,7 @@ class Experiment:
 def load(source: Any, *, quick: bool = False) -> Experiment:
     """An :class:`Experiment` from a shipped name, a path to a YAML file, YAML text, a dict, or an
     Experiment.  ``quick`` merges the file's ``quick:`` block over it.  Errors name the field."""
-    from ..trust import load_yaml, read_text
+    from ..guard.files import load_yaml, read_text
 
     if isinstance(source, Experiment):
         if quick and not source.quick:
@@ -217,7 +217,7 @@ def _bad(where: str, msg: str, fix: str | None = None, options=None):
 
 def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     """Validate a mapping into an :class:`Experiment` (``quick``: apply its ``quick:`` block)."""
-    from ..trust import short
+    from ..guard.files import short
 
     if not isinstance(data, dict):
         _bad("", f"an experiment must be a mapping of fields, got {type(data).__name__}",

@@ -76,7 +76,7 @@ class SyntheticTask(Task):
 
     def __init__(self, config):
         super().__init__(config)
-        from ..tokenizers import tokenizer
+        from ..io.tokenizers import tokenizer
 
         self.tok = tokenizer("char", text=self.alphabet)
         self.sym2id = torch.tensor([self.tok.stoi[c] for c in self.alphabet])  # symbol -> token id
@@ -283,7 +283,7 @@ def get_task(kind: str, params: dict | None = None, *, where: str = "task") -> T
     """Build the registered task ``kind`` with ``params`` (validated by its config dataclass; an
     unknown name lists the registered ones)."""
     from ..registry import get_registry
-    from ..spec import make_config
+    from ..model.spec import make_config
 
     if not isinstance(kind, str):
         raise ZooError(f"a task kind must be a name, got {type(kind).__name__}", where=f"{where}.kind",

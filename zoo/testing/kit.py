@@ -48,15 +48,15 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from ..build import build, resolve_device
+from ..model.build import build, resolve_device
 from ..components import FAMILY, BuildContext, MaskContext, causal_mask, repeat_kv
 from ..errors import IncompatibleComponentsError, UnknownComponentError, ZooError, did_you_mean
-from ..io import save
-from ..layers import attend
-from ..loading import load
+from ..io.checkpoint import save
+from ..model.layers import attend
+from ..io.loading import load
 from ..registry import Component, Registry, get_registry, set_registry
-from ..spec import resolve_spec_source
-from ..tokenizers import tokenizer
+from ..model.spec import resolve_spec_source
+from ..io.tokenizers import tokenizer
 
 #: architecture -> the preset its models start from
 ARCH_PRESETS = {"decoder": "gpt_tiny", "encoder": "bert_tiny", "encoder_decoder": "t5_tiny"}

@@ -40,7 +40,7 @@ from .prepare import data_fingerprint, prepare, unigram_loss
 from .state import (STATE_FILE, STATE_JSON, load_optimizer_tensors, optimizer_tensors, read_state,
                     save_state)
 
-# The objectives were called tasks; ``zoo.tasks`` (fill-mask, classify) is unrelated, so the training
+# The objectives were called tasks; ``zoo.run.pipelines`` (fill-mask, classify) is unrelated, so the training
 # side was renamed.  The old names stay importable.
 Task, CLMTask, MLMTask, PrefixDocTask = Objective, CLMObjective, MLMObjective, PrefixDocObjective
 Seq2SeqTask, PrefixPairsTask = Seq2SeqObjective, PrefixPairsObjective

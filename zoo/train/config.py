@@ -16,7 +16,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import ZooError
-from ..trust import short
+from ..guard.files import short
 
 #: upper bounds of the training options (each larger value is refused by :meth:`TrainConfig.validate`)
 MAX_INT = 2 ** 31 - 1        # steps, sizes, intervals

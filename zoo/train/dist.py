@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as torch_dist
 
-from ..build import resolve_device
+from ..model.build import resolve_device
 
 
 @dataclass

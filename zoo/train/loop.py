@@ -33,15 +33,15 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..build import build
-from ..loading import checkpoint_or_spec, load
+from ..model.build import build
+from ..io.loading import checkpoint_or_spec, load
 from ..components import Tokenizer
 from ..errors import DataError, TrainError, ZooError
-from ..io import save
-from ..spec import ModelSpec, parse_spec
-from ..trust import short, user_path, write_target
-from ..workload import check_train_step
-from ..tokenizers import from_json as tok_from_json
+from ..io.checkpoint import save
+from ..model.spec import ModelSpec, parse_spec
+from ..guard.files import short, user_path, write_target
+from ..guard.run_budget import check_train_step
+from ..io.tokenizers import from_json as tok_from_json
 from .config import ARCH_FOR, TrainConfig, TrainResult
 from .dist import Dist, setup_dist
 from .evaluate import evaluate, exact_match_rate

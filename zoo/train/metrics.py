@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..io import atomic_write
+from ..io.checkpoint import atomic_write
 
 METRICS = "metrics.jsonl"
 

@@ -3,7 +3,7 @@
 ``MFU = FLOPs the model needs for a step / seconds the step took / peak FLOP/s``.
 
 - **The step's FLOPs** are *counted from the model's shape*, not measured: the forward cost of
-  :func:`zoo.accounting.forward_cost` over the micro-batch's real shapes (every projection, the
+  :func:`zoo.inside.costs.forward_cost` over the micro-batch's real shapes (every projection, the
   FFN read off its weight shapes, the full ``T x T`` attention core, the LM head), times 3: the
   backward pass computes two products per forward product (the gradient with respect to the
   input and to the weight), so ``forward + backward = 3 x forward``.  For a GPT this is the usual
@@ -13,7 +13,7 @@
   useful work.  A masked LM counts its vocabulary projection only at the predicted positions, as
   the model computes it.
 - **The peak** is *measured here*, once per process, device, dtype and thread count, by
-  :func:`zoo.bench.matmul_peak` (the best of ten large square matmuls, the yardstick ``zoo bench``
+  :func:`zoo.inside.speed.matmul_peak` (the best of ten large square matmuls, the yardstick ``zoo bench``
   uses), not taken from a data sheet: a CPU shared with other work, or pinned to 2 threads, has a
   lower peak than its specification, and MFU against the measured peak says how well the *step*
   uses what the matmul unit delivers here.  The run's start record says which peak was used.
@@ -27,9 +27,9 @@ import functools
 
 import torch
 
-from ..accounting import forward_cost
+from ..inside.costs import forward_cost
 
-#: the side of the square matmul whose best time is the peak (``zoo.bench.matmul_peak``'s default)
+#: the side of the square matmul whose best time is the peak (``zoo.inside.speed.matmul_peak``'s default)
 PEAK_N = {"cpu": 1024, "cuda": 8192}
 
 
@@ -59,7 +59,7 @@ def _forward_flops(spec, T: int, B: int, S: int | None) -> tuple[int, int]:
 
 @functools.lru_cache(maxsize=8)
 def _peak(device: str, dtype: torch.dtype, threads: int) -> float:
-    from ..bench import matmul_peak  # measured like `zoo bench` measures it
+    from ..inside.speed import matmul_peak  # measured like `zoo bench` measures it
 
     n = PEAK_N.get(torch.device(device).type, 1024)
     return matmul_peak(device, dtype, n=n) * 1e9
@@ -76,4 +76,4 @@ def machine_peak(device, dtype: torch.dtype = torch.float32) -> dict:
     where = f"{threads} thread{'s' if threads != 1 else ''}" if dev.type == "cpu" else str(dev)
     return {"peak_flops": flops,
             "peak_method": f"best of 10 {n}x{n} {str(dtype).replace('torch.', '')} matmuls on "
-                           f"{dev.type} ({where}), zoo.bench.matmul_peak, measured at the start"}
+                           f"{dev.type} ({where}), zoo.inside.speed.matmul_peak, measured at the start"}

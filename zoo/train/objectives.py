@@ -18,7 +18,7 @@ summed loss by the global count of predicted tokens (:meth:`Objective.n_tokens`)
 
 Labels use ``IGNORE`` (-100, PyTorch's ``ignore_index``) where nothing is predicted.
 
-(These were called ``Task``/``CLMTask``/...; ``zoo.tasks`` is something else -- inference helpers
+(These were called ``Task``/``CLMTask``/...; ``zoo.run.pipelines`` is something else -- inference helpers
 such as fill-mask -- so the training side is now called *objectives*.  The old names remain as
 aliases in :mod:`zoo.train`.)
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..data import pad_batch
+from .data import pad_batch
 from ..errors import DataError
 
 IGNORE = -100

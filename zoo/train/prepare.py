@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from .. import data as D
+from . import data as D
 from ..errors import DataError
-from ..tokenizers import tokenizer as make_tokenizer
+from ..io.tokenizers import tokenizer as make_tokenizer
 from .config import TrainConfig
 from .objectives import PAIRS_OBJECTIVES, STREAM_OBJECTIVES
 

@@ -19,11 +19,11 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from .. import __version__
-from ..build import build
+from ..model.build import build
 from ..errors import CheckpointError, TrainError
-from ..io import atomic_write, dedupe, save
-from ..tokenizers import to_json as tok_json
-from ..trust import clip, read_bytes, safetensors_open, short
+from ..io.checkpoint import atomic_write, dedupe, save
+from ..io.tokenizers import to_json as tok_json
+from ..guard.files import clip, read_bytes, safetensors_open, short
 from .optim import lr_at
 
 STATE_FILE = "trainer_state.safetensors"

@@ -7,7 +7,7 @@ import torch
 import zoo
 from zoo.components import BuildContext
 from zoo.errors import ZooError
-from zoo.layers import attend
+from zoo.model.layers import attend
 from zoo_linear_attention import LinearAttention, LinearAttentionConfig, ScaleNorm, ScaleNormConfig
 from zoo_linear_attention.linear_attention import feature_map
 

@@ -1,0 +1,226 @@
+"""Work sized before it starts: a forward, a trace, a generation or a training step (issue 22).
+
+``zoo.build`` refuses a model that does not fit (:mod:`zoo.guard.build_budget`); this module refuses *work* that
+does not fit, from shapes only, before any tensor is made.  The old failures: a 65,536-token forward
+through the eager kernel (the score matrix alone ``1 x 4 x 65536 x 65536`` floats, 68.7 GB), a
+``zoo.trace`` of 8,192 tokens, 10,000 prompts x 250 new tokens (a ~10 GB KV cache) ended in the
+allocator's raw ``RuntimeError`` -- or in swap.
+
+The estimates are deliberately simple and say what they count (elements of the model's dtype,
+logits in float32):
+
+- **forward**: per layer, the widest transient (``B x T x (4 d + 2 d_ff)``: q, k, v, out and the
+  feed-forward's inner activation) plus, when the attention kernel materialises its scores
+  (kernels that can return weights: ``eager``, ``naive``), ``2 x B x h x Tq x Tk`` (scores and
+  softmax); the logits ``B x T x V``;
+- **trace**: a forward on the eager kernel that *keeps* every layer's activations and three
+  score-sized tensors (scores, masked scores, weights); on gpt_tiny at 256 tokens this estimates
+  18.9 MB where the trace records 17.2 MB;
+- **generation**: the KV cache ``2 x L x B x h_kv x (prompt + new) x head_dim`` (what each layer's
+  ``cache_layout`` says it keeps: MLA keeps ``r + d_r`` latent numbers per token) plus the prompt's
+  forward (beam search: ``B x num_beams`` rows);
+- **a training step**: a forward that keeps activations for backward, plus gradients and AdamW's two
+  moments (3 x the parameters).
+
+Cost: the forward check is a few integer multiplications on numbers cached per model (measured in
+``docs/TRUST.md``); memory is read (``/proc/meminfo``) only when an estimate passes
+:data:`FLOOR` (256 MiB), so ordinary calls never touch the file system.  The budget is the memory
+available on the model's device now, as for ``zoo.build``; :data:`BUDGET` sets it explicitly
+(``float("inf")`` turns the checks off).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..errors import ZooError
+from ..registry import get_registry
+
+#: estimates below this many bytes are accepted without reading the available memory
+FLOOR = 256 * 2 ** 20
+#: ``None``: the memory available on the model's device now; a number of bytes; ``inf``: no check
+BUDGET: float | None = None
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def available_bytes(device: Any = None) -> tuple[float, str]:
+    """``(bytes, description)``: memory available now on ``device`` (CPU: ``MemAvailable``)."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda" and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(dev)
+        return float(free), f"free memory on {dev}"
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024, "available memory on cpu"
+    except OSError:
+        pass
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), "free memory on cpu"
+    except (ValueError, OSError, AttributeError):
+        return math.inf, "no limit (memory size unknown)"
+
+
+@dataclass(frozen=True)
+class _Stack:
+    layers: int
+    d: int
+    heads: int
+    cache_per_token: int  # numbers one token leaves in one layer's KV cache (Attention.cache_layout)
+    d_ff: int
+    scores: bool  # the kernel materialises (B, h, Tq, Tk) scores
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The numbers of one model the estimates need, read once per model."""
+    stacks: dict
+    vocab: int
+    elem: int  # bytes per element of the model's dtype
+    params: int
+    device: Any
+
+
+def plan(model) -> Plan:
+    """The model's :class:`Plan`, cached on the model (``model.__dict__``; not a module state)."""
+    p = model.__dict__.get("_zoo_workload_plan")
+    if p is not None:
+        return p
+    spec, reg = model.spec, get_registry()
+    roles = ("encoder", "decoder") if spec.arch == "encoder_decoder" else (spec.arch,)
+    stacks = {}
+    for role in roles:
+        st = spec.stack(role)
+        try:
+            caps = reg.get("attention", st.attention.kind).capabilities
+            scores = bool(caps.returns_weights)
+        except Exception:  # an unknown kernel: assume it materialises its scores
+            scores = True
+        # what the built layer caches: 2 x h_kv x head_dim for q/k/v attention, MLA's latents
+        (hk, dk), (hv, dv) = getattr(model, role).blocks[0].attn.cache_layout
+        stacks[role] = _Stack(st.num_layers, st.d_model, st.num_heads, hk * dk + hv * dv, st.d_ff, scores)
+    first = next(model.parameters())
+    p = Plan(stacks, spec.vocab_size, first.element_size(), sum(t.numel() for t in model.parameters()),
+             first.device)
+    model.__dict__["_zoo_workload_plan"] = p
+    return p
+
+
+def _layer(s: _Stack, B: int, Tq: int, Tk: int, e: int, keep: bool, scores: bool) -> tuple[int, int]:
+    """``(transient, kept per layer)`` bytes of one layer; ``scores`` forces materialised scores."""
+    sc = B * s.heads * Tq * Tk * e if (s.scores or scores) else 0
+    act = B * Tq * (4 * s.d + 2 * s.d_ff) * e
+    # a trace keeps three score-sized tensors per layer (scores, masked scores, weights)
+    return act + 2 * sc, (act + (3 if scores else 1) * sc) if keep else 0
+
+
+def forward_bytes(p: Plan, B: int, T: int, T_src: int | None = None, *, keep: bool = False,
+                  scores: bool = False) -> tuple[int, int]:
+    """``(total bytes, of which scores)`` of one forward of ``B x T`` tokens (``T_src`` for an
+    encoder-decoder's source); ``keep``: activations kept (training, trace); ``scores``: the kernel
+    is switched to eager (trace)."""
+    total, score_bytes = 0, 0
+    for role, s in p.stacks.items():
+        Tr = T_src if (role == "encoder" and T_src is not None) else T
+        transient, kept = _layer(s, B, Tr, Tr, p.elem, keep, scores)
+        total = max(total, transient) + kept * s.layers if keep else max(total, transient)
+        if s.scores or scores:
+            score_bytes = max(score_bytes, 2 * B * s.heads * Tr * Tr * p.elem)
+    return total + B * T * p.vocab * 4, score_bytes
+
+
+def _budget(p: Plan) -> tuple[float, str]:
+    if BUDGET is not None:
+        return float(BUDGET), "zoo.guard.run_budget.BUDGET"
+    return available_bytes(p.device)
+
+
+def refuse_if_over(p: Plan, nbytes: int, what: str, where: str, detail: str, fix: str) -> None:
+    """A :class:`ZooError` at ``where`` when ``nbytes`` passes the budget (memory read only above
+    :data:`FLOOR`)."""
+    if nbytes < FLOOR:
+        return
+    limit, why = _budget(p)
+    if nbytes > limit:
+        raise ZooError(f"{what} needs about {human_bytes(nbytes)}, more than the budget of "
+                       f"{human_bytes(limit)} ({why}): {detail}", where=where,
+                       fix=f"{fix}; or set zoo.guard.run_budget.BUDGET (bytes, float('inf') for no check)")
+
+
+def check_forward(model, args: tuple, kwargs: dict) -> None:
+    """Refuse a forward that cannot fit, from the shapes of its first argument(s) only."""
+    ids = args[0] if args else kwargs.get("ids", kwargs.get("src"))
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
+        return  # the model's own checks answer
+    B, T = ids.shape
+    if B * T < 2048:  # nothing this small can pass the floor: no arithmetic at all
+        return
+    p = plan(model)
+    T_src = None
+    if len(p.stacks) == 2:  # encoder-decoder: (src, tgt)
+        tgt = args[1] if len(args) > 1 else kwargs.get("tgt")
+        T_src, T = T, (tgt.size(-1) if isinstance(tgt, torch.Tensor) else T)
+    total, sc = forward_bytes(p, B, T, T_src, keep=torch.is_grad_enabled() and model.training)
+    refuse_if_over(p, total, f"a forward of {B} x {T_src or T} tokens", "forward.ids",
+                   f"the attention scores alone {human_bytes(sc)}" if sc > total / 2 else
+                   f"activations and logits for {B * T} tokens",
+                   "give fewer or shorter inputs (a smaller batch, a shorter text), or a kernel "
+                   "that does not materialise its scores (attention: {kind: sdpa})")
+
+
+def check_trace(model, ids: torch.Tensor, tgt: torch.Tensor | None) -> None:
+    """Refuse a :func:`zoo.trace` whose recorded activations and weights cannot fit."""
+    p = plan(model)
+    B, T = ids.shape
+    T_src = None
+    if len(p.stacks) == 2:
+        T_src, T = T, (tgt.size(-1) if tgt is not None else T)
+    total, sc = forward_bytes(p, B, T, T_src, keep=True, scores=True)
+    refuse_if_over(p, total, f"a trace of {B} x {T_src or T} tokens", "trace.ids",
+                   "it keeps every layer's activations and attention weights "
+                   f"(the weights of one layer alone {human_bytes(sc // 2)})",
+                   "trace a shorter input (a trace is for looking at, a few hundred tokens)")
+
+
+def check_generate(model, B: int, T0: int, new: int) -> None:
+    """Refuse a generation of ``B`` rows (beams included) x (``T0`` + ``new``) tokens that cannot
+    fit: its KV cache plus the prompt's forward."""
+    if B * (T0 + new) < 2048:
+        return
+    p = plan(model)
+    dec = p.stacks.get("decoder")
+    if dec is None:
+        return
+    cache = dec.layers * B * dec.cache_per_token * (T0 + new) * p.elem
+    src = T0 if len(p.stacks) == 2 else None
+    prefill = forward_bytes(p, B, T0 if src is None else 1, src)[0]
+    refuse_if_over(p, cache + prefill, f"generating {B} rows x ({T0} prompt + {new} new) tokens",
+                   "generate.ids" if cache < prefill else "generate.max_new_tokens",
+                   f"the KV cache {human_bytes(cache)}, the prompt's forward {human_bytes(prefill)}",
+                   "generate in smaller batches (fewer prompts or beams at a time), or ask for fewer "
+                   "max_new_tokens")
+
+
+def check_train_step(model, batch_size: int, seq_len: int, where: str = "train.batch_size") -> None:
+    """Refuse a training step of ``batch_size x seq_len`` tokens that cannot fit: kept activations,
+    gradients and AdamW's moments."""
+    p = plan(model)
+    acts = forward_bytes(p, batch_size, seq_len, seq_len if len(p.stacks) == 2 else None,
+                         keep=True)[0]
+    state = 3 * p.params * 4
+    refuse_if_over(p, acts + state, f"a training step of {batch_size} x {seq_len} tokens", where,
+                   f"activations kept for backward {human_bytes(acts)}, gradients and optimizer "
+                   f"moments {human_bytes(state)}",
+                   "lower batch_size or the sequence length (block_size)")

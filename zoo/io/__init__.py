@@ -1,0 +1,30 @@
+"""Reading and writing: checkpoint files, loading them back, tokenizers, stored chat templates.
+
+``checkpoint`` (:func:`zoo.save`, the safetensors metadata, strict reading), ``loading``
+(:func:`zoo.load`: rebuild the exact model, verify it), ``tokenizers`` (:func:`zoo.tokenizer` and
+the tokenizer contract) and ``chat_templates`` (a model's template as stored data; rendering it is
+``zoo.run.chat``).
+
+May import: the front door, ``zoo.registry``, ``zoo.guard`` and ``zoo.model``.
+"""
+from __future__ import annotations
+
+import importlib
+
+#: The modules of this wing, reachable as ``zoo.io.NAME`` after ``import zoo`` (imported on
+#: first use, so ``import zoo`` stays light).
+MODULES = ('checkpoint', 'loading', 'tokenizers', 'chat_templates')
+
+
+def __getattr__(name: str):
+    if name in MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    if not name.startswith("__"):  # 0.x's zoo.io module is zoo.io.checkpoint now
+        from ..deprecation import io_name
+
+        return io_name(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(MODULES))

@@ -1,0 +1,134 @@
+"""The front door: ``zoo.build(spec)`` -> a plain ``nn.Module``."""
+from __future__ import annotations
+
+import contextlib
+import sys
+import types
+from typing import Any
+
+import torch
+
+from ..guard import build_budget as budgets
+from .assembly import SkipRandomInit, construct, on_meta, probe_components
+from ..guard.compat import check_runtime
+from ..deprecation import moved
+from ..errors import SpecError, ZooError
+from .models import init_weights
+from ..registry import get_registry
+from .spec import parse_spec
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float64": torch.float64,
+           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16,
+           "fp16": torch.float16, "half": torch.float16}
+
+
+def resolve_dtype(dtype: Any) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype.replace("torch.", "") in _DTYPES:
+        return _DTYPES[dtype.replace("torch.", "")]
+    raise ZooError(f"unknown dtype {dtype!r}", where="dtype", options=_DTYPES,
+                   fix="use e.g. 'float32' or 'bfloat16'")
+
+
+def resolve_device(device: Any) -> torch.device | None:
+    if device is None:
+        return None
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ZooError(f"invalid device {device!r}", where="device", options=["cpu", "cuda", "cuda:0"],
+                       fix="pass 'cpu' or 'cuda'") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ZooError("CUDA is not available on this machine", where="device", fix="use device='cpu'")
+    return dev
+
+
+def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | None = None,
+          init: bool = True, budget: float | None = None, **overrides: Any) -> torch.nn.Module:
+    """Build a model from a spec.
+
+    ``source``: a YAML path, a preset name (``"gpt_tiny"`` finds ``checkpoints/gpt_tiny.yaml`` when no
+    such file exists here), YAML text, a dict or a :class:`~zoo.model.spec.ModelSpec`.  ``overrides``
+    replace spec fields (``num_layers=2``).  ``seed`` makes the initial weights reproducible without
+    touching the global RNG.  ``init=False`` skips the initialisation (used when weights are loaded
+    right after).  ``budget``: the most bytes the build may allocate (default: the memory available
+    on the device; see :mod:`zoo.guard.build_budget`) -- a spec that needs more is refused, naming the field,
+    before the big tensor is allocated.  Returns an ``nn.Module`` with ``.spec``.
+    """
+    model_spec = parse_spec(source, **overrides)
+    dev, dt = resolve_device(device), resolve_dtype(dtype)
+    registry = get_registry()
+    check_runtime(model_spec, dtype=dt, device=dev, registry=registry)  # declared dtypes / devices
+    # the meta path below allocates (uninitialised) on the CPU first, so that is what is budgeted
+    guard = budgets.guard(model_spec, budget, dev if dev is not None and dev.type != "meta" else None,
+                          layout=layout)
+    rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
+    with rng:
+        if seed is not None:
+            torch.manual_seed(seed)
+        if dev is not None and dev.type == "meta":
+            model = on_meta(model_spec, registry, guard)  # no random numbers for weights to come
+        else:
+            with torch.device(dev) if dev is not None else contextlib.nullcontext():
+                with guard:
+                    model = construct(model_spec, registry)
+                if init:
+                    init_weights(model)
+    if dt is not None:
+        if not dt.is_floating_point:
+            raise SpecError("dtype must be a floating-point type", where="dtype")
+        model = model.to(dt)
+    if dev is None or dev.type != "meta":
+        probe_components(model)  # a component breaking its contract fails here, naming its plugin
+    return model
+
+
+#: what reads checkpoints moved up to :mod:`zoo.io.loading` (building reads no files); ``zoo.spec(...)``
+#: is the spec module itself, callable
+__getattr__ = moved(__name__)  # the old names it had: zoo.deprecation.NAMES
+
+
+# ---------------------------------------------------------------------- the exact size of a spec
+def layout(spec) -> tuple[int, list[tuple[int, str, tuple[int, ...], int]]]:
+    """Exact parameter + buffer bytes of ``spec``'s model (shared tensors once), and the tensors
+    ``(total bytes over all layers, name, shape, repeats)``, largest first.
+
+    Builds each stack with at most two layers on the ``meta`` device (nothing allocated) and
+    scales the second layer by the layer count, so a 4096-layer spec costs what a 2-layer one does.
+    """
+    layers = {role: spec.stack(role).num_layers for role in spec.roles}
+    raw = spec.to_dict()
+    raw["num_layers"] = min(raw["num_layers"], 2)
+    for role in ("encoder", "decoder"):
+        if role in raw and "num_layers" in raw[role]:
+            raw[role]["num_layers"] = min(raw[role]["num_layers"], 2)
+    small = parse_spec(raw)
+    with SkipRandomInit(), torch.device("meta"):
+        model = construct(small)
+    rows, seen = [], set()
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        role = name.split(".", 1)[0]
+        reps = layers[role] - 1 if f"{role}.blocks.1." in name and role in layers else 1
+        rows.append((t.numel() * t.element_size() * reps, name, tuple(t.shape), reps))
+    rows.sort(reverse=True)
+    return sum(r[0] for r in rows), rows
+
+
+def estimate(spec) -> int:
+    """Exact bytes of the parameters and buffers of ``spec``'s model (see :func:`layout`)."""
+    return layout(spec)[0]
+
+
+class _BuildModule(types.ModuleType):
+    """``zoo.build(...)`` keeps building even after ``import zoo.build`` (the 0.x module path,
+    :data:`zoo.deprecation.MODULES`) binds the name ``zoo.build`` to this module."""
+
+    def __call__(self, source: Any, **kwargs: Any) -> torch.nn.Module:
+        return build(source, **kwargs)
+
+
+sys.modules[__name__].__class__ = _BuildModule

@@ -1,0 +1,27 @@
+"""Running a model: generation, beam search, chat, compiled decoding, precision, input checks.
+
+``generate`` (the decoding loop and its options), ``beam`` (beam search), ``chat`` (rendering a
+chat template and replying), ``compiled`` (the static-cache compiled step), ``precision`` (int8 /
+int4 weights), ``arguments`` (the checks on a call's model, ids and masks), ``input_contract``
+(which text a trained checkpoint accepts) and ``pipelines`` (:func:`zoo.fill_mask`,
+:func:`zoo.classify`).
+
+May import: the front door, ``zoo.registry``, ``zoo.guard``, ``zoo.model`` and ``zoo.io``.
+"""
+from __future__ import annotations
+
+import importlib
+
+#: The modules of this wing, reachable as ``zoo.run.NAME`` after ``import zoo`` (imported on
+#: first use, so ``import zoo`` stays light).
+MODULES = ('generate', 'beam', 'chat', 'compiled', 'precision', 'arguments', 'input_contract', 'pipelines')
+
+
+def __getattr__(name: str):
+    if name in MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(MODULES))
