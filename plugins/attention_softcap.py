@@ -33,7 +33,7 @@ class SoftcapAttention(EagerAttention):
     # eager with the scores capped: the bias, mask, softmax, dropout and the steps zoo.trace
     # records are eager's
     # exact=False: not plain softmax attention, so the kit's naive-loop reference does not apply
-    # (tests/test_convert_parts.py checks it against a per-query loop with the cap)
+    # (tests/convert/test_convert_parts.py checks it against a per-query loop with the cap)
     capabilities = Capabilities(returns_weights=True, exact=False)
 
     def score(self, q, k):

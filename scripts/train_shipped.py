@@ -586,7 +586,7 @@ def zh_measures(name: str, m: dict) -> list[str]:
                 f"{m['famous']['hidden']} 个字中猜对 {m['famous']['model_top1']} 个，二元模型 "
                 f"{m['famous']['bigram_top1']} 个（前三候选含正确答案 {m['famous']['model_top3']} 个）。"]
     return [f"- 1,000 个从未训练过的数字（各种位数）上完全正确率 {m['heldout_exact_match_1000']:.1%}；"
-            "训练数据与 `cn2an` 在 100,000 个数字上零差异（tests/test_numerals.py）。"]
+            "训练数据与 `cn2an` 在 100,000 个数字上零差异（tests/train/test_numerals.py）。"]
 
 
 def finished_run(run_dir: Path) -> TrainResult:

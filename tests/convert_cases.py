@@ -1,6 +1,6 @@
 """Random-init 2-layer ``transformers`` models of every convertible family, and how to run them.
 
-Shared by tests/test_convert_families.py and scripts/parity_table.py.  Every model is built from a
+Shared by tests/convert/test_convert_families.py and scripts/parity_table.py.  Every model is built from a
 config object (offline, never downloaded) and every trainable tensor is randomised, so a swapped
 weight, a missed bias or a wrong norm offset shows in the outputs.
 """
@@ -219,7 +219,7 @@ def deepseek_v2_small(max_position_embeddings: int = 64):
     """A DeepSeek-V2 (MLA) of 2 layers, the first dense: 4 heads, a 16-wide latent plus 8 rotated
     key features cached per token (24 numbers), 4 experts (top 2) and 1 shared; every weight drawn
     from normal(0, 0.2), so no zero or unit tensor hides a mis-paired head width.  For tests that
-    need a real MLA model beside the conversion cases of tests/test_convert_deepseek.py."""
+    need a real MLA model beside the conversion cases of tests/convert/test_convert_deepseek.py."""
     T = _T()
     torch.manual_seed(0)
     cfg = T.DeepseekV2Config(vocab_size=64, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,

@@ -3,7 +3,7 @@ accepted), never a bare traceback, a hang or a runaway allocation -- and, since 
 lost (a good file overwritten by a failed run) and never silent (a hostile input accepted that is
 not in :data:`ACCEPTED`).
 
-Used by ``tests/test_hostile.py`` (one test per case) and ``scripts/hostile_table.py`` (the table in
+Used by ``tests/guard/test_hostile.py`` (one test per case) and ``scripts/hostile_table.py`` (the table in
 the issue's closing note).  Each case is ``Case(category, name, run)``; ``run(ctx)`` performs the
 hostile call.  :func:`outcome` runs one case and classifies what happened.
 """
@@ -28,7 +28,7 @@ CATEGORIES = ("converter", "generation", "checkpoints", "yaml", "sizes", "traini
               "tokenizer files", "paths", "using a model")
 
 #: Hostile-looking inputs that are in fact valid and rightly accepted (anything else accepted is
-#: "silent": the table counts it, and tests/test_hostile.py fails on it).
+#: "silent": the table counts it, and tests/guard/test_hostile.py fails on it).
 ACCEPTED = {
     "max_new_tokens=0", "temperature=1.5", "temperature=10**9", "temperature=2**64",
     "temperature=2**200", "top_k=10**9", "seed=-1", "seed=0", "seed=10**9", "stop_tokens=0",

@@ -12,7 +12,7 @@ Everything that moved is in the two tables below, and nowhere else:
   and ends with ``__getattr__ = moved(__name__)`` (PEP 562).
 
 The new module is imported only when an old name is used, so an alias never turns into an import
-that runs up the house (``tests/test_architecture.py`` checks the import graph).  The README and
+that runs up the house (``tests/core/test_architecture.py`` checks the import graph).  The README and
 docs show only the new names; ``docs/ARCHITECTURE.md`` has the old -> new table for readers.
 """
 from __future__ import annotations

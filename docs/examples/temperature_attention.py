@@ -9,7 +9,7 @@ scaled dot-product attention.
     attention: {kind: temperature, init: 1.0}
 
 The tested example of docs/PLUGINS.md: the guide shows this file, and
-tests/test_plugin_guide.py runs the conformance kit on it and checks it against
+tests/docs/test_plugin_guide.py runs the conformance kit on it and checks it against
 ``torch.nn.functional.scaled_dot_product_attention``.
 """
 from __future__ import annotations

@@ -35,7 +35,7 @@ rc=${PIPESTATUS[0]}
 [ "$rc" -eq 124 ] && echo "gpu_decode.py ran past 215 s: partial results in $OUTDIR/gpu_decode.log"
 left=$(( 235 - ($(date +%s) - start) ))
 if [ "$left" -gt 20 ]; then  # the CUDA tests of issue 16 (graph capture of the static cache)
-  timeout "$left" $PY -m pytest -q -m gpu tests/test_cuda.py tests/test_generate.py -p no:cacheprovider \
+  timeout "$left" $PY -m pytest -q -m gpu tests/run/test_cuda.py tests/run/test_generate.py -p no:cacheprovider \
     2>&1 | tee "$OUTDIR/gpu_tests.txt" | tail -5
 fi
 echo "done in $(( $(date +%s) - start ))s (gpu_decode.py exit $rc); files in $OUTDIR"

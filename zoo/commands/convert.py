@@ -54,7 +54,7 @@ def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify, allow_nonf
     parity = info.get("parity")
     if gguf:
         click.echo("no parity certificate: a GGUF file has no transformers folder to compare with "
-                   "(tests/test_gguf.py compares with transformers' gguf_file= loading)")
+                   "(tests/convert/test_gguf.py compares with transformers' gguf_file= loading)")
     elif isinstance(parity, str):
         click.echo(parity)
     else:

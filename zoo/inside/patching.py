@@ -5,7 +5,7 @@ answer differ between a clean prompt and a corrupted one?*  Run the corrupted pr
 activation from the clean run, and measure how much of the clean answer returns (``metric``: a
 function of the logits, e.g. a logit difference).  The helpers follow TransformerLens'
 ``transformer_lens.patching`` (same shapes, same order of axes, same numbers on the same model;
-tests/test_patching.py checks it):
+tests/inside/test_patching.py checks it):
 
 - :func:`patch_layers_positions`: one residual-stream (or sub-layer output) vector at a time,
   ``(L, T)``;

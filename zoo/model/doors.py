@@ -3,7 +3,7 @@
 A model offers ``model.generate(...)``, ``model.chat(...)`` and the TransformerLens-style
 ``model.run_with_cache(...)``, but generating, chatting and looking inside are *users* of the model:
 they live in the wings above it (``zoo.run``, ``zoo.inside``) and import the model, never the other
-way round (``tests/test_architecture.py`` checks it).  So the model's methods reach them through
+way round (``tests/core/test_architecture.py`` checks it).  So the model's methods reach them through
 this one table of names, resolved when first called -- the way the registry loads the built-in
 plugins by name.  A new model method that needs an upper wing adds one row here, and the
 architecture test keeps every other import pointing down.

@@ -15,7 +15,7 @@ This module is the algorithm only, on tensors: it drives a *logits coroutine* (s
 order (B*K,))``: the new beam ``j`` continues old beam ``order[j]``, so the coroutine first
 reorders its KV cache rows in place (:meth:`zoo.model.layers.KVCache.reorder`), then feeds the new
 tokens.  The bookkeeping is Hugging Face ``transformers``' vectorised beam search (version 4.50 on),
-step for step, so that the same model gives the same tokens (tests/test_beam.py):
+step for step, so that the same model gives the same tokens (tests/run/test_beam.py):
 
 - ``2K`` candidates are taken per prompt (``max(2, 1 + number of stop tokens) * K``), so that at
   least ``K`` of them are still running even when the best ``K`` all stopped;

@@ -12,7 +12,7 @@ a GGUF file.  zoo renders it the way transformers' ``apply_chat_template`` does:
     for piece in model.chat(messages, stream=True): ...       # -> the reply, piece by piece
     zoo.run.chat.render(template, messages, add_generation_prompt=True, bos_token="<s>")   # the prompt
 
-The rendering matches transformers character for character (tests/test_chat.py, on the templates of
+The rendering matches transformers character for character (tests/run/test_chat.py, on the templates of
 five real families): the same Jinja settings (``trim_blocks``, ``lstrip_blocks``, loop controls, a
 ``{% generation %}`` tag), the same helpers (``raise_exception``, ``strftime_now``, a ``tojson`` that
 keeps non-ASCII and does not escape HTML), the special-token strings (``bos_token``, ``eos_token``,

@@ -2,7 +2,7 @@
 
 A plugin package's whole conformance suite is one line::
 
-    # tests/test_conformance.py
+    # tests/core/test_conformance.py
     import zoo.testing
     test_zoo_conformance = zoo.testing.conformance_test(plugin="linear_attention")
 

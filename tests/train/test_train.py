@@ -19,7 +19,7 @@ from zoo.train.data import (is_heldout_number, numeral_pairs, read_documents, re
 from zoo.train import (CLMObjective, TrainConfig, exact_match_rate, greedy_seq2seq, lr_at,
                        read_metrics, train)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POEMS = ROOT / "data" / "poems.txt"
 
 

@@ -12,7 +12,7 @@ import zoo
 from zoo.train.data import numeral_pairs, read_documents
 from zoo.train import MLMTask, TrainConfig, evaluate, prepare
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POEMS = ROOT / "data" / "poems.txt"
 SHIPPED = ["poet_gpt", "poet_bert", "numerals_t5"]
 

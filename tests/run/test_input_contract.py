@@ -19,7 +19,7 @@ import zoo
 from zoo.run.input_contract import META_KEY, InputContract, InputError, InputWarning, contract_of, unknown_characters
 from zoo.run.generate import generate_text, stream_text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NUMERALS_REFUSED = ["100000000", "123456789", "-5", "1.5", "00012", "abc", "1,000", "", "4 2"]
 
 

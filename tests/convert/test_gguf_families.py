@@ -1,6 +1,6 @@
 """Issue 24, goal 3, continued: GGUF files of Gemma 2, Gemma 3 (text), Mistral and T5.
 
-As in tests/test_gguf.py (whose vocabulary and K-quant block helpers are reused), each file is
+As in tests/convert/test_gguf.py (whose vocabulary and K-quant block helpers are reused), each file is
 written here with the ``gguf`` library from a random transformers model, the way llama.cpp's
 ``convert_hf_to_gguf.py`` writes that architecture: tensor names from the library's own
 ``TensorNameMap``; Gemma's norms stored as ``1 + w`` and its tied head left out; a ``llama`` file

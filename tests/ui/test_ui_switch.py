@@ -1,7 +1,7 @@
 """A language switch draws what is already on the page again in the new language (issue 23), through
 one mechanism: a tab registers its outputs with the data its handler kept (``Translator.keep``), and
 the switch (``Translator.switch``) merges each redraw with the component's label update.  Handler
-level here; tests/test_ui_browser.py sees it in Chromium."""
+level here; tests/ui/test_ui_browser.py sees it in Chromium."""
 from __future__ import annotations
 
 import re

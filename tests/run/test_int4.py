@@ -21,7 +21,7 @@ from zoo.run.precision import Int4Linear, int4_supported, quantize_int4
 
 pytestmark = [pytest.mark.skipif(not int4_supported(), reason="this PyTorch has no CPU int4 kernel"),
               pytest.mark.usefixtures("one_thread")]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 

@@ -1,6 +1,6 @@
 """The experiment tasks (family ``task``): deterministic from a seed, held-out data that never
 overlaps training, labels that follow each task's definition, and exact metrics on hand-worked
-cases.  (``tests/test_tasks.py`` is about ``zoo.run.pipelines``: fill-mask and classify.)"""
+cases.  (``tests/run/test_pipelines.py`` is about ``zoo.run.pipelines``: fill-mask and classify.)"""
 import dataclasses
 
 import pytest

@@ -16,7 +16,6 @@ import pytest
 
 import zoo
 
-sys.path.insert(0, str(Path(__file__).parent))
 import hostile_corpus as hc  # noqa: E402
 
 CASES = hc.cases()

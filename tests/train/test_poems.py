@@ -13,7 +13,7 @@ import torch
 
 from zoo.train.data import DataError, bigram_fill, ngram_baselines, read_documents
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "data" / "tang_train.txt.xz"
 HELDOUT = ROOT / "data" / "tang_heldout.txt"
 LINE = re.compile(r"[\u4e00-\u9fff][\u4e00-\u9fff，。？！；：、]*[。？！；]")

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 import zoo.convert  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import batched_generate as bench  # noqa: E402
 
 NEW = 16  # new tokens per prompt (the benchmark takes 64; 16 keeps the suite quick)

@@ -27,7 +27,7 @@ from zoo.components import AttentionKernel, Capabilities, Norm, PositionScheme
 from zoo.registry import Registry, set_registry
 from zoo.testing import Kit, using_registry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [ROOT / "plugins" / "zoo-linear-attention",
             *sorted((ROOT / "tests" / "plugin_packages").glob("zoo-*"))]
 PLUGIN_MODULES = ("zoo_linear_attention", "zoo_broken_import", "zoo_duplicate", "zoo_misspelled")

@@ -1,6 +1,6 @@
 """The UI points of issue 23 ("a newcomer's second hour"), in a real browser and at handler level.
 
-Browser flows (Debian's Chromium through Playwright, as in tests/test_ui_browser.py; screenshots go
+Browser flows (Debian's Chromium through Playwright, as in tests/ui/test_ui_browser.py; screenshots go
 to ``artifacts/ui/second_hour/``, gitignored, and were checked by eye):
 
 - a clicked example shows its result inside the viewport, at 1280x800 and at 1920x1080;
@@ -30,7 +30,7 @@ from ui_support import free_port, serve_with_checkpoints  # noqa: E402
 
 import zoo  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -81,7 +81,7 @@ def test_greedy_fallback_matches_generate_and_full_recompute():
     assert torch.equal(out, seq)
 
 
-def test_unknown_task_is_refused():  # (loading specs and checkpoints: tests/test_loader.py)
+def test_unknown_task_is_refused():  # (loading specs and checkpoints: tests/io/test_loader.py)
     m = zoo.build("gpt_tiny", seed=0, **SMALL)
     with pytest.raises(zoo.ZooError, match="unknown task"):
         bench(m, tasks=("fly",), peak=1.0)

@@ -12,7 +12,7 @@ import torch
 import zoo
 from zoo.inside.lens import head_scores, in_context_loss, induction_score, repeated_tokens
 
-FOLDER = Path(__file__).resolve().parent.parent / "checkpoints" / "induction_2l"
+FOLDER = Path(__file__).resolve().parents[2] / "checkpoints" / "induction_2l"
 pytestmark = pytest.mark.skipif(not (FOLDER / "model.safetensors").exists(),
                                 reason="checkpoints/induction_2l not trained (scripts/train_induction.py)")
 

@@ -21,7 +21,7 @@ from zoo.errors import CheckpointError, ZooError
 from zoo.guard.files import (open_read, read_bytes, read_text, regular_file, safetensors_open, user_path,
                        write_target)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ def test_errors_name_the_field(ckpts):
 
 # ---------------------------------------------------------------------- in a browser
 CHROMIUM = "/usr/bin/chromium"
-SHOTS = Path(os.environ.get("ZOO_UI_SHOTS") or Path(__file__).resolve().parents[1] / "artifacts" / "ui")
+SHOTS = Path(os.environ.get("ZOO_UI_SHOTS") or Path(__file__).resolve().parents[2] / "artifacts" / "ui")
 
 
 @pytest.fixture(scope="module")

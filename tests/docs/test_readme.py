@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 READMES = ("README.md", "README.zh.md")
 
 #: ``(pattern, replacement)``: long commands run shortened (the first match applies).

@@ -29,7 +29,7 @@ from zoo.model.layers import attend
 from zoo.registry import Registry
 from zoo.testing import kit_registry, using_registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "PLUGINS.md"
 EXAMPLE = ROOT / "docs" / "examples" / "temperature_attention.py"
 

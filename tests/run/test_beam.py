@@ -154,7 +154,7 @@ def test_zoo_run_beams_and_the_run_tab():
     from zoo.commands.run import command as run_command
     from zoo.ui import run_tab
 
-    path = str(Path(__file__).resolve().parent.parent / "checkpoints" / "poet_gpt")
+    path = str(Path(__file__).resolve().parents[2] / "checkpoints" / "poet_gpt")
     model = zoo.load(path)
     prompt = "床前明月光，"
     want = model.generate(prompt, 12, num_beams=4, no_repeat_ngram_size=2)

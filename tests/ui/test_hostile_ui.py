@@ -16,7 +16,6 @@ gradio_client = pytest.importorskip("gradio_client")
 import zoo  # noqa: E402
 from zoo.ui import build_tab, compare_tab  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
 from hostile_corpus import _bomb  # noqa: E402
 from ui_support import serve_with_checkpoints  # noqa: E402
 

@@ -20,7 +20,7 @@ tokenizers = pytest.importorskip("tokenizers")
 import zoo  # noqa: E402
 from zoo.run.chat import ChatError, folder_template, render, template_of  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures" / "chat_templates"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates"
 FAMILIES = sorted(p.stem for p in FIXTURES.glob("*.json"))
 SPECIALS = ("bos_token", "eos_token", "unk_token", "pad_token")
 

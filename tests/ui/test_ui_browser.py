@@ -29,7 +29,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost"]
-SHOTS = Path(os.environ.get("ZOO_UI_SHOTS") or Path(__file__).resolve().parents[1] / "artifacts" / "ui")
+SHOTS = Path(os.environ.get("ZOO_UI_SHOTS") or Path(__file__).resolve().parents[2] / "artifacts" / "ui")
 LOCAL = ("http://127.0.0.1", "ws://127.0.0.1", "data:", "blob:", "about:")
 TIMEOUT = 60_000
 

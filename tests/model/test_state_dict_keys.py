@@ -3,7 +3,7 @@ and users' scripts address weights by name, so a renamed module must be a delibe
 
 ``tests/snapshots/state_dict_keys.json`` pins, for every preset, each key and its shape.  A change
 here fails this test; if it is intended, regenerate the snapshot with
-``python tests/test_state_dict_keys.py --update``, update the converters, and say so in the change.
+``python tests/model/test_state_dict_keys.py --update``, update the converters, and say so in the change.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 
 import zoo
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "state_dict_keys.json"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshots" / "state_dict_keys.json"
 
 
 def keys_of(preset: str) -> dict[str, list[int]]:
