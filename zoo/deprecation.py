@@ -6,8 +6,8 @@ Everything that moved is in the two tables below, and nowhere else:
   the wings ``zoo.guard``, ``zoo.model``, ``zoo.io``, ``zoo.run``, ``zoo.inside``).  ``import
   zoo.trust`` and ``zoo.precision`` (after a bare ``import zoo``) still work: a finder on
   ``sys.meta_path`` hands back the new module itself, so old and new spellings are one object;
-- ``zoo.io`` was the checkpoint-file module and is now the io wing: a name the wing does not
-  have (``zoo.io.save``) is looked up in ``zoo.io.checkpoint``, with a warning (:func:`io_name`);
+- ``zoo.io`` was the checkpoint-file module and is now the io wing: the wing's own ``__getattr__``
+  hands on 0.x's names from its ``checkpoint`` module, with the same warning;
 - :data:`NAMES` -- single names that moved out of a module that stayed: a module lists itself here
   and ends with ``__getattr__ = moved(__name__)`` (PEP 562).
 
@@ -72,7 +72,8 @@ NAMES: dict[str, dict[str, str]] = {
 }
 
 
-def _warn(old: str, new: str, stacklevel: int = 3) -> None:
+def warn(old: str, new: str, stacklevel: int = 3) -> None:
+    """The one ``DeprecationWarning`` of a moved name: ``old is deprecated: use new``."""
     warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)
 
 
@@ -86,24 +87,15 @@ def moved(module: str) -> Callable[[str], Any]:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         target, _, new_name = names[name].partition(":")
         new_name = new_name or name
-        _warn(f"{module}.{name}", f"{target}.{new_name}")
+        warn(f"{module}.{name}", f"{target}.{new_name}")
         return getattr(importlib.import_module(target), new_name)
     return __getattr__
 
 
 def old_module(name: str) -> Any:
     """The module an old dotted path names now (``zoo.precision`` -> ``zoo.run.precision``)."""
-    _warn(name, MODULES[name], stacklevel=4)
+    warn(name, MODULES[name], stacklevel=4)
     return importlib.import_module(MODULES[name])
-
-
-def io_name(name: str) -> Any:
-    """``zoo.io.NAME`` of 0.x (the module that is now ``zoo.io.checkpoint``)."""
-    mod = importlib.import_module("zoo.io.checkpoint")
-    if not hasattr(mod, name) or name.startswith("_"):
-        raise AttributeError(f"module 'zoo.io' has no attribute {name!r}")
-    _warn(f"zoo.io.{name}", f"zoo.io.checkpoint.{name}")
-    return getattr(mod, name)
 
 
 class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 
+from ..deprecation import warn
+
 #: The modules of this wing, reachable as ``zoo.io.NAME`` after ``import zoo`` (imported on
 #: first use, so ``import zoo`` stays light).
 MODULES = ('checkpoint', 'loading', 'tokenizers', 'chat_templates')
@@ -19,10 +21,10 @@ MODULES = ('checkpoint', 'loading', 'tokenizers', 'chat_templates')
 def __getattr__(name: str):
     if name in MODULES:
         return importlib.import_module(f"{__name__}.{name}")
-    if not name.startswith("__"):  # 0.x's zoo.io module is zoo.io.checkpoint now
-        from ..deprecation import io_name
-
-        return io_name(name)
+    checkpoint = importlib.import_module(f"{__name__}.checkpoint")
+    if not name.startswith("_") and hasattr(checkpoint, name):  # 0.x's zoo.io module is .checkpoint now
+        warn(f"{__name__}.{name}", f"{__name__}.checkpoint.{name}")
+        return getattr(checkpoint, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
