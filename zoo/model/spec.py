@@ -23,7 +23,7 @@ from typing import Any, Literal, Mapping, Union
 
 import yaml
 
-from .. import checkpoints  # the shipped folder, installed as the package ``zoo.checkpoints``
+from ..checkpoints import __file__ as _shipped_init  # the shipped folder, installed as the package ``zoo.checkpoints``
 from ..guard import files as trust
 from ..guard.compat import check_compatible
 from ..components import FAMILY, SPEC_FAMILIES, BuildContext
@@ -458,7 +458,7 @@ def preset_dirs() -> list[Path]:
     """Where preset specs are looked up: ``$ZOO_CHECKPOINTS`` (os.pathsep-separated), then the
     shipped ``checkpoints/`` folder."""
     extra = [Path(p) for p in os.environ.get("ZOO_CHECKPOINTS", "").split(os.pathsep) if p]
-    return extra + [Path(checkpoints.__file__).resolve().parent]
+    return extra + [Path(_shipped_init).resolve().parent]
 
 
 def find_preset(name: str) -> Path | None:

@@ -18,7 +18,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from .. import __version__
+from ..version import __version__
 from ..model.build import build
 from ..errors import CheckpointError, TrainError
 from ..io.checkpoint import atomic_write, dedupe, save
