@@ -218,3 +218,114 @@ def test_check_tokenizer_json_needs_a_model_object():
     with pytest.raises(zoo.TokenizerError, match="'model' object"):
         check_tokenizer_json('{"normalizer": null}')
     assert check_tokenizer_json(_file())["model"]["type"] == "WordLevel"
+
+
+# ---------------------------------------------------------------------- read by the schema (issue 36)
+def _loads(text: str):
+    """The library's own reading of ``text`` (the reference: what it would run)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(text)
+
+
+def test_vocabulary_entries_and_special_tokens_named_like_rules_are_data():
+    """Gemma's and DeepSeek's vocabularies have a token "Regex" (a key whose value is its id); a
+    template post-processor may name a special token "Regex" too.  Neither is a pattern."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, processors
+
+    words = ["Regex", "pattern", "String", "normalizers", "pretokenizers", "content", "[UNK]", "[CLS]"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), _split(r"\p{L}+")])
+    tok.post_processor = processors.TemplateProcessing(single="Regex $A", special_tokens=[("Regex", 0)])
+    tok.add_special_tokens([AddedToken("[CLS]", special=True)])
+    text = tok.to_str()
+    assert json.loads(text)["model"]["vocab"]["Regex"] == 0
+    assert json.loads(text)["post_processor"]["special_tokens"]["Regex"]["id"] == "Regex"
+    ours = tokenizer("hf", json=text)
+    assert ours.encode("Regex pattern String") == [0, 1, 2] == _loads(text).encode(
+        "Regex pattern String", add_special_tokens=False).ids
+
+
+CORPUS = ["Regex patterns split text before BPE.", "A String pattern is a literal; a Regex is not.",
+          "normalizers, pretokenizers, decoders and processors", "数字 12345 and ünïcödé too"] * 20
+
+
+@pytest.mark.parametrize("kind", ["ByteLevelBPETokenizer", "CharBPETokenizer", "SentencePieceBPETokenizer",
+                                  "SentencePieceUnigramTokenizer", "BertWordPieceTokenizer"])
+def test_tokenizers_trained_by_the_library_are_accepted(kind):
+    """Each pipeline the tokenizers library ships (GPT-2's byte-level BPE, the original BPE,
+    SentencePiece BPE and Unigram, BERT's WordPiece), trained here on text with the word "Regex" in
+    it: accepted, and zoo's tokenizer encodes as the library does."""
+    from tokenizers import implementations
+
+    tok = getattr(implementations, kind)()
+    tok.train_from_iterator(CORPUS, vocab_size=300, show_progress=False)
+    text = tok.to_str()
+    data = json.loads(text)
+    vocab = data["model"]["vocab"]
+    if isinstance(vocab, dict):  # BPE, WordPiece: the word is a key of the vocabulary (Unigram: a list)
+        assert any("regex" in t.lower() for t in vocab)
+    check_tokenizer_json(text)
+    sample = "Regex patterns, 数字 12345"
+    assert tokenizer("hf", json=text).encode(sample) == _loads(text).encode(sample, add_special_tokens=False).ids
+
+
+def _with(slot: str, rule) -> str:
+    data = json.loads(_file())
+    data[slot] = rule
+    return json.dumps(data)
+
+
+NESTED = {"type": "Sequence", "pretokenizers": [{"type": "Sequence", "pretokenizers": [
+    {"type": "Whitespace"}, {"type": "Split", "pattern": {"Regex": "(a+)+b"}, "behavior": "Isolated",
+                             "invert": False}]}]}
+
+
+def test_a_pattern_inside_nested_sequences_is_found():
+    text = _with("pre_tokenizer", NESTED)
+    assert "Split" in repr(_loads(text).pre_tokenizer)  # the library would run it
+    with pytest.raises(zoo.TokenizerError,
+                       match=r"pre_tokenizer\.pretokenizers\[0\]\.pretokenizers\[1\]\.pattern\.Regex .*several ways"):
+        tokenizer("hf", json=text)
+
+
+@pytest.mark.parametrize("rule", [
+    {"type": "Bogus", "pattern": {"Regex": "(a+)+b"}, "content": "y"},  # unknown type: read by its shape
+    {"pattern": {"Regex": "(a+)+b"}, "content": "y"},                   # no type at all
+    {"normalizers": [{"pattern": {"Regex": "(a+)+b"}, "content": "y"}]},  # an untyped Sequence
+])
+def test_a_rule_is_read_by_its_fields_not_the_type_it_names(rule):
+    """The library loads a rule of unknown (or no) type by its shape: these run as ``Replace``."""
+    text = _with("normalizer", rule)
+    assert "Replace" in repr(_loads(text).normalizer)
+    with pytest.raises(zoo.TokenizerError, match="normalizer.*several ways"):
+        tokenizer("hf", json=text)
+
+
+@pytest.mark.parametrize("slot, rule", [
+    ("normalizer", {"type": "Bogus", "pattern": {"String": "a"}, "content": "x" * 20_000}),
+    ("decoder", {"pattern": {"String": "a"}, "content": "x" * 1000}),
+    ("normalizer", {"normalizers": [{"type": "NFC"}, {"pattern": {"String": "a"}, "content": "x" * 20}]}),
+])
+def test_an_expanding_rule_of_no_known_type_is_counted(slot, rule):
+    text = _with(slot, rule)
+    assert "Replace" in repr(getattr(_loads(text), slot))  # the library would expand with it
+    with pytest.raises(zoo.TokenizerError, match=f"{slot} can turn one character"):
+        tokenizer("hf", json=text)
+
+
+def test_a_decoder_replace_inside_a_sequence_is_checked():
+    rule = {"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "Replace",
+                                             "pattern": {"Regex": r"(\w+\s?)*$"}, "content": " "}]}
+    with pytest.raises(zoo.TokenizerError, match=r"decoder\.decoders\[1\]\.pattern\.Regex"):
+        tokenizer("hf", json=_with("decoder", rule))
+
+
+@pytest.mark.parametrize("slot, rule, what", [
+    ("normalizer", 5, "must be an object"),
+    ("pre_tokenizer", {"type": "Sequence", "pretokenizers": {"a": 1}}, "lists its parts"),
+    ("decoder", {"type": "Sequence", "decoders": [None]}, "must be an object"),
+])
+def test_malformed_rules_are_tokenizer_errors(slot, rule, what):
+    with pytest.raises(zoo.TokenizerError, match=what):
+        check_tokenizer_json(_with(slot, rule))

@@ -18,7 +18,10 @@ that the library runs on every prompt.  Two kinds of rule turn a small file into
   itself -- at most 18 characters for one -- and count as 1 here; user-written ``Replace`` and
   ``Prepend`` rules are what this bounds.)
 
-:func:`check_tokenizer_json` applies both to a whole file before the library sees it, and
+:func:`check_tokenizer_json` applies both to a whole file before the library sees it, reading the
+file by its schema: patterns only where the library compiles them (the ``pattern`` of a rule in the
+normalizer, pre-tokenizer, decoder or post-processor, nested ``Sequence`` parts included:
+:func:`rules`), never a vocabulary entry or special token that happens to be spelled ``Regex``.
 :func:`library_call` turns anything the library raises -- a panic included -- into a
 :class:`~zoo.errors.TokenizerError`.
 """
@@ -112,13 +115,13 @@ def check_tokenizer_json(text: Any, where: str = "tokenizer.json") -> dict:
         raise TokenizerError(f"not a tokenizer.json (a JSON object with a 'model' object), got "
                              f"{short(data)}", where=where,
                              fix="pass a tokenizer.json written by the tokenizers library")
-    for path, pattern in _regexes(data, ""):
+    for path, pattern in _regexes(data, where):
         hazard = regex_hazard(pattern)
         if hazard:
             raise TokenizerError(f"the regex {short(pattern)} at {path} {hazard}", where=where,
                                  fix=_FIX)
     for key in ("normalizer", "decoder"):
-        factor = expansion(data.get(key), f"{key}", where)
+        factor = expansion(data.get(key), key, where)
         if factor > MAX_EXPANSION:
             raise TokenizerError(f"the {key} can turn one character into {factor:,.0f} (more than "
                                  f"{MAX_EXPANSION}): a short prompt would become gigabytes",
@@ -126,46 +129,72 @@ def check_tokenizer_json(text: Any, where: str = "tokenizer.json") -> dict:
     return data
 
 
-def _regexes(node: Any, path: str):
-    """Every ``{"Regex": pattern}`` in the file, with its JSON path (iterative: no recursion
-    limit on a deep file that json.loads still accepted)."""
-    stack = [(node, path)]
+#: The parts of a tokenizer.json that hold rules the library runs -- the only places it compiles a
+#: pattern from (the ``pattern`` of a ``Split`` pre-tokenizer, of a ``Replace`` normalizer or
+#: decoder).  The model (vocabulary, merges) and the added tokens are data: Gemma's vocabulary has
+#: a token spelled ``Regex``, a template processor may name a special token ``Regex``.
+RULE_SLOTS = ("normalizer", "pre_tokenizer", "decoder", "post_processor")
+#: The field under which a ``Sequence`` lists its parts, in each slot.
+SEQUENCE_FIELDS = ("normalizers", "pretokenizers", "decoders", "processors")
+
+
+def rules(rule: Any, path: str, where: str):
+    """``(json_path, rule)`` for ``rule`` (one slot of a tokenizer.json, :data:`RULE_SLOTS`; None
+    is no rule) and every rule inside it, through the parts of each ``Sequence``, nested ones
+    included, in order.  A rule is read by the fields it has, not by the type it names: the library
+    matches a rule of an unknown (or no) ``type`` by its shape -- ``{"type": "Bogus", "pattern":
+    ..., "content": ...}`` loads as a ``Replace`` normalizer -- so every rule's ``pattern`` and
+    every list of parts counts, whatever its ``type`` says.  Iterative: a deep file that json.loads
+    accepted cannot reach the recursion limit here."""
+    stack = [(rule, path)]
     while stack:
-        node, path = stack.pop()
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if k == "Regex":
-                    yield f"{path}.Regex" if path else "Regex", v
-                else:
-                    stack.append((v, f"{path}.{k}" if path else str(k)))
-        elif isinstance(node, list):
-            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
+        node, at = stack.pop()
+        if node is None and at == path:
+            continue
+        if not isinstance(node, dict):
+            raise TokenizerError(f"{at} must be an object, got {short(node)}", where=where, fix=_FIX)
+        yield at, node
+        for field in SEQUENCE_FIELDS:
+            if field not in node:
+                continue
+            parts = node[field]
+            if not isinstance(parts, list):
+                raise TokenizerError(f"{at} lists its parts as {short(parts)}", where=where, fix=_FIX)
+            stack.extend((part, f"{at}.{field}[{i}]") for i, part in reversed(list(enumerate(parts))))
+
+
+def _regexes(data: dict, where: str):
+    """Every regular expression the library would compile from the file -- the ``{"Regex": ...}``
+    of a rule's ``pattern`` in one of the :data:`RULE_SLOTS` -- with its JSON path."""
+    for slot in RULE_SLOTS:
+        for path, rule in rules(data.get(slot), slot, where):
+            pattern = rule.get("pattern")
+            if isinstance(pattern, dict) and "Regex" in pattern:
+                yield f"{path}.pattern.Regex", pattern["Regex"]
 
 
 def expansion(rule: Any, path: str, where: str) -> float:
     """The most characters one input character can become through ``rule`` (a normalizer or
-    decoder entry of a tokenizer.json; ``None`` is the identity).  A ``Sequence`` multiplies its
-    parts; ``Replace(pattern -> content)`` gives ``len(content) / shortest match`` (a regex that
-    can match the empty string inserts ``content`` between every two characters: ``1 +
-    len(content)``); ``Prepend`` adds its text once, which the 1 + ... of the first character
-    covers; rules of Unicode and case (NFC, NFKC, Lowercase, ...) count as 1."""
-    if rule is None:
-        return 1.0
-    if not isinstance(rule, dict):
-        raise TokenizerError(f"{path} must be an object, got {short(rule)}", where=where, fix=_FIX)
-    kind = rule.get("type")
-    if kind == "Sequence":
-        parts = rule.get("normalizers", rule.get("decoders", []))
-        if not isinstance(parts, list):
-            raise TokenizerError(f"{path} lists its parts as {short(parts)}", where=where, fix=_FIX)
-        total = 1.0
-        for i, part in enumerate(parts):
-            total *= expansion(part, f"{path}[{i}]", where)
-            if total > 1e12:
-                break
-        return total
-    if kind == "Replace":
-        pattern, content = rule.get("pattern"), rule.get("content")
+    decoder entry of a tokenizer.json; ``None`` is the identity): the product over the rules in it
+    (:func:`rules`: a ``Sequence`` multiplies its parts).  ``Replace(pattern -> content)`` gives
+    ``len(content) / shortest match`` (a regex that can match the empty string inserts ``content``
+    between every two characters: ``1 + len(content)``); ``Prepend`` adds its text once, which the
+    1 + ... of the first character covers; rules of Unicode and case (NFC, NFKC, Lowercase, ...)
+    count as 1.  A rule counts as a ``Replace`` when it says so or has a ``pattern`` and a
+    ``content`` (the shape the library would load it by), as a ``Prepend`` likewise."""
+    total = 1.0
+    for at, node in rules(rule, path, where):
+        total *= _factor(node, at, where)
+        if total > 1e12:
+            break
+    return total
+
+
+def _factor(node: dict, path: str, where: str) -> float:
+    """What one rule (not its parts) multiplies a character by; see :func:`expansion`."""
+    factor = 1.0
+    if node.get("type") == "Replace" or ("pattern" in node and "content" in node):
+        pattern, content = node.get("pattern"), node.get("content")
         if not isinstance(content, str) or not isinstance(pattern, dict):
             raise TokenizerError(f"{path} (Replace) needs a pattern and a content string",
                                  where=where, fix=_FIX)
@@ -176,13 +205,11 @@ def expansion(rule: Any, path: str, where: str) -> float:
         else:
             raise TokenizerError(f"{path} (Replace) has a pattern {short(pattern)}", where=where,
                                  fix=_FIX)
-        if shortest == 0:
-            return 1.0 + len(content)
-        return max(1.0, len(content) / shortest)
-    if kind == "Prepend":
-        text = rule.get("prepend", "")
-        return 1.0 + (len(text) if isinstance(text, str) else 0)
-    return 1.0
+        factor *= 1.0 + len(content) if shortest == 0 else max(1.0, len(content) / shortest)
+    if node.get("type") == "Prepend" or "prepend" in node:
+        text = node.get("prepend", "")
+        factor *= 1.0 + (len(text) if isinstance(text, str) else 0)
+    return factor
 
 
 # ---------------------------------------------------------------------- regular expressions
