@@ -24,6 +24,7 @@ from torch import nn
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.model.kernels import bias_and_mask, softmax_values
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,7 @@ class CoPEAttention(AttentionKernel):
     def forward(self, q, k, v, mask=None, bias=None, need_weights=False):
         k, v = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
         s = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # (B, h, Tq, Tk)
-        if bias is not None:
-            s = s + bias
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
+        s = bias_and_mask(s, bias, mask)  # + bias, -inf where the mask forbids
         gates = torch.sigmoid(s)  # (B, h, Tq, Tk), 0 on masked keys
         pos = gates.flip(-1).cumsum(-1).flip(-1).clamp(max=self.config.max_pos - 1)  # p_ij = Σ_{t>=j} g_it
         logits_int = torch.matmul(q, self.pos_emb.to(q.dtype).t())  # (B, h, Tq, P): q_i·E[p]
@@ -70,11 +68,8 @@ class CoPEAttention(AttentionKernel):
         lo, hi = safe.floor().long(), safe.ceil().long()
         frac = pos - lo.to(pos.dtype)
         e = logits_int.gather(-1, lo) * (1 - frac) + logits_int.gather(-1, hi) * frac  # (B, h, Tq, Tk)
-        weights = torch.softmax(s + e, dim=-1)  # masked keys stay -inf
-        dropped = weights
-        if self.training and self.dropout_p > 0:
-            dropped = torch.nn.functional.dropout(weights, self.dropout_p)
-        return torch.matmul(dropped, v), (weights if need_weights else None)  # (B, h, Tq, hd)
+        out, weights = softmax_values(s + e, v, self.dropout_p, self.training)  # masked keys stay -inf
+        return out, (weights if need_weights else None)  # (B, h, Tq, hd)
 
 
 @zoo.hookimpl

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.components import AttentionKernel, Capabilities, nonfinite_query_rows
+from zoo.components import AttentionKernel, Capabilities
+from zoo.model.kernels import sdpa
 
 
 @dataclass(frozen=True)
@@ -55,17 +56,9 @@ class CosineAttention(AttentionKernel):
         g = self.log_gain.exp().to(q.dtype)[None, :, None, None]  # (1, h, 1, 1)
         q = F.normalize(q, dim=-1) * g  # (B, h, Tq, hd), |q| = g
         k = F.normalize(k, dim=-1)      # (B, h_kv, Tk, hd), unit length
-        attn_mask = mask
-        if bias is not None:
-            attn_mask = bias.to(q.dtype)
-            if mask is not None:
-                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=1.0,
-            dropout_p=self.dropout_p if self.training else 0.0, enable_gqa=q.size(1) != k.size(1))
-        if attn_mask is None:  # the fused kernel would return zeros for a NaN query row
-            out = nonfinite_query_rows(out, q)
-        return out, None  # (B, h, Tq, hd)
+        out = sdpa(q, k, v, mask, bias, scale=1.0, dropout_p=self.dropout_p, training=self.training,
+                   is_causal=is_causal)  # (B, h, Tq, hd): the gain is already in q
+        return out, None
 
 
 @zoo.hookimpl

@@ -22,6 +22,7 @@ from torch import nn
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.model.kernels import bias_and_mask, weigh
 
 
 @dataclass(frozen=True)
@@ -67,18 +68,12 @@ class DifferentialAttention(AttentionKernel):
 
         def softmax_map(a, b):
             s = torch.matmul(a, b.transpose(-2, -1)) * self.half_scale  # (B, h, Tq, Tk)
-            if bias is not None:
-                s = s + bias
-            if mask is not None:
-                s = s.masked_fill(~mask, float("-inf"))
-            return torch.softmax(s, dim=-1)
+            return torch.softmax(bias_and_mask(s, bias, mask), dim=-1)
 
         lam = (torch.exp(torch.dot(self.lambda_q1, self.lambda_k1))
                - torch.exp(torch.dot(self.lambda_q2, self.lambda_k2)) + self.config.lambda_init)
         w = softmax_map(q1, k1) - lam.to(q.dtype) * softmax_map(q2, k2)  # (B, h, Tq, Tk)
-        if self.training and self.dropout_p > 0:
-            w = torch.nn.functional.dropout(w, self.dropout_p)
-        out = torch.matmul(w, v)  # (B, h, Tq, hd)
+        out = weigh(w, v, self.dropout_p, self.training)  # (B, h, Tq, hd)
         of = out.float() if out.element_size() < 4 else out  # half precision: norm in float32
         of = of * torch.rsqrt(of.pow(2).mean(-1, keepdim=True) + self.config.eps)  # RMSNorm per head
         return (of.to(out.dtype) * self.gain.to(out.dtype)) * (1 - self.config.lambda_init), None

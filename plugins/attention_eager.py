@@ -14,7 +14,9 @@ gradient vanishes (Vaswani et al., 2017, §3.2.1).  The scale is ``1/sqrt(head_d
 one head, not of the model.
 
 This is the kernel to read, and the one the inspection tools use: :meth:`steps` returns every
-intermediate by name, so ``zoo.trace`` records them without computing attention a second time.
+intermediate by name, so ``zoo.trace`` records them without computing attention a second time.  Its
+steps are the pieces every softmax variant shares (:mod:`zoo.model.kernels`: ``bias_and_mask``,
+``softmax_values``).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import torch
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.model.kernels import bias_and_mask, softmax_values
 
 
 class EagerAttention(AttentionKernel):
@@ -34,15 +37,9 @@ class EagerAttention(AttentionKernel):
 
     def steps(self, q, k, v, mask=None, bias=None):
         k, v = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
-        scores = self.score(q, k)  # (B, h, Tq, Tk)
-        if bias is not None:
-            scores = scores + bias
-        masked = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(masked, dim=-1)  # (B, h, Tq, Tk), rows sum to 1
-        dropped = weights
-        if self.training and self.dropout_p > 0:
-            dropped = torch.nn.functional.dropout(weights, self.dropout_p)
-        out = torch.matmul(dropped, v)  # (B, h, Tq, hd)
+        scores = bias_and_mask(self.score(q, k), bias)  # (B, h, Tq, Tk): q·kᵀ·scale + bias
+        masked = bias_and_mask(scores, mask=mask)  # -inf where the mask forbids
+        out, weights = softmax_values(masked, v, self.dropout_p, self.training)  # (B, h, Tq, hd); rows sum to 1
         return {"scores": scores, "scores_masked": masked, "weights": weights, "heads": out}
 
     def forward(self, q, k, v, mask=None, bias=None, need_weights=False):

@@ -14,11 +14,11 @@ hurt — the paper found the learned ``γ`` spread widely across heads.  x-trans
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.components import AttentionKernel, Capabilities, nonfinite_query_rows
+from zoo.components import AttentionKernel, Capabilities
+from zoo.model.kernels import sdpa
 
 
 class HeadScaleAttention(AttentionKernel):
@@ -41,17 +41,9 @@ class HeadScaleAttention(AttentionKernel):
         self.gamma = nn.Parameter(torch.ones(ctx.num_heads))  # (h,)
 
     def forward(self, q, k, v, mask=None, bias=None, is_causal=False, need_weights=False):
-        attn_mask = mask
-        if bias is not None:
-            attn_mask = bias.to(q.dtype)
-            if mask is not None:
-                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale,
-            dropout_p=self.dropout_p if self.training else 0.0, enable_gqa=q.size(1) != k.size(1))
-        if attn_mask is None:  # the fused kernel would return zeros for a NaN query row
-            out = nonfinite_query_rows(out, q)
-        return out * self.gamma.to(out.dtype)[None, :, None, None], None  # (B, h, Tq, hd)
+        out = sdpa(q, k, v, mask, bias, scale=self.scale, dropout_p=self.dropout_p, training=self.training,
+                   is_causal=is_causal)  # (B, h, Tq, hd)
+        return out * self.gamma.to(out.dtype)[None, :, None, None], None  # γ_h · o_h
 
 
 @zoo.hookimpl

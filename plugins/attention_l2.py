@@ -18,6 +18,7 @@ import torch
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.model.kernels import bias_and_mask, softmax_values
 
 
 class L2Attention(AttentionKernel):
@@ -41,15 +42,9 @@ class L2Attention(AttentionKernel):
         q2 = q.pow(2).sum(-1, keepdim=True)  # (B, h, Tq, 1)
         k2 = k.pow(2).sum(-1)[:, :, None, :]  # (B, h, 1, Tk)
         s = -(q2 - 2 * qk + k2) * self.scale  # -|q - k|² · scale
-        if bias is not None:
-            s = s + bias
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        weights = torch.softmax(s, dim=-1)  # (B, h, Tq, Tk)
-        dropped = weights
-        if self.training and self.dropout_p > 0:
-            dropped = torch.nn.functional.dropout(weights, self.dropout_p)
-        return torch.matmul(dropped, v), (weights if need_weights else None)  # (B, h, Tq, hd)
+        s = bias_and_mask(s, bias, mask)  # + bias, -inf where the mask forbids
+        out, weights = softmax_values(s, v, self.dropout_p, self.training)  # weights (B, h, Tq, Tk)
+        return out, (weights if need_weights else None)  # (B, h, Tq, hd)
 
 
 @zoo.hookimpl

@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities
+from zoo.model.kernels import prefix_keys, sdpa
 
 
 @dataclass(frozen=True)
@@ -58,16 +58,8 @@ class MemoryKVAttention(AttentionKernel):
         B, M = k.size(0), self.config.slots
         k = torch.cat([self.mem_k.to(k.dtype).expand(B, -1, -1, -1), k], dim=2)  # (B, h_kv, M + Tk, hd)
         v = torch.cat([self.mem_v.to(v.dtype).expand(B, -1, -1, -1), v], dim=2)
-        attn_mask = None
-        if bias is not None:
-            attn_mask = F.pad(bias.to(q.dtype), (M, 0))  # memory slots get bias 0
-            if mask is not None:
-                attn_mask = attn_mask.masked_fill(~F.pad(mask, (M, 0), value=True), float("-inf"))
-        elif mask is not None:
-            attn_mask = F.pad(mask, (M, 0), value=True)  # memory is always visible
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, scale=self.scale,
-            dropout_p=self.dropout_p if self.training else 0.0, enable_gqa=q.size(1) != k.size(1))
+        mask, bias = prefix_keys(mask, bias, M)  # (…, Tq, M + Tk): memory always visible, bias 0
+        out = sdpa(q, k, v, mask, bias, scale=self.scale, dropout_p=self.dropout_p, training=self.training)
         return out, None  # (B, h, Tq, hd)
 
 

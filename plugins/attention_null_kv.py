@@ -14,11 +14,11 @@ returned.  A query whose real keys are all masked still sees the zero key and ou
 """
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities
+from zoo.model.kernels import prefix_keys, sdpa
 
 
 class NullKVAttention(AttentionKernel):
@@ -38,16 +38,8 @@ class NullKVAttention(AttentionKernel):
     def forward(self, q, k, v, mask=None, bias=None, need_weights=False):
         k = F.pad(k, (0, 0, 1, 0))  # (B, h_kv, 1 + Tk, hd): key 0 is all zeros
         v = F.pad(v, (0, 0, 1, 0))  # (B, h_kv, 1 + Tk, hd): value 0 is all zeros
-        attn_mask = None
-        if bias is not None:
-            attn_mask = F.pad(bias.to(q.dtype), (1, 0))  # (…, Tq, 1 + Tk): bias 0 on the zero key
-            if mask is not None:
-                attn_mask = attn_mask.masked_fill(~F.pad(mask, (1, 0), value=True), float("-inf"))
-        elif mask is not None:
-            attn_mask = F.pad(mask, (1, 0), value=True)  # the zero key is always visible
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, scale=self.scale,
-            dropout_p=self.dropout_p if self.training else 0.0, enable_gqa=q.size(1) != k.size(1))
+        mask, bias = prefix_keys(mask, bias, 1)  # (…, Tq, 1 + Tk): the zero key always visible, bias 0
+        out = sdpa(q, k, v, mask, bias, scale=self.scale, dropout_p=self.dropout_p, training=self.training)
         return out, None  # (B, h, Tq, hd)
 
 

@@ -19,6 +19,7 @@ import torch
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.model.kernels import weigh
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,7 @@ class ReLUAttention(AttentionKernel):
         w = w * self.inv_n
         if mask is not None:
             w = w.masked_fill(~mask, 0.0)  # masked keys: weight exactly 0
-        if self.training and self.dropout_p > 0:
-            w = torch.nn.functional.dropout(w, self.dropout_p)
-        return torch.matmul(w, v), None  # (B, h, Tq, hd)
+        return weigh(w, v, self.dropout_p, self.training), None  # (B, h, Tq, hd)
 
 
 @zoo.hookimpl

@@ -20,10 +20,9 @@ as zoo's; ``nn.MultiheadAttention``'s is the opposite.
 """
 from __future__ import annotations
 
-import torch.nn.functional as F
-
 import zoo
-from zoo.components import AttentionKernel, Capabilities, causal_mask, nonfinite_query_rows
+from zoo.components import AttentionKernel, Capabilities, causal_mask
+from zoo.model.kernels import sdpa
 
 
 def fold_groups(attend, q, k, v, mask=None, bias=None, is_causal=False):
@@ -64,19 +63,10 @@ class SDPAttention(AttentionKernel):
         return self.attend(q, k, v, mask, bias, is_causal), None
 
     def attend(self, q, k, v, mask=None, bias=None, is_causal=False):
-        """``F.scaled_dot_product_attention`` with zoo's mask and bias merged: ``(B, h, Tq, hd_v)``."""
-        attn_mask = mask
-        if bias is not None:
-            attn_mask = bias.to(q.dtype)
-            if mask is not None:
-                attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=self.scale,
-            dropout_p=self.dropout_p if self.training else 0.0,
-            enable_gqa=q.size(1) != k.size(1))  # (B, h, Tq, hd)
-        if attn_mask is None:  # the fused kernel would return zeros for a NaN query row
-            out = nonfinite_query_rows(out, q)
-        return out
+        """``F.scaled_dot_product_attention`` with zoo's mask and bias merged, ``(B, h, Tq, hd_v)``
+        (:func:`zoo.model.kernels.sdpa`, which also keeps a NaN query row NaN)."""
+        return sdpa(q, k, v, mask, bias, scale=self.scale, dropout_p=self.dropout_p, training=self.training,
+                    is_causal=is_causal)
 
 
 @zoo.hookimpl

@@ -20,6 +20,7 @@ import torch
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.model.kernels import bias_and_mask, weigh
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,9 @@ class SigmoidAttention(AttentionKernel):
     def forward(self, q, k, v, mask=None, bias=None, need_weights=False):
         k, v = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
         s = torch.matmul(q, k.transpose(-2, -1)) * self.scale + self.bias_value  # (B, h, Tq, Tk)
-        if bias is not None:
-            s = s + bias
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))  # sigmoid(-inf) = 0 exactly
+        s = bias_and_mask(s, bias, mask)  # + bias, -inf where masked: sigmoid(-inf) = 0 exactly
         w = torch.sigmoid(s)  # (B, h, Tq, Tk), each in (0, 1), rows need not sum to 1
-        if self.training and self.dropout_p > 0:
-            w = torch.nn.functional.dropout(w, self.dropout_p)
-        return torch.matmul(w, v), None  # (B, h, Tq, hd)
+        return weigh(w, v, self.dropout_p, self.training), None  # (B, h, Tq, hd)
 
 
 @zoo.hookimpl

@@ -20,6 +20,7 @@ from torch import nn
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities
+from zoo.model.kernels import prefix_keys, sdpa
 
 
 class SinkAttention(AttentionKernel):
@@ -50,12 +51,9 @@ class SinkAttention(AttentionKernel):
             base = base[None]
         scores = base.expand(base.size(0), h, Tq, Tk)  # (B|1, h, Tq, Tk)
         sink = self.sink.to(q.dtype)[None, :, None, None].expand(base.size(0), h, Tq, 1)  # (B|1, h, Tq, 1)
-        attn_mask = torch.cat([sink, scores], dim=-1)  # (B|1, h, Tq, 1 + Tk) float mask
-        if mask is not None:
-            attn_mask = attn_mask.masked_fill(~F.pad(mask, (1, 0), value=True), float("-inf"))
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, scale=self.scale,
-            dropout_p=self.dropout_p if self.training else 0.0, enable_gqa=q.size(1) != k.size(1))
+        mask, _ = prefix_keys(mask, None, 1)  # (…, Tq, 1 + Tk): the sink is always visible
+        bias = torch.cat([sink, scores], dim=-1)  # (B|1, h, Tq, 1 + Tk): the sink's logit, then the bias
+        out = sdpa(q, k, v, mask, bias, scale=self.scale, dropout_p=self.dropout_p, training=self.training)
         return out, None  # (B, h, Tq, hd)
 
 

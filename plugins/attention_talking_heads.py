@@ -24,6 +24,7 @@ from torch import nn
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.model.kernels import bias_and_mask
 
 
 @dataclass(frozen=True)
@@ -64,13 +65,8 @@ class TalkingHeadsAttention(AttentionKernel):
         s = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # (B, h, Tq, Tk)
         if self.pre is not None:
             s = torch.einsum("gh,bhqk->bgqk", self.pre.to(s.dtype), s)  # mix logits across heads
-        if bias is not None:
-            s = s + bias
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
-        w = torch.softmax(s, dim=-1)  # (B, h, Tq, Tk)
-        if self.training and self.dropout_p > 0:
-            w = torch.nn.functional.dropout(w, self.dropout_p)
+        w = torch.softmax(bias_and_mask(s, bias, mask), dim=-1)  # (B, h, Tq, Tk)
+        w = torch.nn.functional.dropout(w, self.dropout_p, self.training)
         if self.post is not None:
             w = torch.einsum("gh,bhqk->bgqk", self.post.to(w.dtype), w)  # mix weights across heads
         return torch.matmul(w, v), None  # (B, h, Tq, hd)

@@ -19,6 +19,7 @@ import torch
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.model.kernels import bias_and_mask, softmax_values
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,12 @@ class TopKAttention(AttentionKernel):
     def forward(self, q, k, v, mask=None, bias=None, need_weights=False):
         k, v = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
         s = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # (B, h, Tq, Tk)
-        if bias is not None:
-            s = s + bias
-        if mask is not None:
-            s = s.masked_fill(~mask, float("-inf"))
+        s = bias_and_mask(s, bias, mask)  # + bias, -inf where the mask forbids
         kk = min(self.config.k, s.size(-1))
         threshold = s.topk(kk, dim=-1).values[..., -1:]  # (B, h, Tq, 1): the k-th best score
         s = s.masked_fill(s < threshold, float("-inf"))  # drop everything below it
-        weights = torch.softmax(s, dim=-1)  # (B, h, Tq, Tk), at most k (plus ties) non-zero
-        dropped = weights
-        if self.training and self.dropout_p > 0:
-            dropped = torch.nn.functional.dropout(weights, self.dropout_p)
-        return torch.matmul(dropped, v), (weights if need_weights else None)  # (B, h, Tq, hd)
+        out, weights = softmax_values(s, v, self.dropout_p, self.training)  # at most k (plus ties) non-zero
+        return out, (weights if need_weights else None)  # (B, h, Tq, hd)
 
 
 @zoo.hookimpl

@@ -1,7 +1,8 @@
 """The model: a spec, the layers, the three architectures, and building them.
 
 ``spec`` (the YAML spec as frozen dataclasses), ``layers`` (attention, blocks, the stack, the KV
-cache), ``models`` (encoder, decoder, encoder-decoder), ``assembly`` (spec + registry -> modules),
+cache), ``kernels`` (the shared pieces of attention kernels, for ``plugins/attention_*``),
+``models`` (encoder, decoder, encoder-decoder), ``assembly`` (spec + registry -> modules),
 ``build`` (:func:`zoo.build`: budget, device, dtype, initialisation) and ``doors`` (the one table
 through which a model's ``generate`` / ``chat`` / ``run_with_cache`` methods reach the wings that use
 the model).
@@ -15,7 +16,7 @@ import importlib
 
 #: The modules of this wing, reachable as ``zoo.model.NAME`` after ``import zoo`` (imported on
 #: first use, so ``import zoo`` stays light).
-MODULES = ('spec', 'layers', 'models', 'assembly', 'build', 'doors')
+MODULES = ('spec', 'layers', 'kernels', 'models', 'assembly', 'build', 'doors')
 
 
 def __getattr__(name: str):
