@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import zoo
 from zoo.components import MaskRule
+from zoo.errors import ParamError
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class StridedConfig:
 
     def __post_init__(self):
         if self.stride < 1:
-            raise ValueError(f"stride must be >= 1, got {self.stride}")
+            raise ParamError.of("param.at_least", name="stride", minimum=1, value=self.stride)
 
 
 class Strided(MaskRule):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import zoo
 from zoo.components import MaskRule
+from zoo.errors import ParamError
 
 
 class Causal(MaskRule):
@@ -43,7 +44,7 @@ class PrefixConfig:
 
     def __post_init__(self):
         if self.length < 0:
-            raise ValueError(f"length must be >= 0, got {self.length}")
+            raise ParamError.of("param.at_least", name="length", minimum=0, value=self.length)
 
 
 class Prefix(MaskRule):
@@ -64,7 +65,7 @@ class SlidingWindowConfig:
 
     def __post_init__(self):
         if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
+            raise ParamError.of("param.at_least", name="window", minimum=1, value=self.window)
 
 
 class SlidingWindow(MaskRule):

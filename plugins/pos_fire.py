@@ -21,6 +21,7 @@ from torch import nn
 
 import zoo
 from zoo.components import PositionScheme
+from zoo.errors import ParamError
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class FireConfig:
 
     def __post_init__(self):
         if self.hidden < 1:
-            raise ValueError(f"hidden must be >= 1, got {self.hidden}")
+            raise ParamError.of("param.at_least", name="hidden", minimum=1, value=self.hidden)
 
 
 class Fire(PositionScheme):

@@ -26,6 +26,7 @@ from torch import nn
 
 import zoo
 from zoo.components import PositionScheme
+from zoo.errors import ParamError
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,9 @@ class T5RelativeConfig:
 
     def __post_init__(self):
         if self.num_buckets < 4:
-            raise ValueError(f"num_buckets must be >= 4, got {self.num_buckets}")
+            raise ParamError.of("param.at_least", name="num_buckets", minimum=4, value=self.num_buckets)
         if self.max_distance < 2:
-            raise ValueError(f"max_distance must be >= 2, got {self.max_distance}")
+            raise ParamError.of("param.at_least", name="max_distance", minimum=2, value=self.max_distance)
 
 
 def relative_bucket(rel: torch.Tensor, bidirectional: bool, num_buckets: int,

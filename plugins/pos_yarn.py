@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 import zoo
+from zoo.errors import ParamError
 from zoo.plugins.pos_rope import Rope, RopeConfig, rope_frequencies, rope_scale
 
 
@@ -40,13 +41,14 @@ class YarnConfig:
 
     def __post_init__(self):
         if not self.factor >= 1:
-            raise ValueError(f"factor must be >= 1, got {self.factor}")
+            raise ParamError.of("param.at_least", name="factor", minimum=1, value=self.factor)
         if self.base <= 1:
             raise ValueError(f"base must be > 1, got {self.base}")
         if not self.beta_fast > self.beta_slow > 0:
             raise ValueError("need beta_fast > beta_slow > 0")
         if self.original_max_len is not None and self.original_max_len < 1:
-            raise ValueError(f"original_max_len must be >= 1, got {self.original_max_len}")
+            raise ParamError.of("param.at_least", name="original_max_len", minimum=1,
+                                value=self.original_max_len)
 
 
 def rope_config(config: YarnConfig, original_max_len: int) -> RopeConfig:

@@ -55,7 +55,7 @@ __all__ = [
 #: imported on first use so that ``import zoo`` stays light (``zoo.inside.plots`` needs matplotlib).
 SUBPACKAGES = ("model", "io", "run", "inside", "guard", "convert", "train", "experiment", "testing")
 #: Front-door modules a plugin author or a test imports by name (``zoo.components``, ``zoo.errors``).
-FRONT_DOOR = ("components", "errors", "hookspecs", "registry", "version")
+FRONT_DOOR = ("components", "errors", "hookspecs", "messages", "registry", "version")
 
 _deprecation.install()  # ``import zoo.trust`` -> zoo.guard.files, with a DeprecationWarning
 

@@ -7,19 +7,10 @@ a plugin), *what* is wrong, *which* values would be valid, and *how* to fix it. 
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from typing import Any, Iterable
 
-
-#: Longest ``what`` / ``where`` / ``fix`` a message keeps (a safety net: values quoted in messages
-#: go through :func:`zoo.guard.files.short` already, so no message grows with a hostile input).
-MAX_PART = 600
-
-
-def _cap(text: str | None) -> str | None:
-    if text is None:
-        return None
-    text = str(text)
-    return text if len(text) <= MAX_PART else text[:MAX_PART - 3] + "..."
+from . import messages
+from .messages import MAX_PART, cap as _cap  # noqa: F401 - MAX_PART: the cap of each part
 
 
 class ZooError(Exception):
@@ -28,10 +19,23 @@ class ZooError(Exception):
     ``where``: the spec field, file or plugin concerned; ``options``: the valid choices (if a finite
     set); ``fix``: one sentence telling the user what to do.  Each part is capped at
     :data:`MAX_PART` characters.
+
+    Raised with :meth:`of`, an error carries the id of its message in the catalogue
+    (:mod:`zoo.messages`) and its parameters, ``message_id`` and ``params``, and ``fix_ids`` (the
+    ids whose fix sentences make its fix), so a front end words it in its own language; raised
+    with a plain English text, ``message_id`` is None and a front end shows the English.
     """
+
+    #: the catalogue id of the message (:mod:`zoo.messages`), None for a plain English message
+    message_id: str | None = None
+    #: the values the message's templates are formatted with
+    params: dict[str, Any]
+    #: the ids whose fix templates make the fix, in order
+    fix_ids: tuple[str, ...] = ()
 
     def __init__(self, message: str, *, where: str | None = None, options: Iterable[str] | None = None,
                  fix: str | None = None):
+        self.params = {}
         where, message, fix = _cap(where), _cap(message), _cap(fix)
         self.where = where
         self.what = message
@@ -45,6 +49,20 @@ class ZooError(Exception):
             parts.append(f"fix: {fix}")
         text = ". ".join(p.rstrip(".") for p in parts)
         super().__init__(text if text.endswith(("?", "!")) else text + ".")
+
+    @classmethod
+    def of(cls, message_id: str, *, where: str | None = None, options: Iterable[str] | None = None,
+           fix: "str | Iterable[str | None] | None" = None, **params: Any) -> "ZooError":
+        """The error of catalogue entry ``message_id`` (:data:`zoo.messages.MESSAGES`), its English
+        ``what`` and ``fix`` formatted with ``params``; ``raise SpecError.of("spec.unknown_field",
+        where=key, field=key)``.  ``fix``: the id (or ids, joined by "; ") whose fix templates make the
+        fix instead of the entry's own (``fix=()``: none), e.g. ``fix="hint.did_you_mean"`` with a
+        ``suggestion=`` param.  An unknown id or a missing param is a ``KeyError`` (a bug)."""
+        fixes = messages.fix_ids(message_id, fix)
+        what, fix_text = messages.render(message_id, params, fixes)
+        exc = cls(what, where=where, options=options, fix=fix_text)
+        exc.message_id, exc.params, exc.fix_ids = message_id, dict(params), fixes
+        return exc
 
 
 class SpecError(ZooError):
@@ -65,6 +83,12 @@ class CheckpointError(ZooError):
 
 class PluginError(ZooError):
     """A plugin failed to load or registered something invalid."""
+
+
+class ParamError(SpecError, ValueError):
+    """A component's parameter is out of range: what a config dataclass's ``__post_init__`` raises,
+    ``raise ParamError.of("param.at_least", name="window", minimum=1, value=self.window)`` -- a
+    ``ValueError`` too, so code that builds configs by hand catches it as before."""
 
 
 class TokenizerError(ZooError):

@@ -43,7 +43,7 @@ from . import hookspecs
 from .components import FAMILIES as FAMILY_TABLE
 from .components import FAMILY_BASES, Capabilities
 from .deprecation import moved, moved_method
-from .errors import PluginError, UnknownComponentError, did_you_mean
+from .errors import PluginError, UnknownComponentError, closest, did_you_mean
 from .version import __version__
 
 #: the package of the built-in plugins (the repository's ``plugins/`` folder), listing them in
@@ -309,18 +309,18 @@ class Registry:
     def get(self, family: str, name: str, *, where: str | None = None) -> Component:
         """The component ``name`` of ``family``; an :class:`UnknownComponentError` if absent."""
         if family not in self.components:
-            raise UnknownComponentError(f"unknown component family '{family}'", where=where,
-                                        options=FAMILY_NAMES)
+            raise UnknownComponentError.of("registry.unknown_family", where=where, options=FAMILY_NAMES,
+                                           family=family)
         table = self.components[family]
         if name not in table:
-            hint = did_you_mean(name, table)
-            fix = hint or "install the plugin that provides it, or pick a registered name"
+            best = closest(name, table)
             broken = [p.name for p in self.plugins.values() if p.errors]
-            if broken:
-                # a sentence of its own ("; "), so a translation can take it apart from the fix
-                fix += f"; plugins that failed to load: {', '.join(broken)}, see `zoo plugins`"
-            raise UnknownComponentError(f"no {family} named '{name}'", where=where,
-                                        options=table, fix=fix)
+            # the failed plugins are a sentence of their own ("; "), each translated by its id
+            raise UnknownComponentError.of(
+                "registry.unknown_component", where=where, options=table, family=family, name=name,
+                suggestion=best, plugins=", ".join(broken),
+                fix=("hint.did_you_mean" if best else "registry.unknown_component",
+                     "registry.broken_plugins" if broken else None))
         return table[name]
 
     def names(self, family: str) -> list[str]:

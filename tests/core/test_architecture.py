@@ -28,7 +28,8 @@ ZOO = ROOT / "zoo"
 #: The floors of the engine, from the ground up.  A module may import its own floor and below.
 #: Patterns (fnmatch) place packages; ``zoo`` is the package face, the public API.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground", ("zoo.version", "zoo.errors", "zoo.deprecation", "zoo.hookspecs", "zoo.components")),
+    ("ground", ("zoo.version", "zoo.messages", "zoo.errors", "zoo.deprecation", "zoo.hookspecs",
+                "zoo.components")),
     ("registry", ("zoo.registry",)),
     ("guard", ("zoo.guard", "zoo.guard.*")),
     ("model", ("zoo.model", "zoo.model.*")),

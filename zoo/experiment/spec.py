@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ZooError
+from ..errors import ZooError, closest
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "checkpoints" / "experiments"
 #: metrics every trial records besides its task's own: direction ("min", "max", or None: neither
@@ -224,10 +224,10 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
              fix="start the file with `name: ...`")
     unknown = [k for k in data if k not in TOP_KEYS]
     if unknown:
-        from ..errors import did_you_mean
-
-        _bad(str(unknown[0]), f"unknown field {short(unknown[0])}", options=TOP_KEYS,
-             fix=did_you_mean(str(unknown[0]), TOP_KEYS) or "remove it")
+        best = closest(str(unknown[0]), TOP_KEYS)
+        raise ExperimentError.of("experiment.unknown_field", where=f"experiment.{unknown[0]}",
+                                 options=TOP_KEYS, field=short(unknown[0]), suggestion=best,
+                                 fix="hint.did_you_mean" if best else "hint.remove_it")
     raw = json.dumps(data, default=str)  # key order kept: grid variant names follow it
     if quick:
         q = data.get("quick")
@@ -238,7 +238,7 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
         data = _merge({k: v for k, v in data.items() if k != "quick"}, q or {})
     for req in ("name", "base", "task", "budget"):
         if req not in data:
-            _bad(req, f"missing required field '{req}'", fix=f"add `{req}: ...`")
+            raise ExperimentError.of("experiment.missing_field", where=f"experiment.{req}", field=req)
     name = data["name"]
     if not isinstance(name, str) or not re.match(r"^[a-z][a-z0-9_]{0,60}$", name):
         _bad("name", f"invalid name {short(name)}", fix="lower-case letters, digits and '_'")

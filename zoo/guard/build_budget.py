@@ -249,8 +249,8 @@ def check(spec, budget: Any = None, device: Any = None, *, layout=None) -> tuple
     if sum(b for b, *_ in lows) > limit:
         nbytes, where, value, shape = max(lows)
         per_layer = where.endswith(("num_layers", "d_model", "num_heads", "head_dim"))
-        _refuse(limit, why, where, f"{where} = {value} makes a tensor of shape {shape}, "
-                                   f"{human_bytes(nbytes)}{' over all layers' if per_layer else ''}")
+        _refuse("budget.tensor_layers" if per_layer else "budget.tensor", limit, why, where, value=value,
+                shape=shape, size=human_bytes(nbytes))
     if rough(spec) < limit / 2 or layout is None:
         return limit, why
     total, rows = layout(spec)
@@ -259,18 +259,18 @@ def check(spec, budget: Any = None, device: Any = None, *, layout=None) -> tuple
     nbytes, name, shape, reps = rows[0]
     if reps > 1 and reps + 1 > max(shape, default=1):
         where, value = _layers_field(spec)
-        detail = f"{where} = {value} repeats '{name}' {shape} and the rest of each layer"
-    else:
-        where, value = culprit(spec, shape)
-        detail = f"{where} = {value} makes '{name}' {shape}, {human_bytes(nbytes)}"
-    _refuse(limit, why, where, f"the model needs {human_bytes(total)}; {detail}")
+        _refuse("budget.repeats", limit, why, where, total=human_bytes(total), value=value, name=name,
+                shape=shape)
+    where, value = culprit(spec, shape)
+    _refuse("budget.makes", limit, why, where, total=human_bytes(total), value=value, name=name, shape=shape,
+            size=human_bytes(nbytes))
 
 
-def _refuse(limit: float, why: str, where: str, detail: str):
-    raise SpecError(f"building this model needs more than the budget of {human_bytes(limit)} "
-                    f"({why}): {detail}", where=where,
-                    fix=f"lower {where}, or pass a larger budget to build it anyway "
-                        f"(zoo.build / zoo.load(..., budget=BYTES), zoo build --budget SIZE)")
+def _refuse(message_id: str, limit: float, why: str, where: str, **detail):
+    """The refusal ``message_id`` (``budget.*`` in :mod:`zoo.messages`): the budget, how it was
+    chosen, the field to lower and ``detail``."""
+    raise SpecError.of(message_id, where=where, fix="budget.fix", limit=human_bytes(limit), why=why,
+                       field=where, **detail)
 
 
 __getattr__ = moved(__name__)  # the old names it had: zoo.deprecation.NAMES

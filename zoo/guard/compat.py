@@ -123,9 +123,8 @@ def require(spec, capability: str, purpose: str, registry: Registry | None = Non
             if not getattr(comp.capabilities, capability):
                 alts = [c.name for c in reg.list(comp.family)
                         if getattr(c.capabilities, capability)]
-                raise IncompatibleComponentsError(
-                    f"{purpose} needs {capability.replace('_', ' ')}, which {comp.family} "
-                    f"'{comp.name}' (plugin {comp.plugin}) does not declare",
-                    where=f"{prefix}{fld}", options=alts,
-                    fix=f"switch {prefix}{fld} to one of the options, e.g. "
-                        f"model.spec.replace({fld.split('[')[0]}={(alts or ['...'])[0]!r})")
+                raise IncompatibleComponentsError.of(
+                    "compat.undeclared", where=f"{prefix}{fld}", options=alts, purpose=purpose,
+                    capability=capability.replace("_", " "), family=comp.family, name=comp.name,
+                    plugin=comp.plugin, field=f"{prefix}{fld}",
+                    example=f"model.spec.replace({fld.split('[')[0]}={(alts or ['...'])[0]!r})")

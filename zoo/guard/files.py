@@ -360,13 +360,15 @@ def load_yaml(text: str | bytes, *, where: str, max_bytes: int = MAX_YAML_BYTES,
             loader.dispose()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        loc = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        loc = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""  # for the depth refusal
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         if "nesting depth" in problem:  # newer libyaml scans a flow ahead and stops at its own limit
             raise error(f"YAML nested deeper than {max_depth} levels{loc}", where=where,
                         fix="a spec is nested 2-3 levels; flatten it") from exc
-        raise error(f"invalid YAML{loc}: {clip(problem)}", where=where,
-                    fix="fix the YAML syntax") from exc
+        if mark:
+            raise error.of("yaml.invalid_at", where=where, fix="yaml.fix", line=mark.line + 1,
+                           column=mark.column + 1, problem=clip(problem)) from exc
+        raise error.of("yaml.invalid", where=where, fix="yaml.fix", problem=clip(problem)) from exc
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # e.g. a date 2020-13-45, or an integer of 10,000 digits
         raise error(f"YAML value cannot be read: {clip(exc)}", where=where,

@@ -152,9 +152,7 @@ def get_tokenizer(model: Any, tokenizer: Tokenizer | None = None, *, where: str 
     """``tokenizer`` or the model's own (``model.tokenizer`` from a checkpoint); a clear error if none."""
     tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tok is None:
-        raise TokenizerError("text given, but the model has no tokenizer", where=where,
-                             fix="pass tokenizer=zoo.tokenizer('byte') (or 'char', 'hf'), or save "
-                                 "the checkpoint with zoo.save(model, path, tokenizer=tok)")
+        raise TokenizerError.of("tokenizer.missing", where=where)
     return tok
 
 

@@ -27,7 +27,7 @@ from ..checkpoints import __file__ as _shipped_init  # the shipped folder, insta
 from ..guard import files as trust
 from ..guard.compat import check_compatible
 from ..components import FAMILY, SPEC_FAMILIES, BuildContext
-from ..errors import SpecError, did_you_mean
+from ..errors import SpecError, closest
 from ..registry import get_registry
 from ..guard.files import short
 
@@ -97,9 +97,10 @@ def make_config(config_cls: type | None, params: Mapping[str, Any], where: str, 
     values = {}
     for key, val in params.items():
         if key not in fields:
-            hint = did_you_mean(key, fields)
-            raise SpecError(f"unknown parameter '{key}' for '{kind}'", where=f"{where}.{key}",
-                            options=fields, fix=hint or "remove it")
+            best = closest(key, fields)
+            raise SpecError.of("spec.unknown_parameter", where=f"{where}.{key}", options=fields,
+                               param=key, kind=kind, suggestion=best,
+                               fix="hint.did_you_mean" if best else "hint.remove_it")
         values[key] = coerce(val, hints[key], f"{where}.{key}")
     missing = [n for n, f in fields.items() if n not in values and f.default is dataclasses.MISSING
                and f.default_factory is dataclasses.MISSING]  # type: ignore[misc]
@@ -109,7 +110,11 @@ def make_config(config_cls: type | None, params: Mapping[str, Any], where: str, 
     try:
         return config_cls(**values)
     except (ValueError, TypeError) as exc:
-        raise SpecError(str(exc), where=where, fix="see the component's docs (`zoo components`)") from exc
+        if getattr(exc, "message_id", None):  # a ParamError: its message keeps its id, here
+            raise SpecError.of(exc.message_id, where=where, fix=exc.fix_ids or "spec.component_docs",
+                               **exc.params) from exc
+        raise SpecError.of("spec.component_refused", where=where, fix="spec.component_docs",
+                           text=str(exc)) from exc
 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
@@ -130,41 +135,42 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             except SpecError:
                 continue
         names = " or ".join(_type_name(a) for a in args)
-        raise SpecError(f"expected {names}, got {short(value)}", where=where)
+        raise SpecError.of("value.expected", where=where, expected=names, value=short(value))
     if origin is Literal:
         opts = typing.get_args(tp)
         if value not in opts:
-            hint = did_you_mean(str(value), [str(o) for o in opts])
-            raise SpecError(f"invalid value {short(value)}", where=where, options=[str(o) for o in opts],
-                            fix=hint)
+            best = closest(str(value), [str(o) for o in opts])
+            raise SpecError.of("value.invalid", where=where, options=[str(o) for o in opts],
+                               value=short(value), suggestion=best,
+                               fix=["hint.did_you_mean" if best else None])
         return value
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise SpecError(f"expected a list, got {short(value)}", where=where)
+            raise SpecError.of("value.expected_list", where=where, value=short(value))
         args = typing.get_args(tp)
         inner = args[0] if args else Any
         return tuple(coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value))
     if tp is bool:
         if not isinstance(value, bool):
-            raise SpecError(f"expected true or false, got {short(value)}", where=where)
+            raise SpecError.of("value.expected_bool", where=where, value=short(value))
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(f"expected an integer, got {short(value)}", where=where)
+            raise SpecError.of("value.expected_int", where=where, value=short(value))
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(f"expected a number, got {short(value)}", where=where)
+            raise SpecError.of("value.expected_number", where=where, value=short(value))
         if not math.isfinite(value):
-            raise SpecError(f"expected a finite number, got {short(value)}", where=where)
+            raise SpecError.of("value.expected_finite", where=where, value=short(value))
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise SpecError(f"expected a string, got {short(value)}", where=where)
+            raise SpecError.of("value.expected_string", where=where, value=short(value))
         return value
     if tp is type(None):
         if value is not None:
-            raise SpecError(f"expected null, got {short(value)}", where=where)
+            raise SpecError.of("value.expected", where=where, expected="null", value=short(value))
         return None
     return value
 
@@ -447,9 +453,9 @@ def resolve_spec_source(source: Any) -> dict:
         preset = find_preset(s)
         if preset is not None:
             return load_yaml(preset)
-        raise SpecError(f"no spec file or preset named '{s}'", where="spec",
-                        options=list_presets(), fix=did_you_mean(Path(s).stem, list_presets())
-                        or "pass a path to a YAML file or one of the preset names")
+        best = closest(Path(s).stem, list_presets())
+        raise SpecError.of("spec.no_source", where="spec", options=list_presets(), name=s,
+                           suggestion=best, fix="hint.did_you_mean" if best else None)
     raise SpecError(f"cannot make a spec from {type(source).__name__}", where="spec",
                     fix="pass a YAML path, a preset name, a dict or a ModelSpec")
 
@@ -490,8 +496,9 @@ def parse_spec(source: Any, registry=None, **overrides: Any) -> ModelSpec:
     raw = resolve_spec_source(source)
     for k, v in overrides.items():
         if k not in _ALL_KEYS:
-            raise SpecError(f"unknown override '{k}'", where=k, options=_ALL_KEYS,
-                            fix=did_you_mean(k, _ALL_KEYS) or "override a spec field")
+            best = closest(k, _ALL_KEYS)
+            raise SpecError.of("spec.unknown_override", where=k, options=_ALL_KEYS, field=k,
+                               suggestion=best, fix="hint.did_you_mean" if best else None)
         raw[k] = v
     return _validate(raw, registry)
 
@@ -499,23 +506,24 @@ def parse_spec(source: Any, registry=None, **overrides: Any) -> ModelSpec:
 def _validate(raw: dict, registry) -> ModelSpec:
     for key in raw:
         if key not in _ALL_KEYS or key == "placement":
-            raise SpecError(f"unknown field '{key}'", where=str(key), options=_ALL_KEYS,
-                            fix=did_you_mean(str(key), _ALL_KEYS) or "remove it")
+            best = closest(str(key), _ALL_KEYS)
+            raise SpecError.of("spec.unknown_field", where=str(key), options=_ALL_KEYS, field=key,
+                               suggestion=best, fix="hint.did_you_mean" if best else "hint.remove_it")
     for key in _REQUIRED:
         if key not in raw:
-            raise SpecError(f"missing required field '{key}'", where=key,
-                            fix=f"add `{key}: ...` to the spec")
+            raise SpecError.of("spec.missing_field", where=key, field=key)
     values: dict[str, Any] = {}
     for key, tp in _SCALARS.items():
         if key in raw:
             values[key] = coerce(raw[key], tp, key)
     arch = values["arch"]
     if arch not in ARCHS:
-        raise SpecError(f"unknown architecture '{arch}'", where="arch", options=ARCHS,
-                        fix=did_you_mean(arch, ARCHS))
+        best = closest(arch, ARCHS)
+        raise SpecError.of("spec.unknown_arch", where="arch", options=ARCHS, arch=arch, suggestion=best,
+                           fix=["hint.did_you_mean" if best else None])
     for key in ("vocab_size", "d_model", "num_layers", "num_heads", "max_len"):
         if key in values and values[key] < 1:
-            raise SpecError(f"must be a positive integer, got {values[key]}", where=key)
+            raise SpecError.of("value.positive_int", where=key, value=values[key])
     _check_shared(values, raw)
 
     # components shared by both stacks (a family without a default, left out: none)
@@ -570,7 +578,7 @@ def _validate(raw: dict, registry) -> ModelSpec:
 
 def _check_shared(values: dict, raw: dict) -> None:
     if not 0.0 <= values.get("dropout", 0.0) < 1.0:
-        raise SpecError(f"dropout must be in [0, 1), got {values['dropout']}", where="dropout")
+        raise SpecError.of("spec.dropout", where="dropout", value=values["dropout"])
     pad = values.get("pad_id")
     if pad is not None and not 0 <= pad < values["vocab_size"]:
         raise SpecError(f"pad_id {pad} is outside the vocabulary [0, {values['vocab_size']})",
@@ -598,8 +606,8 @@ _DERIVED = {"num_kv_heads": "num_heads", "head_dim": "d_model // num_heads", "d_
 
 def _check_derived(key: str, value: Any, where: str) -> None:
     if value is not None and value < 1:
-        raise SpecError(f"must be a positive integer, got {value}", where=where,
-                        fix=f"omit it (or write null) for the default {_DERIVED[key]}")
+        raise SpecError.of("value.positive_int", where=where, value=value, default=_DERIVED[key],
+                           fix="spec.derived_default")
 
 
 def _parse_norm(value: Any, where: str, registry) -> tuple[ComponentSpec, ComponentSpec]:
@@ -639,17 +647,21 @@ def _parse_head(value: Any) -> HeadSpec:
     fields = {f.name for f in dataclasses.fields(HeadSpec)}
     for k in value:
         if k not in fields:
-            raise SpecError(f"unknown head parameter '{k}'", where=f"head.{k}", options=fields,
-                            fix=did_you_mean(k, fields))
+            best = closest(k, fields)
+            raise SpecError.of("spec.unknown_head_param", where=f"head.{k}", options=fields, param=k,
+                               suggestion=best, fix=["hint.did_you_mean" if best else None])
     kw = {k: coerce(v, {"kind": str, "num_labels": int, "pooling": str, "transform": bool}[k],
                     f"head.{k}") for k, v in value.items()}
     head = HeadSpec(**kw)
     if head.kind not in HEADS:
-        raise SpecError(f"unknown head '{head.kind}'", where="head.kind", options=HEADS,
-                        fix=did_you_mean(head.kind, HEADS))
+        best = closest(head.kind, HEADS)
+        raise SpecError.of("spec.unknown_head", where="head.kind", options=HEADS, head=head.kind,
+                           suggestion=best, fix=["hint.did_you_mean" if best else None])
     if head.pooling not in POOLINGS:
-        raise SpecError(f"unknown pooling '{head.pooling}'", where="head.pooling", options=POOLINGS,
-                        fix=did_you_mean(head.pooling, POOLINGS))
+        best = closest(head.pooling, POOLINGS)
+        raise SpecError.of("spec.unknown_pooling", where="head.pooling", options=POOLINGS,
+                           pooling=head.pooling, suggestion=best,
+                           fix=["hint.did_you_mean" if best else None])
     if head.num_labels < 1:
         raise SpecError("must be >= 1", where="head.num_labels")
     return head
@@ -660,9 +672,9 @@ def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, An
     for key, val in section.items():
         where = f"{role}.{key}"
         if key not in STACK_FIELDS:
-            raise SpecError(f"'{key}' cannot be overridden per stack", where=where,
-                            options=STACK_FIELDS, fix=did_you_mean(str(key), STACK_FIELDS)
-                            or "move it to the top level")
+            best = closest(str(key), STACK_FIELDS)
+            raise SpecError.of("spec.not_per_stack", where=where, options=STACK_FIELDS, field=key,
+                               suggestion=best, fix="hint.did_you_mean" if best else None)
         if key in _COMPONENT_FIELDS:
             out[key] = parse_component(_COMPONENT_FIELDS[key], val, where, registry)
         elif key == "mask":
@@ -676,7 +688,7 @@ def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, An
         else:
             out[key] = coerce(val, _SCALARS[key], where)
             if key in ("num_layers", "num_heads") and out[key] < 1:
-                raise SpecError(f"must be a positive integer, got {out[key]}", where=where)
+                raise SpecError.of("value.positive_int", where=where, value=out[key])
             if key in _DERIVED:
                 _check_derived(key, out[key], where)
     return tuple(sorted(out.items()))
@@ -690,14 +702,12 @@ def _check_stack(spec: ModelSpec, role: str, registry) -> None:
     heads = over.get("num_heads", spec.num_heads)
     head_dim = over.get("head_dim", spec.head_dim)
     if head_dim is None and spec.d_model % heads:
-        raise SpecError(f"d_model {spec.d_model} is not divisible by num_heads {heads}",
-                        where=src("num_heads"),
-                        fix="choose num_heads dividing d_model, or set head_dim explicitly")
+        raise SpecError.of("spec.heads_divide", where=src("num_heads"), d_model=spec.d_model,
+                           num_heads=heads)
     st = spec.stack(role)
     if st.num_kv_heads < 1 or st.num_heads % st.num_kv_heads:
-        raise SpecError(f"num_heads {st.num_heads} is not a multiple of num_kv_heads "
-                        f"{st.num_kv_heads}", where=src("num_kv_heads"),
-                        fix="use a divisor of num_heads (1 = multi-query, num_heads = multi-head)")
+        raise SpecError.of("spec.kv_heads_divide", where=src("num_kv_heads"), num_heads=st.num_heads,
+                           num_kv_heads=st.num_kv_heads)
     if st.d_ff < 1 or st.head_dim < 1:
         raise SpecError("d_ff and head_dim must be positive", where=src("d_ff"))
     if (st.dense_layers is not None or st.dense_d_ff is not None) and st.dense_ffn is None:
@@ -707,8 +717,8 @@ def _check_stack(spec: ModelSpec, role: str, registry) -> None:
         raise SpecError(f"dense_layers must be >= 1 with a dense_ffn, got {st.dense_layers}",
                         where=src("dense_layers"), fix="set how many of the first layers use dense_ffn")
     if st.dense_d_ff is not None and st.dense_d_ff < 1:
-        raise SpecError(f"must be a positive integer, got {st.dense_d_ff}", where=src("dense_d_ff"),
-                        fix="omit it (or write null) for d_ff")
+        raise SpecError.of("value.positive_int", where=src("dense_d_ff"), value=st.dense_d_ff,
+                           fix="spec.dense_d_ff_default")
     if st.num_layers > 4096:
         raise SpecError(f"{st.num_layers} layers is unreasonably deep", where=src("num_layers"),
                         fix="use at most 4096 layers")

@@ -157,14 +157,12 @@ def render(template: str, messages: Sequence[Mapping], *, add_generation_prompt:
         return compiled.render(messages=msgs, tools=tools, documents=documents,
                                add_generation_prompt=add_generation_prompt, **variables)
     except jinja2.exceptions.SecurityError as exc:
-        raise ChatError(f"the template tried something the sandbox forbids: {clip(exc, 160)}",
-                        where="chat_template", fix="use the model's published template") from exc
+        raise ChatError.of("chat.sandbox", where="chat_template", detail=clip(exc, 160)) from exc
     except jinja2.exceptions.TemplateError as exc:  # raise_exception(...) in the template, undefined calls
-        raise ChatError(f"the template refused the conversation: {clip(exc, 200)}", where="chat_template",
-                        fix="follow the model's conversation rules (e.g. alternate user/assistant)") from exc
+        raise ChatError.of("chat.refused", where="chat_template", detail=clip(exc, 200)) from exc
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, RecursionError) as exc:
-        raise ChatError(f"the template failed on this conversation: {type(exc).__name__}: {clip(exc, 160)}",
-                        where="chat_template", fix="check the messages' fields against what the template reads") from exc
+        raise ChatError.of("chat.failed", where="chat_template", error=type(exc).__name__,
+                           detail=clip(exc, 160)) from exc
 
 
 # ---------------------------------------------------------------------- where a template lives

@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.components import AttentionKernel, Capabilities, causal_mask, repeat_kv
+from zoo.errors import ParamError
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class LinearAttentionConfig:
         if not self.eps > 0:
             raise ValueError(f"eps must be > 0, got {self.eps}")
         if self.chunk_size < 1:
-            raise ValueError(f"chunk_size must be >= 1, got {self.chunk_size}")
+            raise ParamError.of("param.at_least", name="chunk_size", minimum=1, value=self.chunk_size)
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,175 @@
+"""The message catalogue: every error zoo words for a front end to translate, keyed by an id.
+
+An error raised with an id (``SpecError.of("spec.unknown_field", where=key, field=key)``, see
+:meth:`zoo.errors.ZooError.of`) carries ``exc.message_id`` and ``exc.params``; its English ``what``
+and ``fix`` are made from the templates here, with those params.  A front end renders the same error
+in another language from the id and the params with its own catalogue of the same shape
+(:func:`render`): the UI's Chinese is ``zoo.ui.i18n.ERRORS_ZH``.  Rewording an English template
+never loses a translation, and no front end reads the English text back.
+
+An entry holds the ``what`` template, the ``fix`` template, or both.  A fix-only entry
+(``hint.did_you_mean``) is a sentence errors share: ``fix=`` names the ids whose fix templates make
+an error's fix, joined by ``"; "`` (all formatted with the error's one params mapping).  Templates
+are :meth:`str.format` strings with named fields only.
+
+A plugin may raise with a built-in id (``param.at_least`` for a component parameter out of range)
+or :func:`add` its own; an id a front end has no translation for is shown in English.
+"""
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+#: Longest ``what`` / ``where`` / ``fix`` a message keeps (a safety net: values quoted in messages
+#: go through :func:`zoo.guard.files.short` already, so no message grows with a hostile input).
+MAX_PART = 600
+
+
+def cap(text: Any) -> str | None:
+    """``text`` cut to :data:`MAX_PART` characters (None stays None)."""
+    if text is None:
+        return None
+    text = str(text)
+    return text if len(text) <= MAX_PART else text[:MAX_PART - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Message:
+    """The templates of one id: the problem (``what``) and what to do (``fix``), either may be None."""
+
+    what: str | None = None
+    fix: str | None = None
+
+
+_BUDGET = "building this model needs more than the budget of {limit} ({why}): "
+
+#: id -> English templates.  Ids are ``area.name``; ``hint.*`` entries are fix sentences shared by
+#: many errors.  Every id has a Chinese entry in ``zoo.ui.i18n.ERRORS_ZH`` (tests/ui/test_ui_messages.py).
+MESSAGES: dict[str, Message] = {
+    # ---------------------------------------------------------------- shared fix sentences
+    "hint.did_you_mean": Message(fix="did you mean '{suggestion}'?"),
+    "hint.remove_it": Message(fix="remove it"),
+    # ---------------------------------------------------------------- the registry
+    "registry.unknown_family": Message("unknown component family '{family}'"),
+    "registry.unknown_component": Message(
+        "no {family} named '{name}'", "install the plugin that provides it, or pick a registered name"),
+    "registry.broken_plugins": Message(fix="plugins that failed to load: {plugins}, see `zoo plugins`"),
+    # ---------------------------------------------------------------- values in a spec
+    "value.expected": Message("expected {expected}, got {value}"),
+    "value.expected_list": Message("expected a list, got {value}"),
+    "value.expected_bool": Message("expected true or false, got {value}"),
+    "value.expected_int": Message("expected an integer, got {value}"),
+    "value.expected_number": Message("expected a number, got {value}"),
+    "value.expected_finite": Message("expected a finite number, got {value}"),
+    "value.expected_string": Message("expected a string, got {value}"),
+    "value.invalid": Message("invalid value {value}"),
+    "value.positive_int": Message("must be a positive integer, got {value}"),
+    "param.at_least": Message("{name} must be >= {minimum}, got {value}"),
+    # ---------------------------------------------------------------- the spec
+    "spec.no_source": Message("no spec file or preset named '{name}'",
+                              "pass a path to a YAML file or one of the preset names"),
+    "spec.unknown_override": Message("unknown override '{field}'", "override a spec field"),
+    "spec.unknown_field": Message("unknown field '{field}'"),
+    "spec.missing_field": Message("missing required field '{field}'", "add `{field}: ...` to the spec"),
+    "spec.unknown_arch": Message("unknown architecture '{arch}'"),
+    "spec.unknown_parameter": Message("unknown parameter '{param}' for '{kind}'"),
+    "spec.component_refused": Message("{text}"),
+    "spec.component_docs": Message(fix="see the component's docs (`zoo components`)"),
+    "spec.dropout": Message("dropout must be in [0, 1), got {value}"),
+    "spec.derived_default": Message(fix="omit it (or write null) for the default {default}"),
+    "spec.dense_d_ff_default": Message(fix="omit it (or write null) for d_ff"),
+    "spec.unknown_head_param": Message("unknown head parameter '{param}'"),
+    "spec.unknown_head": Message("unknown head '{head}'"),
+    "spec.unknown_pooling": Message("unknown pooling '{pooling}'"),
+    "spec.not_per_stack": Message("'{field}' cannot be overridden per stack", "move it to the top level"),
+    "spec.heads_divide": Message("d_model {d_model} is not divisible by num_heads {num_heads}",
+                                 "choose num_heads dividing d_model, or set head_dim explicitly"),
+    "spec.kv_heads_divide": Message(
+        "num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}",
+        "use a divisor of num_heads (1 = multi-query, num_heads = multi-head)"),
+    "yaml.invalid_at": Message("invalid YAML (line {line}, column {column}): {problem}"),
+    "yaml.invalid": Message("invalid YAML: {problem}"),
+    "yaml.fix": Message(fix="fix the YAML syntax"),
+    # ---------------------------------------------------------------- guards
+    "compat.undeclared": Message(
+        "{purpose} needs {capability}, which {family} '{name}' (plugin {plugin}) does not declare",
+        "switch {field} to one of the options, e.g. {example}"),
+    "budget.tensor": Message(_BUDGET + "{field} = {value} makes a tensor of shape {shape}, {size}"),
+    "budget.tensor_layers": Message(
+        _BUDGET + "{field} = {value} makes a tensor of shape {shape}, {size} over all layers"),
+    "budget.repeats": Message(
+        _BUDGET + "the model needs {total}; {field} = {value} repeats '{name}' {shape} and the rest of "
+                  "each layer"),
+    "budget.makes": Message(_BUDGET + "the model needs {total}; {field} = {value} makes '{name}' {shape}, "
+                                      "{size}"),
+    "budget.fix": Message(fix="lower {field}, or pass a larger budget to build it anyway "
+                              "(zoo.build / zoo.load(..., budget=BYTES), zoo build --budget SIZE)"),
+    # ---------------------------------------------------------------- running
+    "tokenizer.missing": Message("text given, but the model has no tokenizer",
+                                 "pass tokenizer=zoo.tokenizer('byte') (or 'char', 'hf'), or save the "
+                                 "checkpoint with zoo.save(model, path, tokenizer=tok)"),
+    "generate.encoder_only": Message(
+        "an encoder-only model does not generate text",
+        "use zoo.run.pipelines.fill_mask(model, text) or zoo.run.pipelines.classify(...)"),
+    "generate.too_long": Message("prompt ({prompt}) + max_new_tokens ({new}) exceeds max_len {max_len}",
+                                 "ask for at most {room} new tokens"),
+    "generate.too_many": Message("max_new_tokens {new} exceeds max_len {max_len}"),
+    "chat.sandbox": Message("the template tried something the sandbox forbids: {detail}",
+                            "use the model's published template"),
+    "chat.refused": Message("the template refused the conversation: {detail}",
+                            "follow the model's conversation rules (e.g. alternate user/assistant)"),
+    "chat.failed": Message("the template failed on this conversation: {error}: {detail}",
+                           "check the messages' fields against what the template reads"),
+    # ---------------------------------------------------------------- experiments
+    "experiment.unknown_field": Message("unknown field {field}"),
+    "experiment.missing_field": Message("missing required field '{field}'", "add `{field}: ...`"),
+}
+
+
+def add(message_id: str, what: str | None = None, fix: str | None = None) -> None:
+    """Add an entry of your own (a plugin's, a front end's): ``add("myplugin.rank", what="rank {r} is
+    too large", fix="use a rank below {limit}")``.  Adding the same entry again is harmless; an id
+    that already means something else is a ``ValueError``."""
+    entry = Message(what, fix)
+    if not message_id or (what is None and fix is None):
+        raise ValueError(f"a message needs an id and a template, got {message_id!r}")
+    if MESSAGES.get(message_id, entry) != entry:
+        raise ValueError(f"message id {message_id!r} is taken: {MESSAGES[message_id]}")
+    MESSAGES[message_id] = entry
+
+
+def fields(template: str | None) -> set[str]:
+    """The parameter names of a template (``"no {family} named '{name}'"`` -> ``{family, name}``)."""
+    return {f for _, f, _, _ in string.Formatter().parse(template or "") if f is not None}
+
+
+def fix_ids(message_id: str, fix: Any = None) -> tuple[str, ...]:
+    """The ids whose fix templates make an error's fix: ``fix`` as given (one id, or several; None
+    items skipped), or, when ``fix`` is None, the entry's own fix if it has one."""
+    if fix is None:
+        return (message_id,) if MESSAGES[message_id].fix is not None else ()
+    ids = (fix,) if isinstance(fix, str) else tuple(f for f in fix if f)
+    for i in ids:
+        if MESSAGES[i].fix is None:  # a KeyError for an unknown id: a programming error
+            raise ValueError(f"message {i!r} has no fix template")
+    return ids
+
+
+def render(message_id: str, params: Mapping[str, Any], fixes: Iterable[str] = (),
+           catalogue: Mapping[str, Any] = MESSAGES, words: Mapping[str, Callable[[Any], Any]] | None = None,
+           join: Callable[[list[str]], str] = "; ".join) -> tuple[str, str | None] | None:
+    """``(what, fix)`` of an error in the language of ``catalogue`` (id -> an object with ``what``
+    and ``fix`` templates: a :class:`Message`, or a ``(what, fix)`` pair), or None when it lacks the
+    id or one of the ``fixes`` (the caller then shows the English).  ``words`` translate a parameter's
+    value (``{"family": ...}``); ``join`` joins the fix sentences."""
+    def entry(i):
+        e = catalogue.get(i)
+        return Message(*e) if isinstance(e, tuple) else e
+
+    main, parts = entry(message_id), [entry(i) for i in fixes]
+    if main is None or main.what is None or any(p is None or p.fix is None for p in parts):
+        return None
+    values = {k: (words[k](v) if words and k in words else v) for k, v in params.items()}
+    fix = join([p.fix.format(**values) for p in parts]) if parts else None
+    return cap(main.what.format(**values)), cap(fix)
