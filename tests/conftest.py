@@ -33,7 +33,7 @@ FAST_LANE = {
     "core": ("test_architecture", "test_registry"),
     "model": ("test_spec", "test_models", "test_attention", "test_known_values", "test_resolved_stack",
               "test_torch_reference", "test_modern_components", "test_state_dict_keys", "test_assembly",
-              "test_attention_mla"),
+              "test_attention_mla", "test_kernels"),
     "io": ("test_io", "test_loader", "test_tokenizers"),
     "run": ("test_generate", "test_beam", "test_chat", "test_generation_options", "test_generation_health",
             "test_generate_compaction", "test_int4", "test_pipelines"),

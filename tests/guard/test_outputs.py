@@ -362,3 +362,17 @@ def test_kernels_over_the_fused_kernel_keep_a_nan_query_row_nan(name):
     for qq, causal in ((q, True), (q[:, :, -1:], False)):
         out, _ = kernel(qq, k, v, is_causal=causal)
         assert torch.equal(~torch.isfinite(out).all(-1), ~torch.isfinite(qq).all(-1))
+
+
+@pytest.mark.parametrize("name", ["null_kv", "memory_kv"])
+def test_kernels_with_keys_in_front_keep_a_nan_query_row_nan_in_a_cached_step(name):
+    """null_kv and memory_kv prepend keys and call the fused kernel through
+    ``zoo.model.kernels.sdpa``; in a cached step (one query, no mask, no bias) a NaN or infinite
+    query once came out as zeros, hiding it.  Now it shows in its row, and only there."""
+    kernel = zoo.get_registry().get("attention", name).make(BuildContext.for_heads(2, 16))
+    g = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(2, 2, 1, 16, generator=g), *(torch.randn(2, 2, 6, 16, generator=g) for _ in range(2))
+    q[1, 0, 0, 7] = float("nan")
+    q[0, 1, 0, 0] = float("inf")
+    out, _ = kernel(q, k, v)
+    assert torch.equal(~torch.isfinite(out).all(-1), ~torch.isfinite(q).all(-1))
