@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import zoo
-from zoo.components import Placement
+from zoo.plugins.placements import PreNorm
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,9 @@ class GRUGatingConfig:
     gate_bias: float = 2.0  # b_g: pushes the update gate towards "keep the stream"
 
 
-class GRUGating(Placement):
+class GRUGating(PreNorm):  # pre-norm's norm and enter, its own exit
     """Pre-norm with a GRU gate in place of the residual sum, as in GTrXL (Parisotto et al., 2019, "Stabilizing Transformers for Reinforcement Learning", arXiv 1910.06764)."""
 
-    final_norm = True
     lesson = {
         "en": "Problem: a residual sum x + y lets every branch write into the stream at full strength, which "
               "proved unstable for Transformers in reinforcement learning. GTrXL replaces the sum by a GRU "
@@ -46,9 +45,8 @@ class GRUGating(Placement):
     }
 
     def __init__(self, config, ctx, make_norm):
-        super().__init__(config, ctx, make_norm)
+        super().__init__(config, ctx, make_norm)  # self.norm
         D = ctx.d_model
-        self.norm = make_norm()
         self.weight_ih = nn.Parameter(torch.empty(3 * D, D))  # rows: reset, update, new
         self.weight_hh = nn.Parameter(torch.empty(3 * D, D))
         self.bias_ih = nn.Parameter(torch.empty(3 * D))
@@ -61,9 +59,6 @@ class GRUGating(Placement):
             nn.init.uniform_(w, -1 / math.sqrt(D), 1 / math.sqrt(D))  # nn.GRUCell's init
         with torch.no_grad():
             self.bias_ih[D:2 * D] += self.config.gate_bias  # update gate z ≈ σ(2): keep the stream
-
-    def enter(self, x):
-        return self.norm(x)
 
     def exit(self, x, y):
         shape = x.shape

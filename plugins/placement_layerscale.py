@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import zoo
-from zoo.components import Placement
+from zoo.plugins.placements import PreNorm
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,9 @@ def cait_init(num_layers: int) -> float:
     return 0.1 if num_layers <= 18 else 1e-5 if num_layers <= 24 else 1e-6
 
 
-class LayerScale(Placement):
+class LayerScale(PreNorm):  # pre-norm's norm and enter, its own exit
     """Pre-norm with a learned per-channel branch scale λ initialised small (Touvron et al., 2021, "Going deeper with Image Transformers", arXiv 2103.17239)."""
 
-    final_norm = True
     lesson = {
         "en": "Problem: in deep pre-norm stacks every branch adds its output at full strength from step one, "
               "and the sum destabilises training. LayerScale multiplies each branch by a learned per-channel "
@@ -50,17 +49,13 @@ class LayerScale(Placement):
     }
 
     def __init__(self, config, ctx, make_norm):
-        super().__init__(config, ctx, make_norm)
-        self.norm = make_norm()
+        super().__init__(config, ctx, make_norm)  # self.norm
         self.init = config.init if config.init is not None else cait_init(ctx.num_layers)
         self.gamma = nn.Parameter(torch.empty(ctx.d_model))  # (D,)
         self.reset_parameters()
 
     def reset_parameters(self):
         nn.init.constant_(self.gamma, self.init)
-
-    def enter(self, x):
-        return self.norm(x)
 
     def exit(self, x, y):
         return x + self.gamma * y  # (B, T, D) scaled per channel

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 import zoo
-from zoo.components import Placement
+from zoo.plugins.placements import PreNorm
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,9 @@ class StochasticDepthConfig:
             raise ValueError(f"p must be in [0, 1), got {self.p}")
 
 
-class StochasticDepth(Placement):
+class StochasticDepth(PreNorm):  # pre-norm's norm and enter, its own exit
     """Pre-norm with per-sample random branch dropping in training, "drop path" (Huang et al., 2016, "Deep Networks with Stochastic Depth", arXiv 1603.09382)."""
 
-    final_norm = True
     lesson = {
         "en": "Problem: deep networks overfit and have long gradient paths. Stochastic depth drops whole "
               "residual branches at random during training, per sample: x = x + (m/(1-p))·f(norm(x)) with "
@@ -46,17 +45,10 @@ class StochasticDepth(Placement):
               "是 ViT（DeiT、Swin）的强正则化手段；以 LayerDrop 的形式还能在推理时剪掉层。",
     }
 
-    def __init__(self, config, ctx, make_norm):
-        super().__init__(config, ctx, make_norm)
-        self.norm = make_norm()
-
-    def enter(self, x):
-        return self.norm(x)
-
     def exit(self, x, y):
         p = self.config.p
         if not self.training or p == 0.0:
-            return x + y
+            return super().exit(x, y)  # x + y: the plain pre-norm block
         keep = torch.empty(y.size(0), *([1] * (y.dim() - 1)), device=y.device, dtype=y.dtype)
         keep = keep.bernoulli_(1 - p)  # (B, 1, 1): one draw per sample
         return x + y * keep / (1 - p)

@@ -12,22 +12,12 @@ from dataclasses import dataclass
 import zoo
 
 
-from .task_copy import Copy
+from .task_copy import Copy, CopyConfig
 
 
 @dataclass(frozen=True)
-class ReverseConfig:
-    vocab: int = 16
+class ReverseConfig(CopyConfig):  # copy's fields and checks; a shorter default string
     length: int = 10
-    min_length: int | None = None
-    heldout: float = 0.2
-    eval_examples: int = 256
-
-    def __post_init__(self):
-        if not 2 <= self.vocab <= 120 or self.length < 1:
-            raise ValueError("vocab must be in [2, 120] and length >= 1")
-        if self.min_length is not None and not 1 <= self.min_length <= self.length:
-            raise ValueError("min_length must be in [1, length]")
 
 
 class Reverse(Copy):  # Copy's sequences with the second half reversed: alphabet, lengths, metrics
