@@ -6,6 +6,7 @@ import click
 
 import zoo
 from zoo.commands import parse_sets
+from zoo.commands.threads import threads_option
 
 
 @click.command("bench")
@@ -32,13 +33,13 @@ from zoo.commands import parse_sets
 @click.option("--vs-float32", is_flag=True,
               help="With --int8 / --int4: also decode with the float32 weights, alternating rounds, "
                    "and print the tokens/s ratio (paired).")
-@click.option("--threads", type=int, default=None, help="torch.set_num_threads for CPU runs.")
+@threads_option
 @click.option("--compile", "use_compile", is_flag=True, help="Time the torch.compile'd model.")
 @click.option("--set", "sets", multiple=True, metavar="FIELD=VALUE",
               help="Override a spec field (YAML value), e.g. --set num_layers=2.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats, warmup, tasks,
-            device, dtype, int8, int4, group_size, vs_float32, threads, use_compile, sets, as_json):
+            device, dtype, int8, int4, group_size, vs_float32, use_compile, sets, as_json):
     """Time SOURCE (a spec, preset or checkpoint) on this machine.
 
     Reports the median and spread of warm, synchronised repeats; tokens/s; GFLOP/s (FLOPs counted by
@@ -57,8 +58,6 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
     import torch
     from zoo.inside.speed import TASKS, bench
 
-    if threads:
-        torch.set_num_threads(threads)
     for name, v in (("--batch", batch), ("--seq-len", seq_len), ("--prompt-len", prompt_len),
                     ("--new-tokens", new_tokens), ("--train-batch", train_batch),
                     ("--repeats", repeats)):

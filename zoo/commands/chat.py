@@ -17,6 +17,7 @@ import sys
 import click
 
 from zoo.run.generate import cli_options
+from zoo.commands.threads import threads_option
 
 
 @click.command("chat")
@@ -30,6 +31,7 @@ from zoo.run.generate import cli_options
                    "num_beams", "num_return_sequences", "length_penalty", "early_stopping"),
              defaults={"max_new_tokens": 256, "seed": 0})
 @click.option("--device", default=None, help="cpu or cuda (default cpu).")
+@threads_option
 def command(checkpoint, system, messages, template_file, device, **options):
     """Chat with CHECKPOINT (a converted instruct model) in its own chat template."""
     from zoo.run.chat import ChatError, chat, prompt, template_of

@@ -2,6 +2,8 @@
 zoo checkpoint."""
 import click
 
+from zoo.commands.threads import threads_option
+
 
 @click.command("convert")
 @click.argument("hf_dir", type=click.Path(exists=True))
@@ -15,6 +17,7 @@ import click
                    "the parity certificate in the checkpoint (default: when transformers is installed).")
 @click.option("--allow-nonfinite", is_flag=True,
               help="Convert tensors holding NaN or infinity instead of refusing them.")
+@threads_option
 def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify, allow_nonfinite):
     """Convert HF_DIR (config.json + *.safetensors written by save_pretrained; the supported
     families are listed in docs/CONVERT.md) into a zoo checkpoint in OUT_DIR (model.safetensors + spec.yaml).  Offline; transformers is needed only to certify.  A

@@ -15,6 +15,7 @@ import sys
 import click
 
 import zoo
+from zoo.commands.threads import threads_option
 from zoo.io.loading import checkpoint_or_spec
 from zoo.run.input_contract import route_notes
 from zoo.run.generate import cli_options
@@ -77,6 +78,7 @@ def prompt_tokens(model, prompt: str) -> int:
               help="byte, char:CORPUS_TEXT or hf:PATH/tokenizer.json (default: the checkpoint's).")
 @click.option("--device", default=None, help="cpu or cuda (default cpu).")
 @click.option("--candidates", type=int, default=5, show_default=True, help="Fill-mask: top-k shown.")
+@threads_option
 def command(checkpoint, prompt, tokenizer, device, candidates, **options):
     """Generate from CHECKPOINT, streaming tokens as they come (fill-mask for encoder models)."""
     # a prompt outside the checkpoint's input contract is a ZooError (one line, exit 2); one that

@@ -12,6 +12,7 @@ import click
 import zoo
 from zoo.io.loading import checkpoint_or_spec
 from zoo.commands import parse_sets
+from zoo.commands.threads import threads_option
 from zoo.io.checkpoint import load_spec
 from zoo.train import DEFAULT_OBJECTIVE, OBJECTIVES, TrainConfig, train
 from zoo.train.config import WINDOW_STARTS
@@ -58,6 +59,7 @@ _D = TrainConfig()
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out.")
 @click.option("--overwrite", is_flag=True, help="Start over even if --out holds a run.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (logs still go to metrics.jsonl).")
+@threads_option
 def command(source, data, objective, steps, out, batch_size, grad_accum, block_size, window_starts,
             mask_prob, mask_token_frac, lr, warmup,
             weight_decay, grad_clip, holdout, eval_every, save_every, log_every, seed, tokenizer, fit_vocab,

@@ -3,6 +3,8 @@ import os
 
 import click
 
+from zoo.commands.threads import threads_option
+
 
 @click.command("ui")
 @click.option("--host", default="127.0.0.1", show_default=True,
@@ -10,6 +12,7 @@ import click
 @click.option("--port", default=7860, show_default=True, type=int)
 @click.option("--lang", type=click.Choice(["en", "zh"]), default="en", show_default=True,
               help="Initial language (switchable in the page).")
+@threads_option
 def command(host, port, lang):
     """Build, run, inspect, compare and verify models in the browser (English / 中文)."""
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported
