@@ -15,12 +15,12 @@ same weights*, and generates greedily from 16 prompts whose lengths are spread o
 Both must give the same tokens, and the same tokens as 16 single-prompt zoo runs (checked first).
 Runs alternate; the ratio is the median of the rounds' paired ratios.  Target: zoo >= 1.5x hf in
 total tokens/s.  zoo prefills a batch with this much padding prompt by prompt, without the padding
-(``zoo.run.generate._ragged_prefill``), then decodes all rows together from the merged cache.
+(``zoo.run.steps.ragged_prefill``), then decodes all rows together from the merged cache.
 
 Rows that finish early (an end-of-sequence token) stop costing compute: once enough rows have
-stopped, zoo drops them from the batch the model runs on (``zoo.run.generate._LiveRows``; the KV cache
+stopped, zoo drops them from the batch the model runs on (``zoo.run.steps.LiveRows``; the KV cache
 keeps the live rows).  The second table measures it: end-of-sequence ids chosen so that rows stop
-at different steps, the same call with compaction on and off (``zoo.run.generate.COMPACT_SHARE = None``),
+at different steps, the same call with compaction on and off (``zoo.run.steps.COMPACT_SHARE = None``),
 paired; it reports the row-steps each computed and the time ratio, and checks both give the same
 tokens.
 
@@ -69,7 +69,7 @@ def mixed_prompts(vocab: int, n: int = PROMPTS, lo: int = MIN_LEN, hi: int = MAX
 
 
 def left_padded(rows, pad: int = 0):
-    from zoo.run.generate import left_pad
+    from zoo.run.arguments import left_pad
 
     ids, mask = left_pad(rows, pad)
     return ids, mask.long()
@@ -137,7 +137,7 @@ def main(argv=None) -> dict:
 
     # finished rows: end-of-sequence ids that end rows at different steps (row i's token at step
     # 3i + 2 for half the rows), generated with and without dropping finished rows
-    import zoo.run.generate as G
+    import zoo.run.steps as G
 
     ref = zb[:, T:]
     eos = sorted({int(ref[i, 3 * i + 2]) for i in range(PROMPTS // 2)})

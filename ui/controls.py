@@ -2,25 +2,25 @@
 how the page's values become the keywords of :func:`zoo.run.generate.generate`.
 
 Both modes of the tab read them: the text mode (``ui/run_tab.py``) and the chat mode
-(``ui/chat_panel.py``), so a control added to :class:`~zoo.run.generate.GenerationOptions` reaches both.
+(``ui/chat_panel.py``), so a control added to :class:`~zoo.run.options.GenerationOptions` reaches both.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-#: What the Run tab starts its controls at where it differs from :class:`~zoo.run.generate.GenerationOptions`'
+#: What the Run tab starts its controls at where it differs from :class:`~zoo.run.options.GenerationOptions`'
 #: default: sampling on, with the usual top-k / top-p, and a fixed seed (so a run can be repeated).
 UI_DEFAULTS = {"temperature": 0.8, "top_k": 20, "top_p": 0.95, "seed": 0}
 
 
 def ui_options() -> list[tuple[str, Any]]:
     """``(name, Option)`` of every generation option a person sets by hand: the fields of
-    :class:`~zoo.run.generate.GenerationOptions` whose option declares a ``step``, in declaration order.
+    :class:`~zoo.run.options.GenerationOptions` whose option declares a ``step``, in declaration order.
     Each becomes a control (a slider when the option gives a range, else a number box), labelled
     ``run.<name>`` (with ``run.<name>_info`` below it when that key exists), and its value reaches
     generation under its own name.  A new option declared with a ``step`` appears here."""
-    from zoo.run.generate import GenerationOptions
+    from zoo.run.options import GenerationOptions
 
     return [(f.name, f.metadata["option"]) for f in dataclasses.fields(GenerationOptions)
             if f.metadata["option"].step is not None]
@@ -51,7 +51,7 @@ def control_values(values) -> tuple[int, dict]:
 
 def _typed(values: dict) -> dict:
     """Control values as their options' types (a number box gives floats); empty ones left out."""
-    from zoo.run.generate import GenerationOptions
+    from zoo.run.options import GenerationOptions
 
     fields = GenerationOptions.__dataclass_fields__
     cast = {"int": int, "float": float, "bool": bool}

@@ -537,7 +537,7 @@ def family_strings() -> dict[str, tuple[str, str]]:
 def option_strings() -> dict[str, tuple[str, str]]:
     """``run.<option>`` -> (English, 中文) for every generation option the Run tab shows that has no
     label in :data:`STRINGS` yet (a new option is labelled by its name until translated)."""
-    from zoo.run.generate import GenerationOptions  # read when called, like the family table
+    from zoo.run.options import GenerationOptions  # read when called, like the family table
 
     out = {}
     for f in dataclasses.fields(GenerationOptions):

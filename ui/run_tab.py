@@ -144,7 +144,7 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
     """Stream ``(output text so far, fill-mask rows)``.  ``max_new_tokens`` is capped by what the
     model's ``max_len`` leaves after the prompt.  ``temperature`` 0 is greedy decoding, ``top_k`` 0
     and ``top_p`` 1 are off; ``repetition_penalty`` (1 = off) applies to greedy decoding too.
-    ``more``: any other :class:`~zoo.run.generate.GenerationOptions` (as the page's controls give
+    ``more``: any other :class:`~zoo.run.options.GenerationOptions` (as the page's controls give
     them), checked by it.  ``stats``, when given, receives the finished generation's speed against
     the memory roofline (:func:`zoo.inside.speed.decode_speed`)."""
     model = load_checkpoint(name, lang)
@@ -265,7 +265,7 @@ def _control(tr, name: str, opt, first: str | None):
     """The control of one option; "max new tokens" ends at what checkpoint ``first`` allows."""
     import gradio as gr
 
-    from zoo.run.generate import GenerationOptions
+    from zoo.run.options import GenerationOptions
 
     value = UI_DEFAULTS.get(name, GenerationOptions.__dataclass_fields__[name].default)
     high = opt.ui_high

@@ -38,7 +38,7 @@ from .model.spec import ModelSpec, list_presets, parse_spec
 from .io.tokenizers import tokenizer
 from .inside.trace import Trace, trace
 from .run.pipelines import classify, fill_mask
-from .run.generate import GenerationOptions
+from .run.options import GenerationOptions
 from .run.input_contract import InputContract, InputError, InputWarning
 from . import convert  # noqa: E402 - zoo.convert.from_transformers / to_transformers (no transformers import)
 

@@ -69,6 +69,12 @@ NAMES: dict[str, dict[str, str]] = {
     "zoo.registry": {"STACK_COMPONENTS": "zoo.guard.compat", "FAMILIES": "zoo.registry:FAMILY_NAMES"},
     "zoo.io.checkpoint": {"load": "zoo.io.loading", "check": "zoo.io.loading", "match_tensors": "zoo.io.loading"},
     "zoo.guard.files": {"blame": "zoo.registry", "probe_attention": "zoo.model.assembly"},
+    "zoo.run.generate": {"Option": "zoo.run.options", "MIN_TEMPERATURE": "zoo.run.options",
+                         "MIN_TOP_P": "zoo.run.options", "MAX_BEAMS": "zoo.run.options",
+                         "MAX_REPETITION_PENALTY": "zoo.run.options", "pick_next": "zoo.run.sampling",
+                         "warp": "zoo.run.sampling", "penalize_repeats": "zoo.run.sampling",
+                         "left_pad": "zoo.run.arguments",
+                         "cli_options": "zoo.commands:generation_options"},
 }
 
 

@@ -238,7 +238,11 @@ def test_the_checker_sees_upward_imports_and_face_names(tmp_path):
                                      ("zoo.convert:FAMILIES", "zoo.convert.core:CONVERTERS"),
                                      ("zoo.convert:Family", "zoo.convert.core:Converter"),
                                      ("zoo.registry:FAMILIES", "zoo.registry:FAMILY_NAMES"),
-                                     ("zoo.registry:STACK_COMPONENTS", "zoo.guard.compat:STACK_COMPONENTS")])
+                                     ("zoo.registry:STACK_COMPONENTS", "zoo.guard.compat:STACK_COMPONENTS"),
+                                     ("zoo.run.generate:pick_next", "zoo.run.sampling:pick_next"),
+                                     ("zoo.run.generate:Option", "zoo.run.options:Option"),
+                                     ("zoo.run.generate:left_pad", "zoo.run.arguments:left_pad"),
+                                     ("zoo.run.generate:cli_options", "zoo.commands:generation_options")])
 def test_moved_names_still_work_with_a_deprecation_warning(old, new):
     import importlib
 

@@ -59,6 +59,24 @@ def test_trace_reads_ids_by_type_and_range(models, ids, match):
     assert info.value.where == "trace.ids"
 
 
+@pytest.mark.parametrize("ids, match", [
+    ([1, 2 ** 70], r"lie in \[0, 300\)"), ([-1], "lie in"), ([1.5, 2], "integers"), ([True], "integers"),
+    ([[1, 2], 3], "integers"), ([], "non-empty"), (torch.ones(2, 2), "integers"),
+    (torch.tensor([True, False]), "integers"), (torch.full((1, 2), 300), "lie in"),
+    (torch.zeros(1, 1, 2, dtype=torch.long), r"\(B, T\)"), ({"a": 1}, "cannot generate"),
+])
+def test_generate_reads_ids_by_the_rules_trace_reads_them_by(models, ids, match):
+    """One reading of ids (zoo.run.arguments): generation refuses what trace refuses, by the same
+    words, instead of rounding a 1.5 or reading True as token 1; only a ragged batch differs (it is
+    left-padded for generation)."""
+    gpt, _ = models
+    for name in ("generate", "stream"):
+        with pytest.raises(ZooError, match=match) as info:
+            ENTRY[name](gpt, ids)
+        assert info.value.where == "generate.ids"
+    assert zoo.run.generate.generate(gpt, [[1], [2, 3]], 2).shape == (2, 4)
+
+
 def test_good_ids_still_work_everywhere(models):
     gpt, bert = models
     assert zoo.trace(gpt, [1, 2, 3]).logits.shape == (1, 3, 300)

@@ -229,7 +229,7 @@ def test_compiled_decoding_over_the_static_latent_cache():
     model = zoo.build(dict(arch="decoder", vocab_size=50, d_model=32, num_layers=2, num_heads=4, head_dim=8,
                            attention={"kind": "mla", "kv_lora_rank": 16, "nope_dim": 8, "v_dim": 6},
                            positions="rope", norm="rmsnorm", ffn="swiglu"), seed=0).eval()
-    ids, padding = zoo.run.generate.left_pad([[5, 6, 7, 8, 9, 10, 11], [40, 41, 42]], 0)
+    ids, padding = zoo.run.arguments.left_pad([[5, 6, 7, 8, 9, 10, 11], [40, 41, 42]], 0)
     assert_same_logits(model, ids, padding, 8)
 
 

@@ -77,9 +77,10 @@ def test_rows_that_stop_are_padded_and_the_rest_go_on(pair):
 
 def test_ragged_prefill_is_taken_and_gives_what_the_padded_prefill_gives(pair, monkeypatch):
     """The 16 prompts carry ~48% padding, so generate prefills them one by one and merges the
-    caches (zoo.run.generate._ragged_prefill); forced back to the one padded prefill, the tokens and
+    caches (zoo.run.steps.ragged_prefill); forced back to the one padded prefill, the tokens and
     the logits of every step are the same."""
     import zoo.run.generate as gen
+    import zoo.run.steps as steps
     from zoo.model.layers import KVCache
 
     hf, z = pair
@@ -96,7 +97,7 @@ def test_ragged_prefill_is_taken_and_gives_what_the_padded_prefill_gives(pair, m
         ragged = z.generate(rows, NEW)
         ragged_steps = list(gen.stream(z, rows, 4))
     assert merged and merged[0] == [len(r) for r in rows]
-    monkeypatch.setattr(gen, "RAGGED_MIN_PADDING", 1.01)  # never: the padded prefill
+    monkeypatch.setattr(steps, "RAGGED_MIN_PADDING", 1.01)  # never: the padded prefill
     merged.clear()
     with torch.inference_mode():
         padded = z.generate(rows, NEW)
@@ -104,13 +105,13 @@ def test_ragged_prefill_is_taken_and_gives_what_the_padded_prefill_gives(pair, m
     assert torch.equal(ragged, padded)
     # the merged cache against the padded one, logits of the first steps (float32 tolerance)
     ids, mask = bench.left_padded(rows)
-    head = gen._make_head(z, 4)
+    head = steps.make_head(z, 4)
     with torch.inference_mode():  # a coroutine prefills at its first next(): each under its setting
-        a = gen._decoder_logits(z, ids, mask.bool(), True, None, head, 4)
+        a = steps.decoder_logits(z, ids, mask.bool(), True, None, head, 4)
         la = next(a)  # padded (RAGGED_MIN_PADDING is still 1.01)
-        monkeypatch.setattr(gen, "RAGGED_MIN_PADDING", 0.0)
+        monkeypatch.setattr(steps, "RAGGED_MIN_PADDING", 0.0)
         merged.clear()
-        b = gen._decoder_logits(z, ids, mask.bool(), True, None, head, 4)
+        b = steps.decoder_logits(z, ids, mask.bool(), True, None, head, 4)
         lb = next(b)  # ragged
         assert merged
         for step in ragged_steps:

@@ -48,11 +48,11 @@ def assert_same_logits(model, ids, padding, steps):
     cache, every step attending over all its slots behind a mask) against eager (the growing
     cache).  Stronger than equal tokens: a random-weight model's argmax can survive a wrong
     attention."""
-    from zoo.run import generate as g
+    from zoo.run import steps as g
 
     with torch.inference_mode():
         comp = compiled.decoder_logits(model, ids, padding, steps)
-        eager = g._decoder_logits(model, ids, padding, True, None, g._make_head(model, steps), steps)
+        eager = g.decoder_logits(model, ids, padding, True, None, g.make_head(model, steps), steps)
         a, b = next(comp), next(eager)
         for _ in range(steps - 1):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)  # float32, reordered sums
@@ -70,7 +70,7 @@ def test_padded_batch_with_score_bias_positions():
     """ALiBi reads every cached key's position (StaticCache.pos, counted per row from its first
     real token) and a left-padded batch masks its pads: logits as eager, step by step."""
     model = zoo.build("gpt_tiny", positions="alibi", num_layers=2, seed=0).eval()
-    ids, padding = zoo.run.generate.left_pad([[5, 6, 7, 8, 9, 10, 11, 12, 13], [40, 41, 42]], 0)
+    ids, padding = zoo.run.arguments.left_pad([[5, 6, 7, 8, 9, 10, 11, 12, 13], [40, 41, 42]], 0)
     assert_same_logits(model, ids, padding, 12)
     assert compiled.last_steps(model).recompiles == 0
 

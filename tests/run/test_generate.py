@@ -6,7 +6,9 @@ import torch
 import zoo
 
 from helpers import shrunk
-from zoo.run.generate import left_pad, pick_next, stream
+from zoo.run.arguments import left_pad
+from zoo.run.generate import stream
+from zoo.run.sampling import pick_next
 from zoo.registry import get_registry
 from zoo.io.tokenizers import tokenizer
 
@@ -163,7 +165,7 @@ def test_penalize_repeats_is_transformers_repetition_penalty():
     token's positive logit is divided by the penalty, a negative one multiplied."""
     from transformers import RepetitionPenaltyLogitsProcessor
 
-    from zoo.run.generate import penalize_repeats
+    from zoo.run.sampling import penalize_repeats
 
     torch.manual_seed(0)
     logits = torch.randn(3, 50) * 4
@@ -383,7 +385,7 @@ def test_cache_equals_no_cache_on_gpu(positions):
 def test_transposed_lm_head_path_gives_the_same_tokens(monkeypatch):
     """Large CPU LM heads are read through a transposed copy while decoding; same tokens, and the
     model's own weights stay as they were."""
-    import zoo.run.generate as G
+    import zoo.run.steps as G
 
     for preset in ("gpt_tiny", "t5_tiny"):
         model = small(preset, positions="rope")

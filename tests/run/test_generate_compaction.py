@@ -1,7 +1,7 @@
 """Finished rows stop costing compute (issue 27, item 4): a batch drops the rows that have stopped.
 
 A row that produced a stop token only yields padding afterwards.  ``generate`` therefore shrinks
-the batch the model runs on once enough rows have finished (``zoo.run.generate._LiveRows``, the KV cache
+the batch the model runs on once enough rows have finished (``zoo.run.steps.LiveRows``, the KV cache
 keeping the live rows, :meth:`zoo.model.layers.KVCache.keep`).  What must hold:
 
 - the tokens are transformers' own: its batched ``generate`` with the same end-of-sequence ids on
@@ -23,7 +23,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import zoo.convert  # noqa: E402
-import zoo.run.generate as G  # noqa: E402
+import zoo.run.steps as G  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import batched_generate as bench  # noqa: E402

@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 import zoo
 from zoo.commands.run import command as run_command
-from zoo.run.generate import GenerationOptions, Option, generate
+from zoo.run.generate import generate
+from zoo.run.options import GenerationOptions, Option
 
 
 FIELDS = dataclasses.fields(GenerationOptions)

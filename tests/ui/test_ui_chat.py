@@ -67,7 +67,7 @@ def _dirs(request, tmp_path, monkeypatch):
 def controls(max_new_tokens=12, temperature=0.0, **more) -> list:
     """The tab's generation controls in ``ui_options`` order: greedy unless told otherwise."""
     values = dict(run_tab.UI_DEFAULTS, max_new_tokens=max_new_tokens, temperature=temperature, **more)
-    from zoo.run.generate import GenerationOptions
+    from zoo.run.options import GenerationOptions
 
     fields = GenerationOptions.__dataclass_fields__
     return [values.get(n, fields[n].default) for n, _ in run_tab.ui_options()]

@@ -1,4 +1,4 @@
-"""The Run tab's generation controls are the fields of zoo.run.generate.GenerationOptions: one control
+"""The Run tab's generation controls are the fields of zoo.run.options.GenerationOptions: one control
 per option a person sets by hand (its Option declares a step), its range from the declaration, its
 value passed to generation under the option's name.  A new option is one declaration (and its use in
 the decoding loop): it appears as a control, labelled in both languages, and its value reaches
@@ -12,6 +12,7 @@ import pytest
 gr = pytest.importorskip("gradio")
 
 from zoo.run import generate  # noqa: E402
+from zoo.run import options as declared_options  # noqa: E402
 from zoo.ui import i18n, run_tab  # noqa: E402
 from zoo.ui.i18n import Translator  # noqa: E402
 
@@ -41,13 +42,13 @@ def _run_tab() -> tuple[dict, Translator]:
 
 
 def test_the_controls_are_the_hand_set_generation_options():
-    declared = [f.name for f in dataclasses.fields(generate.GenerationOptions)
+    declared = [f.name for f in dataclasses.fields(declared_options.GenerationOptions)
                 if f.metadata["option"].step is not None]
     assert [n for n, _ in run_tab.ui_options()] == declared
     assert set(declared) >= {"max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed"}
     parts, _ = _run_tab()
     assert list(parts["options"]) == declared
-    fields = generate.GenerationOptions.__dataclass_fields__
+    fields = declared_options.GenerationOptions.__dataclass_fields__
     for name, w in parts["options"].items():
         opt = fields[name].metadata["option"]
         assert w.elem_id == f"run-{name.replace('_', '-')}"
@@ -61,12 +62,12 @@ def test_the_controls_are_the_hand_set_generation_options():
 
 def test_a_new_option_is_a_control_whose_value_reaches_generation(monkeypatch):
     @dataclasses.dataclass(frozen=True)
-    class WithMinP(generate.GenerationOptions):
-        min_p: float = generate._opt(0.0, help="Sampling: drop tokens below min_p times the top "
-                                     "probability.", kind="float", low=0.0, high=1.0, ui_low=0.0,
-                                     ui_high=1.0, step=0.01)
+    class WithMinP(declared_options.GenerationOptions):
+        min_p: float = declared_options._opt(0.0, help="Sampling: drop tokens below min_p times the "
+                                             "top probability.", kind="float", low=0.0, high=1.0,
+                                             ui_low=0.0, ui_high=1.0, step=0.01)
 
-    monkeypatch.setattr(generate, "GenerationOptions", WithMinP)
+    monkeypatch.setattr(declared_options, "GenerationOptions", WithMinP)
     seen = {}
     real = generate.stream_text
 

@@ -16,7 +16,7 @@ import sys
 
 import click
 
-from zoo.run.generate import cli_options
+from zoo.commands import generation_options
 from zoo.commands.threads import threads_option
 
 
@@ -27,9 +27,9 @@ from zoo.commands.threads import threads_option
               help="Send this message instead of reading the keyboard (repeat for several turns).")
 @click.option("--template", "template_file", default=None, type=click.Path(dir_okay=False),
               help="A Jinja chat template file to use instead of the checkpoint's.")
-@cli_options(skip=("stop_tokens", "prefix_length", "decoder_start_id", "pad_id", "vocab_limit",
-                   "num_beams", "num_return_sequences", "length_penalty", "early_stopping"),
-             defaults={"max_new_tokens": 256, "seed": 0})
+@generation_options(skip=("stop_tokens", "prefix_length", "decoder_start_id", "pad_id", "vocab_limit",
+                          "num_beams", "num_return_sequences", "length_penalty", "early_stopping"),
+                    defaults={"max_new_tokens": 256, "seed": 0})
 @click.option("--device", default=None, help="cpu or cuda (default cpu).")
 @threads_option
 def command(checkpoint, system, messages, template_file, device, **options):

@@ -18,7 +18,7 @@ import zoo
 from zoo.commands.threads import threads_option
 from zoo.io.loading import checkpoint_or_spec
 from zoo.run.input_contract import route_notes
-from zoo.run.generate import cli_options
+from zoo.commands import generation_options
 from zoo.io.tokenizers import tokenizer as make_tokenizer
 
 
@@ -69,11 +69,11 @@ def prompt_tokens(model, prompt: str) -> int:
 @click.argument("checkpoint")
 @click.option("--prompt", "-p", required=True, help="Text to continue (or, for an encoder, text "
               "with <mask> tokens to fill / a sentence to classify).")
-@cli_options(skip=("stop_tokens", "prefix_length", "decoder_start_id", "pad_id", "vocab_limit"),
-             defaults={"max_new_tokens": None, "seed": 0},
-             helps={"max_new_tokens": f"At most this many new tokens [default: {DEFAULT_NEW_TOKENS}, "
-                                      "capped by what the model's max_len leaves after the prompt].",
-                    "seed": "Sampling (and random-init) seed."})
+@generation_options(skip=("stop_tokens", "prefix_length", "decoder_start_id", "pad_id", "vocab_limit"),
+                    defaults={"max_new_tokens": None, "seed": 0},
+                    helps={"max_new_tokens": f"At most this many new tokens [default: {DEFAULT_NEW_TOKENS}, "
+                                             "capped by what the model's max_len leaves after the prompt].",
+                           "seed": "Sampling (and random-init) seed."})
 @click.option("--tokenizer", default=None, metavar="KIND[:ARG]",
               help="byte, char:CORPUS_TEXT or hf:PATH/tokenizer.json (default: the checkpoint's).")
 @click.option("--device", default=None, help="cpu or cuda (default cpu).")

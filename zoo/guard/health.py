@@ -5,7 +5,7 @@ A checkpoint whose weights hold NaN (a diverged run, a converted file accepted w
 logits.  Without a check, sampling fails inside ``torch.multinomial`` ("probability tensor contains
 either inf, nan or element < 0") and greedy decoding silently returns token 0 forever.
 
-:func:`finite_steps` wraps a logits coroutine (see :mod:`zoo.run.generate`: it yields next-token logits
+:func:`finite_steps` wraps a logits coroutine (see :mod:`zoo.run.steps`: it yields next-token logits
 ``(B, V)`` and is sent the chosen ids) and checks each step's logits with one sum read back as a
 Python float (NaN and infinity propagate through it; 7-13 us on a 512- or 50,257-entry row on one
 CPU thread, where ``torch.isfinite(x).all()`` takes 36-360 us), measured in ``docs/TRUST.md``.  Only when the

@@ -159,7 +159,7 @@ class KVCache:
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only the rows ``rows (B',)`` of the batch, in order (generation drops the rows that
-        have finished, :class:`zoo.run.generate._LiveRows`): every layer's keys and values, the cached
+        have finished, :class:`zoo.run.steps.LiveRows`): every layer's keys and values, the cached
         positions and padding.  Unlike :meth:`reorder` the batch shrinks, so the buffers are new."""
         for layer in self.layers:
             layer.keep(rows)

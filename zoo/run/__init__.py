@@ -1,10 +1,13 @@
 """Running a model: generation, beam search, chat, compiled decoding, precision, input checks.
 
-``generate`` (the decoding loop and its options), ``beam`` (beam search), ``chat`` (rendering a
-chat template and replying), ``compiled`` (the static-cache compiled step), ``precision`` (int8 /
-int4 weights), ``arguments`` (the checks on a call's model, ids and masks), ``input_contract``
-(which text a trained checkpoint accepts) and ``pipelines`` (:func:`zoo.fill_mask`,
-:func:`zoo.classify`).
+``generate`` (the decoding loop, streaming, text in and out), ``options`` (every generation
+option, declared and checked once), ``sampling`` (choosing the next token: greedy, temperature,
+top-k / top-p, the repetition penalty), ``steps`` (the logits coroutines: prefill, KV-cached steps,
+finished rows dropped), ``seq2seq`` (encoder-decoder decoding), ``beam`` (beam search), ``chat``
+(rendering a chat template and replying), ``compiled`` (the static-cache compiled step),
+``precision`` (int8 / int4 weights), ``arguments`` (the checks on a call's model, ids and masks),
+``input_contract`` (which text a trained checkpoint accepts) and ``pipelines``
+(:func:`zoo.fill_mask`, :func:`zoo.classify`).
 
 May import: the front door, ``zoo.registry``, ``zoo.guard``, ``zoo.model`` and ``zoo.io``.
 """
@@ -14,7 +17,7 @@ import importlib
 
 #: The modules of this wing, reachable as ``zoo.run.NAME`` after ``import zoo`` (imported on
 #: first use, so ``import zoo`` stays light).
-MODULES = ('generate', 'beam', 'chat', 'compiled', 'precision', 'arguments', 'input_contract', 'pipelines')
+MODULES = ('generate', 'options', 'sampling', 'steps', 'seq2seq', 'beam', 'chat', 'compiled', 'precision', 'arguments', 'input_contract', 'pipelines')
 
 
 def __getattr__(name: str):

@@ -9,13 +9,18 @@ its own, so ``generate(-1, [])`` was an ``AttributeError`` (``'int' object has n
   (what ``zoo.build`` / ``zoo.load`` return), else a :class:`ZooError` naming the argument;
 - :func:`token_ids` -- ids as a ``(B, T)`` long tensor on the model's device: a tensor of
   integers, a list of ints or a rectangular list of lists, non-empty, every id in
-  ``[0, vocab_size)``.
+  ``[0, vocab_size)``;
+- :func:`prompt_batch` -- the same rules for generation's prompts, where a list of lists of
+  different lengths is a batch to left-pad (:func:`left_pad`) and a tensor may come with a
+  left-padded ``attention_mask``.
 
-Both run before any work and cost microseconds (type checks and one min/max over the ids).
+One reading of ids serves both (:func:`_id_rows`, :func:`_id_tensor`, :func:`_id_batch`), so a
+``1.5`` or a ``True`` is refused alike by ``trace`` and ``generate``.  They run before any work and
+cost microseconds (type checks and one min/max over the ids).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -40,27 +45,112 @@ def zoo_model(model: Any, where: str) -> ModelSpec:
 def token_ids(model: Any, ids: Any, where: str) -> torch.Tensor:
     """``ids`` as a ``(B, T)`` long tensor on ``model``'s device, checked (see the module doc)."""
     spec = zoo_model(model, "model")
-    fix = f"pass token ids as ints in [0, {spec.vocab_size}): a list, a list of equal-length lists, " \
-          f"or a (B, T) integer tensor"
+    fix = _fix(spec, "a list of equal-length lists")
     if isinstance(ids, torch.Tensor):
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise ZooError(f"ids must be integers, got a {ids.dtype} tensor", where=where, fix=fix)
-        t = ids
+        t = _id_tensor(ids, where, fix)
     elif isinstance(ids, (list, tuple)):
-        rows = ids if ids and all(isinstance(r, (list, tuple)) for r in ids) else [ids]
-        flat = [v for r in rows for v in r]
-        if any(isinstance(v, bool) or not isinstance(v, int) for v in flat):
-            raise ZooError(f"ids must be integers, got {short(ids)}", where=where, fix=fix)
+        rows = _id_rows(ids, spec, where, fix)
         if len({len(r) for r in rows}) > 1:
             raise ZooError(f"rows of different lengths: {[len(r) for r in rows][:8]}", where=where,
                            fix="pad the rows to one length (or pass one row at a time)")
-        if any(v < 0 or v >= spec.vocab_size for v in flat):  # before torch sees a 2**70
-            raise ZooError(f"ids must lie in [0, {spec.vocab_size}), got {short(ids)}", where=where,
-                           fix=fix)
         t = torch.tensor(rows, dtype=torch.long)
     else:
         raise ZooError(f"cannot read ids from {short(ids)} ({type(ids).__name__})", where=where,
                        fix=fix)
+    return _id_batch(t, spec, where, fix).to(device=next(model.parameters()).device)
+
+
+def prompt_batch(model: Any, ids: Any, attention_mask: Any, pad_id: int, where: str = "generate"
+                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Generation's prompts -> ``(ids (B, T) long, mask (B, T) bool or None)`` on ``model``'s device.
+
+    ``ids``: a ``(B, T)`` or ``(T,)`` integer tensor (with an optional ``attention_mask``, left
+    padding False), a list of ids, or a list of lists, left-padded here with ``pad_id``.  The ids
+    are read as :func:`token_ids` reads them; the mask must be left padding (every row's last
+    column real) with no empty row.  ``mask`` is None when every position is real.  Errors name
+    ``<where>.ids`` / ``<where>.attention_mask``."""
+    spec = zoo_model(model, f"{where}.model")
+    w_ids, w_mask = f"{where}.ids", f"{where}.attention_mask"
+    fix = _fix(spec, "a list of lists (left-padded here)")
+    device = next(model.parameters()).device
+    if attention_mask is not None and not isinstance(ids, torch.Tensor):
+        raise ZooError("attention_mask is only used with a tensor of ids (lists are left-padded here, "
+                       "with their own mask)", where=w_mask,
+                       fix="drop attention_mask, or pass ids as a (B, T) tensor")
+    mask = None
+    if isinstance(ids, torch.Tensor):
+        t = _id_tensor(ids, w_ids, fix)
+        if attention_mask is not None:
+            mask = _as_tensor(attention_mask, w_mask).to(device).bool()
+            mask = mask[None] if mask.dim() == 1 else mask
+    elif isinstance(ids, (list, tuple)) and ids and all(isinstance(r, (list, tuple)) for r in ids):
+        t, mask = left_pad(_id_rows(ids, spec, w_ids, fix), pad_id)
+    elif isinstance(ids, (list, tuple)):
+        t = torch.tensor(_id_rows(ids, spec, w_ids, fix), dtype=torch.long)
+    else:
+        raise ZooError(f"cannot generate from {type(ids).__name__}", where=w_ids,
+                       fix="pass a (B, T) tensor of ids, a list of ids, a list of lists, or text")
+    t = _id_batch(t, spec, w_ids, fix).to(device)
+    if mask is None:
+        return t, None
+    mask = mask.to(device)
+    if mask.shape != t.shape:
+        raise ZooError(f"attention_mask shape {tuple(mask.shape)} != ids shape {tuple(t.shape)}",
+                       where=w_mask)
+    if bool(mask.all()):
+        return t, None
+    if bool(mask[:, -1].logical_not().any()):
+        raise ZooError("prompts must be left-padded (the last column is padding in some row)",
+                       where=w_mask, fix="pad on the left, e.g. with zoo.run.arguments.left_pad(rows, pad_id)")
+    if bool((~mask.any(dim=1)).any()):
+        raise ZooError("a prompt in the batch is empty", where=w_ids, fix="give every row at least one token")
+    return t, mask
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device=None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ragged id lists -> ``ids (B, T)`` left-padded with ``pad_id`` and ``attention_mask (B, T)``."""
+    T = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros(len(rows), T, dtype=torch.bool, device=device)
+    for i, r in enumerate(rows):
+        if len(r):
+            ids[i, T - len(r):] = torch.as_tensor(list(r), dtype=torch.long, device=device)
+            mask[i, T - len(r):] = True
+    return ids, mask
+
+
+# ---------------------------------------------------------------------- the one reading of ids
+def _fix(spec: ModelSpec, lists: str) -> str:
+    return f"pass token ids as ints in [0, {spec.vocab_size}): a list, {lists}, or a (B, T) integer tensor"
+
+
+def _range_fix(spec: ModelSpec) -> str:
+    return f"encode with a tokenizer that fits the model's vocab_size ({spec.vocab_size})"
+
+
+def _id_tensor(ids: torch.Tensor, where: str, fix: str) -> torch.Tensor:
+    """A tensor of ids: integers (not floats, complex numbers or booleans)."""
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ZooError(f"ids must be integers, got a {ids.dtype} tensor", where=where, fix=fix)
+    return ids
+
+
+def _id_rows(ids: Sequence, spec: ModelSpec, where: str, fix: str) -> list:
+    """A list of ids, or of lists of ids, as rows of Python ints inside the vocabulary (checked
+    before torch sees them, so a ``2**70`` is a range error, not an overflow)."""
+    rows = ids if ids and all(isinstance(r, (list, tuple)) for r in ids) else [ids]
+    flat = [v for r in rows for v in r]
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in flat):
+        raise ZooError(f"ids must be integers, got {short(ids)}", where=where, fix=fix)
+    if any(v < 0 or v >= spec.vocab_size for v in flat):
+        raise ZooError(f"ids must lie in [0, {spec.vocab_size}), got {short(ids)}", where=where,
+                       fix=_range_fix(spec))
+    return [list(r) for r in rows]
+
+
+def _id_batch(t: torch.Tensor, spec: ModelSpec, where: str, fix: str) -> torch.Tensor:
+    """``(T,)`` or ``(B, T)`` ids -> a non-empty ``(B, T)`` long tensor, every id in the vocabulary."""
     if t.dim() == 1:
         t = t[None]  # (T,) -> (1, T)
     if t.dim() != 2 or t.numel() == 0:
@@ -69,6 +159,16 @@ def token_ids(model: Any, ids: Any, where: str) -> torch.Tensor:
     lo, hi = int(t.min()), int(t.max())
     if lo < 0 or hi >= spec.vocab_size:
         raise ZooError(f"ids must lie in [0, {spec.vocab_size}), got [{lo}, {hi}]", where=where,
-                       fix=fix)
-    dev = next(model.parameters()).device
-    return t.to(device=dev, dtype=torch.long)
+                       fix=_range_fix(spec))
+    return t.to(dtype=torch.long)
+
+
+def _as_tensor(values: Any, where: str) -> torch.Tensor:
+    """A mask given as a list, as a tensor: a ZooError (not a TypeError) for anything else."""
+    if isinstance(values, torch.Tensor):
+        return values
+    try:
+        return torch.as_tensor(values)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise ZooError(f"{where.rpartition('.')[2]} must be a tensor or (nested) list of 0 / 1 flags, "
+                       f"got {short(values)}", where=where, fix="pass a (B, T) mask, 1 = a real token") from exc

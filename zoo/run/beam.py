@@ -11,7 +11,7 @@ summarisation models (Marian, BART, T5) are published with beam search (Wu et al
 length penalty is theirs in spirit, Hugging Face's in form).
 
 This module is the algorithm only, on tensors: it drives a *logits coroutine* (see
-:mod:`zoo.run.generate`), which yields next-token logits ``(B*K, V)`` and is sent ``(next_ids (B*K,),
+:mod:`zoo.run.steps`), which yields next-token logits ``(B*K, V)`` and is sent ``(next_ids (B*K,),
 order (B*K,))``: the new beam ``j`` continues old beam ``order[j]``, so the coroutine first
 reorders its KV cache rows in place (:meth:`zoo.model.layers.KVCache.reorder`), then feeds the new
 tokens.  The bookkeeping is Hugging Face ``transformers``' vectorised beam search (version 4.50 on),

@@ -319,7 +319,7 @@ def _head(model):
 
 
 def decoder_logits(model, ids: torch.Tensor, padding: torch.Tensor | None, steps: int):
-    """The compiled counterpart of :func:`zoo.run.generate._decoder_logits`: a coroutine yielding
+    """The compiled counterpart of :func:`zoo.run.steps.decoder_logits`: a coroutine yielding
     next-token logits ``(B, V)``, sent the chosen ids ``(B,)``; the prefill and every step run
     compiled graphs over a :class:`StaticCache`."""
     B, T0 = ids.shape
