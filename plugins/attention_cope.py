@@ -24,6 +24,7 @@ from torch import nn
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.errors import ParamError
 from zoo.model.kernels import bias_and_mask, softmax_values
 
 
@@ -33,7 +34,7 @@ class CoPEConfig:
 
     def __post_init__(self):
         if self.max_pos < 2:
-            raise ValueError(f"max_pos must be >= 2, got {self.max_pos}")
+            raise ParamError.of("param.at_least", name="max_pos", minimum=2, value=self.max_pos)
 
 
 class CoPEAttention(AttentionKernel):

@@ -22,6 +22,7 @@ from torch import nn
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities
+from zoo.errors import ParamError
 from zoo.model.kernels import prefix_keys, sdpa
 
 
@@ -31,7 +32,7 @@ class MemoryKVConfig:
 
     def __post_init__(self):
         if self.slots < 1:
-            raise ValueError(f"slots must be >= 1, got {self.slots}")
+            raise ParamError.of("param.at_least", name="slots", minimum=1, value=self.slots)
 
 
 class MemoryKVAttention(AttentionKernel):

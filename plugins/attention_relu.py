@@ -19,6 +19,7 @@ import torch
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.errors import ParamError
 from zoo.model.kernels import weigh
 
 
@@ -31,7 +32,7 @@ class ReLUAttentionConfig:
         if self.power not in (1, 2):
             raise ValueError(f"power must be 1 or 2, got {self.power}")
         if self.length is not None and self.length < 1:
-            raise ValueError(f"length must be >= 1, got {self.length}")
+            raise ParamError.of("param.at_least", name="length", minimum=1, value=self.length)
 
 
 class ReLUAttention(AttentionKernel):

@@ -20,7 +20,8 @@ import torch
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
-from zoo.model.kernels import bias_and_mask, weigh
+from zoo.errors import ParamError
+from zoo.model.kernels import bias_and_mask, shown, weigh
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class SigmoidConfig:
 
     def __post_init__(self):
         if self.length is not None and self.length < 1:
-            raise ValueError(f"length must be >= 1, got {self.length}")
+            raise ParamError.of("param.at_least", name="length", minimum=1, value=self.length)
 
 
 class SigmoidAttention(AttentionKernel):
@@ -54,7 +55,7 @@ class SigmoidAttention(AttentionKernel):
     def forward(self, q, k, v, mask=None, bias=None, need_weights=False):
         k, v = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
         s = torch.matmul(q, k.transpose(-2, -1)) * self.scale + self.bias_value  # (B, h, Tq, Tk)
-        s = bias_and_mask(s, bias, mask)  # + bias, -inf where masked: sigmoid(-inf) = 0 exactly
+        s = shown("hook_attn_scores", bias_and_mask(s, bias, mask))  # + bias, -inf where masked: sigmoid(-inf) = 0
         w = torch.sigmoid(s)  # (B, h, Tq, Tk), each in (0, 1), rows need not sum to 1
         return weigh(w, v, self.dropout_p, self.training), None  # (B, h, Tq, hd)
 

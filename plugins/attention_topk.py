@@ -19,6 +19,7 @@ import torch
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
+from zoo.errors import ParamError
 from zoo.model.kernels import bias_and_mask, softmax_values
 
 
@@ -28,7 +29,7 @@ class TopKConfig:
 
     def __post_init__(self):
         if self.k < 1:
-            raise ValueError(f"k must be >= 1, got {self.k}")
+            raise ParamError.of("param.at_least", name="k", minimum=1, value=self.k)
 
 
 class TopKAttention(AttentionKernel):
