@@ -84,8 +84,7 @@ def _prepare(model, ids, max_new_tokens, attention_mask, tokenizer, options: dic
     with: ``(options, ids (B, T), padding (B, T) True = real or None, start id or None, pad id)``."""
     zoo_model(model, "generate.model")
     if model.spec.arch == "encoder":
-        raise ZooError("an encoder-only model does not generate text", where="model.arch",
-                       fix="use zoo.run.pipelines.fill_mask(model, text) or zoo.run.pipelines.classify(...)")
+        raise ZooError.of("generate.encoder_only", where="model.arch")
     o = GenerationOptions.from_kwargs(max_new_tokens=max_new_tokens, **options)
     o.check_vocab(model.spec.vocab_size)
     pad = _pad_id(model, tokenizer) if o.pad_id is None else o.pad_id
@@ -113,9 +112,8 @@ def _logits(model, ids, padding, o: GenerationOptions, start: int | None):
     if model.spec.arch == "decoder":
         T0 = ids.size(1)
         if T0 + max(n - 1, 0) > max_len:
-            raise ZooError(f"prompt ({T0}) + max_new_tokens ({n}) exceeds max_len {max_len}",
-                           where="generate.max_new_tokens",
-                           fix=f"ask for at most {max(max_len - T0 + 1, 0)} new tokens")
+            raise ZooError.of("generate.too_long", where="generate.max_new_tokens", prompt=T0, new=n,
+                              max_len=max_len, room=max(max_len - T0 + 1, 0))
         if o.compile:
             from . import compiled  # torch.compile is imported only when asked for
 
@@ -123,7 +121,7 @@ def _logits(model, ids, padding, o: GenerationOptions, start: int | None):
         return finite_steps(decoder_logits(model, ids, padding, o.use_cache, o.prefix_length,
                                            make_head(model, n), n), model)
     if n > max_len:
-        raise ZooError(f"max_new_tokens {n} exceeds max_len {max_len}", where="generate.max_new_tokens")
+        raise ZooError.of("generate.too_many", where="generate.max_new_tokens", new=n, max_len=max_len)
     return finite_steps(seq2seq_logits(model, ids, padding, o.use_cache, start,
                                        make_head(model, n), n), model)
 
