@@ -26,7 +26,7 @@ from zoo.inside.summary import parameter_table
 
 from .common import (LIMITS, check_name, check_spec_limits, check_value, error_box, error_outputs, handler,
                      inline_errors, raw, runs_dir, safe_markdown, shown_path)
-from .i18n import format_error, t
+from .i18n import format_error, t, ui_error
 
 
 
@@ -500,8 +500,7 @@ def save_model(text: str, name: str, seed: Any, lang: str = "en") -> dict:
     returns what was saved (name, parameter count, file as the page names it)."""
     name = check_name(name, lang)
     if name in zoo.list_checkpoints():
-        raise ZooError(t("build.shipped", lang, name=name), where="checkpoint name",
-                       fix=t("build.other_name", lang))
+        raise ui_error(ZooError, "build.shipped", fix="build.other_name", where="checkpoint name", name=name)
     spec = _parse(text)
     n = check_spec_limits(spec, lang)
     runs = runs_dir()

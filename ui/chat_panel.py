@@ -27,7 +27,7 @@ from zoo.run.chat import ChatError
 from .common import (LIMITS, check_value, checkpoint_path, error_box, error_outputs, inline_errors,
                      load_checkpoint, safe_markdown)
 from .controls import control_values
-from .i18n import t
+from .i18n import t, ui_error
 
 #: The most messages one conversation keeps (each at most ``LIMITS["text_chars"]`` characters):
 #: rendering cost stays bounded; "Clear" starts again.
@@ -113,17 +113,17 @@ def window(model, messages: list[dict], max_new_tokens: int, lang: str = "en") -
         dropped += later[0]
         turns = turns[later[0]:]
     if room < 1:
-        raise ChatError(t("chat.too_long", lang, n=n, max_len=max_len), where="chat.message",
-                        fix=t("chat.too_long_fix", lang))
+        raise ui_error(ChatError, "chat.too_long", fix="chat.too_long_fix", where="chat.message", n=n,
+                       max_len=max_len)
     return head + turns, dropped
 
 
 def _message(message: Any, lang: str) -> str:
     if not isinstance(message, str) or not message.strip():
-        raise ChatError(t("chat.empty", lang), where="chat.message", fix=t("chat.empty_fix", lang))
+        raise ui_error(ChatError, "chat.empty", fix="chat.empty_fix", where="chat.message")
     if len(message) > LIMITS["text_chars"]:
-        raise ChatError(t("err.limit", lang, field="message", value=len(message), limit=LIMITS["text_chars"]),
-                        where="chat.message", fix=t("err.limit_fix", lang))
+        raise ui_error(ChatError, "err.limit", fix="err.limit_fix", where="chat.message", field="message",
+                       value=len(message), limit=LIMITS["text_chars"])
     return message
 
 
@@ -138,15 +138,14 @@ def send(name, message, system, history, lang, *values):
 
     model = load_checkpoint(name, lang)
     if zoo.run.chat.template_of(model) is None:
-        raise ChatError(t("chat.no_template", lang, name=name), where="checkpoint",
-                        fix=t("chat.no_template_fix", lang))
+        raise ui_error(ChatError, "chat.no_template", fix="chat.no_template_fix", where="checkpoint", name=name)
     message = _message(message, lang)
     history = list(history or [])
     if len(history) + 2 > MAX_MESSAGES:
-        raise ChatError(t("chat.full", lang, n=len(history)), where="chat.history", fix=t("chat.full_fix", lang))
+        raise ui_error(ChatError, "chat.full", fix="chat.full_fix", where="chat.history", n=len(history))
     max_new, options = control_values(values)
     if max_new < 1:
-        raise ChatError(t("chat.no_room", lang), where="max_new_tokens", fix=t("chat.no_room_fix", lang))
+        raise ui_error(ChatError, "chat.no_room", fix="chat.no_room_fix", where="max_new_tokens")
     check_value("max_new_tokens", max_new, lang=lang)
     seen, dropped = window(model, conversation(history, message, system), max_new, lang)
     shown_prompt = zoo.run.chat.prompt(model, seen)

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import zoo
 from zoo.errors import CheckpointError, SpecError, ZooError
 
-from .i18n import format_error, t
+from .i18n import format_error, t, ui_error
 from .paths import ABS_PATH, runs_dir, shown_path, shown_paths  # noqa: F401 - the tabs' names for them
 
 log = logging.getLogger("zoo.ui")
@@ -126,37 +126,34 @@ def safe_markdown(text: str) -> str:
                    for i, p in enumerate(parts))
 
 
-def error_markdown(exc: BaseException, lang: str = "en") -> str:
-    """A ``ZooError`` as the Markdown of a tab's error box: a heading, then where / problem / valid
-    options / fix on their own lines, localised (:func:`format_error`) and escaped."""
+def error_markdown(exc: "BaseException | dict", lang: str = "en") -> str:
+    """A ``ZooError`` (or its :func:`error_record`) as the Markdown of a tab's error box: a heading,
+    then where / problem / valid options / fix on their own lines, localised (:func:`format_error`)
+    and escaped."""
     lines = safe_markdown(format_error(exc, lang)).split("\n")
     return f"**✗ {t('err.title', lang)}**  \n" + "  \n".join(lines)
 
 
 def error_record(exc: BaseException) -> dict:
     """What an error box keeps of an error to word it again in another language: its parts
-    (where / what / valid options / fix as raised), or the kind of an internal error."""
+    (where / what / valid options / fix as raised) and its message id and params
+    (:mod:`zoo.messages`), or the kind of an internal error."""
     if not isinstance(exc, ZooError):
         return {"internal": type(exc).__name__}
     return {"where": exc.where, "what": getattr(exc, "what", None) or str(exc),
-            "options": [str(o) for o in exc.options or ()], "fix": exc.fix}
+            "options": [str(o) for o in exc.options or ()], "fix": exc.fix,
+            "message_id": exc.message_id, "params": dict(exc.params), "fix_ids": list(exc.fix_ids)}
 
 
 def error_again(lang: str, record: dict | None) -> str | None:
     """An error box's Markdown in ``lang`` from :func:`error_record` (None when the box is empty):
-    the headings and the UI's own messages in the new language (:func:`~zoo.ui.i18n.retranslate`),
-    the engine's English translated as when it was raised."""
-    from types import SimpleNamespace
-
-    from .i18n import retranslate
-
+    worded again from its message id and params (:func:`~zoo.ui.i18n.error_text`), with the
+    headings in the new language."""
     if not record:
         return None
     if "internal" in record:
         return f"**✗ {t('err.title', lang)}**  \n" + t("err.internal", lang, kind=record["internal"])
-    return error_markdown(SimpleNamespace(where=record["where"], what=retranslate(record["what"], lang),
-                                          options=record["options"], fix=retranslate(record["fix"], lang)),
-                          lang)
+    return error_markdown(record, lang)
 
 
 def error_outputs(box) -> list:
@@ -251,8 +248,8 @@ def check_value(field: str, value: Any, limit_key: str | None = None, lang: str 
     """Raise a ``SpecError`` naming ``field`` when ``value`` exceeds its limit."""
     limit = LIMITS[limit_key or field]
     if value is not None and value > limit:
-        raise SpecError(t("err.limit", lang, field=field, value=value, limit=limit), where=field,
-                        fix=t("err.limit_fix", lang))
+        raise ui_error(SpecError, "err.limit", fix="err.limit_fix", where=field, field=field, value=value,
+                       limit=limit)
 
 
 def check_spec_limits(spec: "zoo.ModelSpec", lang: str = "en") -> int:
@@ -328,12 +325,12 @@ def default_checkpoint(names: list[str] | None = None) -> str | None:
 def check_name(name: Any, lang: str = "en") -> str:
     """A plain checkpoint / run name, or a ``CheckpointError`` (paths, ``..``, empty)."""
     if not name or not isinstance(name, str) or not name.strip():
-        raise CheckpointError(t("err.no_ckpt", lang), where="checkpoint",
-                              options=checkpoint_names(), fix=t("err.bad_name_fix", lang))
+        raise ui_error(CheckpointError, "err.no_ckpt", fix="err.bad_name_fix", where="checkpoint",
+                       options=checkpoint_names())
     name = name.strip()
     if not _NAME_RE.match(name) or ".." in name:
-        raise CheckpointError(t("err.bad_name", lang, name=name[:80]), where="checkpoint",
-                              fix=t("err.bad_name_fix", lang))
+        raise ui_error(CheckpointError, "err.bad_name", fix="err.bad_name_fix", where="checkpoint",
+                       name=name[:80])
     return name
 
 
@@ -342,8 +339,8 @@ def checkpoint_path(name: Any, lang: str = "en") -> Path:
     name = check_name(name, lang)
     table = checkpoint_table()
     if name not in table:
-        raise CheckpointError(t("err.unknown_ckpt", lang, name=name), where="checkpoint",
-                              options=list(table), fix=t("err.bad_name_fix", lang))
+        raise ui_error(CheckpointError, "err.unknown_ckpt", fix="err.bad_name_fix", where="checkpoint",
+                       options=list(table), name=name)
     return table[name]
 
 
@@ -372,8 +369,8 @@ def load_checkpoint(name: Any, lang: str = "en"):
 
 def check_text(text: Any, lang: str = "en") -> str:
     if not isinstance(text, str) or not text.strip():
-        raise ZooError(t("err.empty_text", lang), where="text")
+        raise ui_error(ZooError, "err.empty_text", where="text")
     if len(text) > LIMITS["text_chars"]:
-        raise ZooError(t("err.limit", lang, field="text", value=len(text), limit=LIMITS["text_chars"]),
-                       where="text", fix=t("err.limit_fix", lang))
+        raise ui_error(ZooError, "err.limit", fix="err.limit_fix", where="text", field="text", value=len(text),
+                       limit=LIMITS["text_chars"])
     return text

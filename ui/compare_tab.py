@@ -20,8 +20,8 @@ import zoo
 from zoo.errors import SpecError, ZooError
 
 from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, error_box,
-                     error_outputs, handler, inline_errors, load_checkpoint, raw)
-from .i18n import t
+                     error_outputs, error_record, handler, inline_errors, load_checkpoint, raw)
+from .i18n import t, ui_error
 
 PRESET, CKPT = "preset: ", "checkpoint: "
 
@@ -38,7 +38,7 @@ def _overrides(text: str, where: str, lang: str = "en") -> dict:
 
     data = load_yaml(text, where=where)  # bounded: size, depth, aliases, duplicate keys
     if not isinstance(data, dict):
-        raise SpecError(t("compare.not_mapping", lang), where=where, fix=t("compare.mapping_fix", lang))
+        raise ui_error(SpecError, "compare.not_mapping", fix="compare.mapping_fix", where=where)
     return data
 
 
@@ -59,8 +59,8 @@ def make_model(source: str, overrides: str, where: str, lang: str = "en", seed: 
         return model.eval()
     name = source[len(PRESET):] if isinstance(source, str) and source.startswith(PRESET) else source
     if not name or name not in zoo.list_presets():
-        raise SpecError(t("compare.unknown_source", lang, source=str(source)[:80]), where=f"{where}.source",
-                        options=sources(), fix=t("err.bad_name_fix", lang))
+        raise ui_error(SpecError, "compare.unknown_source", fix="err.bad_name_fix", where=f"{where}.source",
+                       options=sources(), source=str(source)[:80])
     spec = zoo.spec(name, **over)
     check_spec_limits(spec, lang)
     return zoo.build(spec, seed=seed).eval()
@@ -79,7 +79,7 @@ def _copy_matching(src, dst) -> int:
 
 def _text_output(model, prompt: str, lang: str) -> dict:
     """Greedy continuation (decoders, encoder-decoders) or the top fill-mask candidates (encoders):
-    ``{"text": ...}``, or ``{"error": what}`` (the engine's English words, translated when shown)."""
+    ``{"text": ...}``, or ``{"error": record}`` (``error_record``: worded in the page's language when shown)."""
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         return {"text": "—"}
@@ -93,13 +93,13 @@ def _text_output(model, prompt: str, lang: str) -> dict:
         # 24 new tokens, or what the model's max_len leaves after the prompt
         return {"text": repr(model.generate(prompt, min(24, new_token_room(model, prompt_tokens(model, prompt)))))}
     except ZooError as exc:
-        return {"error": exc.what}
+        return {"error": error_record(exc)}
 
 
 def _shown_text(out: dict, lang: str) -> str:
-    from .i18n import translate_error_text
+    from .i18n import error_text
 
-    return out["text"] if "text" in out else f"({translate_error_text(out['error'], lang)})"
+    return out["text"] if "text" in out else f"({error_text(out['error'], lang)[0]})"
 
 
 def _forward(model, ids):
@@ -132,7 +132,7 @@ def measure(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
     """The comparison as data (no translated text: :func:`shown` words it in a language)."""
     seq_len = int(seq_len or 0)
     if seq_len < 1:
-        raise ZooError(t("compare.seq_len_min", lang), where="seq_len")
+        raise ui_error(ZooError, "compare.seq_len_min", where="seq_len")
     check_value("seq_len", seq_len, "compare_seq_len", lang)
     a = make_model(source_a, over_a, "A", lang)
     b = make_model(source_b, over_b, "B", lang)

@@ -29,7 +29,7 @@ from typing import Any
 from zoo.errors import ZooError
 
 from .common import error_box, error_markdown, inline_errors, runs_dir
-from .i18n import t
+from .i18n import t, ui_error
 
 #: runs started by this process: folder name -> {"thread", "error", "events"}
 _JOBS: dict[str, dict] = {}
@@ -104,12 +104,12 @@ def check_budget(exp, lang: str = "en") -> None:
 
     trials = ze.plan(exp)
     if len(trials) > MAX_TRIALS:
-        raise ze.ExperimentError(t("exp.too_many", lang, n=len(trials), limit=MAX_TRIALS),
-                                 where="experiment.seeds", fix=t("exp.too_many_fix", lang))
+        raise ui_error(ze.ExperimentError, "exp.too_many", fix="exp.too_many_fix", where="experiment.seeds",
+                       n=len(trials), limit=MAX_TRIALS)
     steps = max((tr.steps for tr in trials), default=0)
     if steps > MAX_STEPS:
-        raise ze.ExperimentError(t("exp.too_long", lang, n=steps, limit=MAX_STEPS),
-                                 where="experiment.quick.budget", fix=t("exp.too_long_fix", lang))
+        raise ui_error(ze.ExperimentError, "exp.too_long", fix="exp.too_long_fix",
+                       where="experiment.quick.budget", n=steps, limit=MAX_STEPS)
     for tr in trials:
         check_spec_limits(parse_spec(tr.spec), lang)
 
@@ -129,8 +129,7 @@ def start(text: str, lang: str = "en", jobs: int | None = None) -> str:
             return name
         busy = [n for n, j in _JOBS.items() if j["thread"].is_alive()]
         if busy:  # one experiment at a time: its trials already use every core
-            raise ze.ExperimentError(t("exp.busy", lang, folder=busy[0]), where="run",
-                                     fix=t("exp.busy_fix", lang))
+            raise ui_error(ze.ExperimentError, "exp.busy", fix="exp.busy_fix", where="run", folder=busy[0])
         job = {"error": None, "events": []}
 
         def work():
@@ -265,8 +264,8 @@ def open_trial(name: str, trial_id: str, lang: str = "en") -> str:
     res = results(name)
     match = [tr for tr in (res.trials if res is not None else []) if tr.id == trial_id and tr.status == "done"]
     if not match:
-        raise ZooError(t("exp.no_trial", lang, trial=str(trial_id)[:80]), where="trial",
-                       options=trial_names(res), fix=t("exp.no_trial_fix", lang))
+        raise ui_error(ZooError, "exp.no_trial", fix="exp.no_trial_fix", where="trial", options=trial_names(res),
+                       trial=str(trial_id)[:80])
     src = match[0].folder
     dest_name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{name}--{trial_id}").replace("..", "_")[:79]
     dest = runs_dir() / dest_name

@@ -6,9 +6,10 @@ create their components with :meth:`Translator.add`, which remembers which attri
 ``gr.update`` per remembered component (:meth:`Translator.updates`).  Handlers format their messages
 with :func:`t` and the language held in a ``gr.State``.
 
-``zoo.ZooError`` messages come from the engine in English; :func:`format_error` wraps their parts
-(where / what / valid options / fix) in localised headings so a Chinese reader still sees which field
-to fix.
+A ``zoo.ZooError`` carries the id of its message and its params (:mod:`zoo.messages`);
+:func:`format_error` words its problem and fix in the page's language from them (:data:`ERRORS_ZH`;
+the UI's own errors, :func:`ui_error`, from :data:`STRINGS`) and wraps its parts (where / what /
+valid options / fix) in localised headings.  No English error text is ever read back.
 """
 from __future__ import annotations
 
@@ -584,137 +585,144 @@ def t(key: str, lang: Any = DEFAULT, **fmt: Any) -> str:
     return text.format(**fmt) if fmt else text
 
 
-#: The engine's common error texts (``what`` and ``fix``) in Chinese: (English pattern, Chinese
-#: template).  The engine speaks English; its where / what / fix structure lets the UI translate the
-#: errors a user meets most.  A text no pattern matches is shown as it is.
-ERRORS_ZH: list[tuple[str, str]] = [
-    (r"no (?P<family>\w+) named '(?P<name>.*)'", "没有名为 '{name}' 的{family}"),
-    (r"unknown field '(?P<f>.*)'", "未知字段 '{f}'"),
-    (r"missing required field '(?P<f>.*)'", "缺少必填字段 '{f}'"),
-    (r"unknown parameter '(?P<p>.*)' for '(?P<k>.*)'", "'{k}' 没有名为 '{p}' 的参数"),
-    (r"unknown architecture '(?P<a>.*)'", "未知的架构 '{a}'"),
-    (r"d_model (?P<d>\d+) is not divisible by num_heads (?P<h>\d+)", "d_model {d} 不能被 num_heads {h} 整除"),
-    (r"num_heads (?P<h>\d+) is not a multiple of num_kv_heads (?P<k>\d+)",
-     "num_heads {h} 不是 num_kv_heads {k} 的整数倍"),
-    (r"invalid YAML \(line (?P<l>\d+), column (?P<c>\d+)\): (?P<m>.*)", "YAML 语法错误（第 {l} 行第 {c} 列）：{m}"),
-    (r"invalid YAML: (?P<m>.*)", "YAML 语法错误：{m}"),
-    (r"expected an integer, got (?P<v>.*)", "应为整数，实际是 {v}"),
-    (r"expected a number, got (?P<v>.*)", "应为数字，实际是 {v}"),
-    (r"expected a finite number, got (?P<v>.*)", "应为有限的数字，实际是 {v}"),
-    (r"expected true or false, got (?P<v>.*)", "应为 true 或 false，实际是 {v}"),
-    (r"expected a string, got (?P<v>.*)", "应为字符串，实际是 {v}"),
-    (r"expected a list, got (?P<v>.*)", "应为列表，实际是 {v}"),
-    (r"expected (?P<n>.*), got (?P<v>.*)", "应为 {n}，实际是 {v}"),
-    (r"must be a positive integer, got (?P<v>.*)", "必须是正整数，实际是 {v}"),
-    (r"(?P<n>\w+) must be >= (?P<m>\S+), got (?P<v>.*)", "{n} 必须 >= {m}，实际是 {v}"),
-    (r"dropout must be in \[0, 1\), got (?P<v>.*)", "dropout 必须在 [0, 1) 内，实际是 {v}"),
-    (r"no spec file or preset named '(?P<s>.*)'", "没有名为 '{s}' 的规格文件或预设"),
-    (r"prompt \((?P<t>\d+)\) \+ max_new_tokens \((?P<n>\d+)\) exceeds max_len (?P<m>\d+)",
-     "提示（{t} 个 token）加上最多生成的 {n} 个 token 超过了 max_len {m}"),
-    (r"max_new_tokens (?P<n>\d+) exceeds max_len (?P<m>\d+)", "最多生成的 token 数 {n} 超过了 max_len {m}"),
-    (r"text given, but the model has no tokenizer", "给了文本，但模型没有分词器"),
-    (r"an encoder-only model does not generate text", "纯编码器模型不生成文本"),
-    (r"overrides must be a mapping of spec fields", "覆盖字段必须是规格字段的映射"),
-    (r"(?P<p>.*) needs (?P<c>.*), which (?P<f>\w+) '(?P<n>.*)' \(plugin (?P<pl>.*)\) does not declare",
-     "{p}需要 {c}，但{f} '{n}'（插件 {pl}）没有声明这一能力"),
-    (r"the sequence length must be at least 1", "序列长度至少为 1"),
-    (r"the template refused the conversation: (?P<m>.*)", "模板拒绝了这段对话：{m}"),
-    (r"the template failed on this conversation: (?P<m>.*)", "模板在这段对话上出错：{m}"),
-    (r"the template tried something the sandbox forbids: (?P<m>.*)", "模板试图做沙箱禁止的操作：{m}"),
-    # fixes
-    (r"did you mean '(?P<n>.*)'\?", "是不是想写 '{n}'？"),
-    (r"install the plugin that provides it, or pick a registered name", "安装提供它的插件，或改用已注册的名称"),
-    (r"plugins that failed to load: (?P<p>.*), see `zoo plugins`", "加载失败的插件：{p}，详见 `zoo plugins`"),
-    (r"remove it", "删除这一项"),
-    (r"add `(?P<f>\w+): \.\.\.` to the spec", "在规格中加上 `{f}: ...`"),
-    (r"fix the YAML syntax", "修正 YAML 语法"),
-    (r"choose num_heads dividing d_model, or set head_dim explicitly",
-     "把 num_heads 改成能整除 d_model 的数，或显式设置 head_dim"),
-    (r"see the component's docs \(`zoo components`\)", "查看该组件的说明（`zoo components`）"),
-    (r"ask for at most (?P<n>\d+) new tokens", "最多生成 {n} 个 token"),
-    (r"pick an entry from the list", "从列表中选择一项"),
-    (r"write a mapping like `attention: eager`", "写成映射，例如 `attention: eager`"),
-    (r"switch (?P<f>\S+) to one of the options, e.g\. (?P<e>.*)", "把 {f} 换成可选值之一，例如 {e}"),
-    (r"choose another name", "换一个名称"),
-    (r"follow the model's conversation rules \(e\.g\. alternate user/assistant\)",
-     "遵守该模型的对话规则（例如 user 与 assistant 交替）"),
-]
-_ERRORS_ZH = [(re.compile(p + "$"), zh) for p, zh in ERRORS_ZH]
+#: The engine's messages in Chinese: message id (:data:`zoo.messages.MESSAGES`) -> (``what``,
+#: ``fix``) templates with the same parameters as the English ones (tests/ui/test_ui_messages.py).
+#: An error is worded from its id and params (:func:`error_text`), never from its English text, so
+#: rewording the engine's English keeps the Chinese; an error without an id, or with an id missing
+#: here, is shown in English.  "where" and the valid options stay as raised (field names, names).
+ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
+    "hint.did_you_mean": (None, "是不是想写 '{suggestion}'？"),
+    "hint.remove_it": (None, "删除这一项"),
+    "registry.unknown_family": ("未知的组件族 '{family}'", None),
+    "registry.unknown_component": ("没有名为 '{name}' 的{family}", "安装提供它的插件，或改用已注册的名称"),
+    "registry.broken_plugins": (None, "加载失败的插件：{plugins}，详见 `zoo plugins`"),
+    "value.expected": ("应为 {expected}，实际是 {value}", None),
+    "value.expected_list": ("应为列表，实际是 {value}", None),
+    "value.expected_bool": ("应为 true 或 false，实际是 {value}", None),
+    "value.expected_int": ("应为整数，实际是 {value}", None),
+    "value.expected_number": ("应为数字，实际是 {value}", None),
+    "value.expected_finite": ("应为有限的数字，实际是 {value}", None),
+    "value.expected_string": ("应为字符串，实际是 {value}", None),
+    "value.invalid": ("无效的值 {value}", None),
+    "value.positive_int": ("必须是正整数，实际是 {value}", None),
+    "param.at_least": ("{name} 必须 >= {minimum}，实际是 {value}", None),
+    "spec.no_source": ("没有名为 '{name}' 的规格文件或预设", "请给出 YAML 文件的路径，或预设名称之一"),
+    "spec.unknown_override": ("未知的覆盖项 '{field}'", "只能覆盖规格字段"),
+    "spec.unknown_field": ("未知字段 '{field}'", None),
+    "spec.missing_field": ("缺少必填字段 '{field}'", "在规格中加上 `{field}: ...`"),
+    "spec.unknown_arch": ("未知的架构 '{arch}'", None),
+    "spec.unknown_parameter": ("'{kind}' 没有名为 '{param}' 的参数", None),
+    "spec.component_refused": ("{text}", None),  # the plugin's own words, as it raised them
+    "spec.component_docs": (None, "查看该组件的说明（`zoo components`）"),
+    "spec.dropout": ("dropout 必须在 [0, 1) 内，实际是 {value}", None),
+    "spec.derived_default": (None, "省略它（或写 null）即使用默认值 {default}"),
+    "spec.dense_d_ff_default": (None, "省略它（或写 null）即使用 d_ff"),
+    "spec.unknown_head_param": ("任务头没有名为 '{param}' 的参数", None),
+    "spec.unknown_head": ("未知的任务头 '{head}'", None),
+    "spec.unknown_pooling": ("未知的池化方式 '{pooling}'", None),
+    "spec.not_per_stack": ("'{field}' 不能按栈覆盖", "把它移到顶层"),
+    "spec.heads_divide": ("d_model {d_model} 不能被 num_heads {num_heads} 整除",
+                          "把 num_heads 改成能整除 d_model 的数，或显式设置 head_dim"),
+    "spec.kv_heads_divide": ("num_heads {num_heads} 不是 num_kv_heads {num_kv_heads} 的整数倍",
+                             "请用 num_heads 的约数（1 = 多查询注意力，num_heads = 多头注意力）"),
+    "yaml.invalid_at": ("YAML 语法错误（第 {line} 行第 {column} 列）：{problem}", None),
+    "yaml.invalid": ("YAML 语法错误：{problem}", None),
+    "yaml.fix": (None, "修正 YAML 语法"),
+    "compat.undeclared": ("{purpose}需要 {capability}，但{family} '{name}'（插件 {plugin}）没有声明这一能力",
+                          "把 {field} 换成可选值之一，例如 {example}"),
+    "budget.tensor": ("搭建这个模型需要的内存超过了预算 {limit}（{why}）：{field} = {value} 产生形状为 {shape} "
+                      "的张量，{size}", None),
+    "budget.tensor_layers": ("搭建这个模型需要的内存超过了预算 {limit}（{why}）：{field} = {value} 产生形状为 "
+                             "{shape} 的张量，所有层合计 {size}", None),
+    "budget.repeats": ("搭建这个模型需要的内存超过了预算 {limit}（{why}）：模型需要 {total}；{field} = {value} "
+                       "使 '{name}' {shape} 连同每层的其余部分重复这么多次", None),
+    "budget.makes": ("搭建这个模型需要的内存超过了预算 {limit}（{why}）：模型需要 {total}；{field} = {value} "
+                     "使 '{name}' 的形状为 {shape}，{size}", None),
+    "budget.fix": (None, "调小 {field}，或传入更大的预算照样搭建（zoo.build / zoo.load(..., budget=BYTES)，"
+                         "zoo build --budget SIZE）"),
+    "tokenizer.missing": ("给了文本，但模型没有分词器",
+                          "传入 tokenizer=zoo.tokenizer('byte')（或 'char'、'hf'），或用 "
+                          "zoo.save(model, path, tokenizer=tok) 保存检查点"),
+    "generate.encoder_only": ("纯编码器模型不生成文本",
+                              "请用 zoo.run.pipelines.fill_mask(model, text) 或 zoo.run.pipelines.classify(...)"),
+    "generate.too_long": ("提示（{prompt} 个 token）加上最多生成的 {new} 个 token 超过了 max_len {max_len}",
+                          "最多生成 {room} 个 token"),
+    "generate.too_many": ("最多生成的 token 数 {new} 超过了 max_len {max_len}", None),
+    "chat.sandbox": ("模板试图做沙箱禁止的操作：{detail}", "请使用模型发布的模板"),
+    "chat.refused": ("模板拒绝了这段对话：{detail}", "遵守该模型的对话规则（例如 user 与 assistant 交替）"),
+    "chat.failed": ("模板在这段对话上出错：{error}: {detail}", "对照模板读取的内容检查这些消息的字段"),
+    "experiment.unknown_field": ("未知字段 {field}", None),
+    "experiment.missing_field": ("缺少必填字段 '{field}'", "加上 `{field}: ...`"),
+}
+
+#: Parameters whose value is itself a word to translate: a component family (``attention``).
+_WORDS_ZH = {"family": lambda word: family_word_zh(str(word))}
+#: The UI's own messages are :data:`STRINGS` keys; as message ids they read ``ui.KEY``.
+UI_PREFIX = "ui."
 
 
-def translate_error_text(text: str | None, lang: Any = DEFAULT) -> str | None:
-    """An engine error text (a ``what`` or a ``fix``) in ``lang``: the first matching pattern of
-    :data:`ERRORS_ZH`, else the text unchanged.  Sentences joined by "; " or "? " are translated one
-    by one."""
-    if text is None or lang_code(lang) != "zh":
-        return text
-    parts = re.split(r"(?<=\?) |; ", text)
-    if len(parts) > 1:
-        out = [translate_error_text(p, lang) for p in parts]
-        return "".join(p + ("" if p.endswith(("？", "?")) or i == len(out) - 1 else "；")
-                       for i, p in enumerate(out))
-    for pattern, zh in _ERRORS_ZH:
-        m = pattern.match(text.strip().rstrip("."))
-        if m:
-            groups = {k: family_word_zh(v) if k == "family" else v for k, v in m.groupdict().items()}
-            return zh.format(**groups)
-    return text
+def _join_zh(parts: list[str]) -> str:
+    """Fix sentences joined the Chinese way: "；" between them, nothing after a question."""
+    return "".join(p + ("" if i == len(parts) - 1 or p.endswith(("？", "?")) else "；")
+                   for i, p in enumerate(parts))
 
 
-_FIELD = re.compile(r"\{(\w+)(?:[:!][^}]*)?\}")
-_PATTERNS: list = []
+def _error_parts(exc: Any) -> Any:
+    """``exc`` itself, or a kept record of one (a mapping, ``ui.common.error_record``) as an object
+    with the error's attributes."""
+    if isinstance(exc, dict):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(**{"where": None, "options": None, "fix": None, "message_id": None,
+                                  "params": {}, "fix_ids": (), **exc})
+    return exc
 
 
-def _template_patterns() -> list:
-    """(literal length, regex of one language's text of a key, key) for every key of
-    :data:`STRINGS`, the most literal first: its fields become groups, so a text made by :func:`t`
-    in one language can be made again in the other."""
-    if not _PATTERNS:
-        for key, pair in STRINGS.items():
-            for text in pair:
-                parts, regex, seen = _FIELD.split(text), "", set()
-                for i, part in enumerate(parts):
-                    if i % 2 == 0:
-                        regex += re.escape(part)
-                    else:
-                        regex += f"(?P={part})" if part in seen else f"(?P<{part}>.+?)"
-                        seen.add(part)
-                _PATTERNS.append((len(_FIELD.sub("", text)), re.compile(regex + "$", re.S), key))
-        _PATTERNS.sort(key=lambda p: -p[0])  # the most literal text first: "{h} key/value heads"
-    return _PATTERNS                         # before "{h} heads"
+def error_text(exc: Any, lang: Any = DEFAULT) -> tuple[str, str | None]:
+    """``(what, fix)`` of a ``ZooError`` (or its kept record, a mapping) in ``lang``, worded from its
+    message id and params; its English as raised when it has no id or ``lang`` has no entry for it."""
+    exc = _error_parts(exc)
+    what, fix = getattr(exc, "what", None) or str(exc), getattr(exc, "fix", None)
+    message_id, code = getattr(exc, "message_id", None), lang_code(lang)
+    params, fix_ids = getattr(exc, "params", None) or {}, tuple(getattr(exc, "fix_ids", ()))
+    if message_id and message_id.startswith(UI_PREFIX):  # the UI's own: its keys, as t() words them
+        fixes = [t(k[len(UI_PREFIX):], code) for k in fix_ids]
+        return t(message_id[len(UI_PREFIX):], code, **params), ("；" if code == "zh" else "; ").join(fixes) or None
+    if not message_id or code != "zh":
+        return what, fix
+    from zoo import messages
+
+    done = messages.render(message_id, params, fix_ids, ERRORS_ZH, words=_WORDS_ZH, join=_join_zh)
+    return done if done is not None else (what, fix)
 
 
-def retranslate(text: str | None, lang: Any = DEFAULT) -> str | None:
-    """A text the UI made with :func:`t` in either language, made again in ``lang`` with the same
-    values (``'x' is not a checkpoint name`` <-> ``'x' 不是检查点名称``); any other text unchanged
-    (the engine's English is translated by :func:`translate_error_text`).  For a message kept on the
-    page across a language switch."""
-    if not text:
-        return text
-    for _, pattern, key in _template_patterns():
-        m = pattern.match(text)
-        if m:
-            target = STRINGS[key][1 if lang_code(lang) == "zh" else 0]
-            return _FIELD.sub(lambda f: m.group(f.group(1)), target)
-    return text
+def ui_error(cls: type, key: str, *, fix: str | None = None, where: str | None = None,
+             options: Any = None, **params: Any) -> Exception:
+    """The UI's own error: :data:`STRINGS` ``key`` formatted with ``params`` (and ``fix``, another
+    key), as a ``cls`` (a ``ZooError``) in English whose message id is ``ui.KEY`` -- worded in the
+    page's language when shown, and again after a language switch: ``raise ui_error(CheckpointError,
+    "err.bad_name", fix="err.bad_name_fix", where="checkpoint", name=name)``."""
+    return cls(t(key, "en", **params), where=where, options=options, fix=t(fix, "en") if fix else None,
+               message_id=UI_PREFIX + key, params=params, fix_ids=(UI_PREFIX + fix,) if fix else ())
 
 
-def format_error(exc: BaseException, lang: Any = DEFAULT) -> str:
-    """A ``ZooError`` as plain text with localised headings (where / problem / options / fix); the
-    common problems and fixes are translated too (:func:`translate_error_text`).  A server path in
-    any part is named as the page names files (``runs/NAME/...``, :func:`ui.paths.shown_paths`)."""
+def format_error(exc: "BaseException | dict", lang: Any = DEFAULT) -> str:
+    """A ``ZooError`` (or its kept record) as plain text with localised headings (where / problem /
+    options / fix), its problem and fix in ``lang`` (:func:`error_text`).  A server path in any part
+    is named as the page names files (``runs/NAME/...``, :func:`ui.paths.shown_paths`)."""
+    exc = _error_parts(exc)
+    what, fix = error_text(exc, lang)
     where = shown_paths(getattr(exc, "where", None))
-    what = shown_paths(getattr(exc, "what", None) or str(exc))
+    what, fix = shown_paths(what), shown_paths(fix)
     options = [shown_paths(str(o)) for o in getattr(exc, "options", None) or ()]
-    fix = shown_paths(getattr(exc, "fix", None))
     lines = []
     if where:
         lines.append(f"{t('err.where', lang)}: {where}")
-    lines.append(f"{t('err.what', lang)}: {translate_error_text(what, lang)}")
+    lines.append(f"{t('err.what', lang)}: {what}")
     if options:
         lines.append(f"{t('err.options', lang)}: {', '.join(map(str, options))}")
     if fix:
-        lines.append(f"{t('err.fix', lang)}: {translate_error_text(fix, lang)}")
+        lines.append(f"{t('err.fix', lang)}: {fix}")
     return "\n".join(lines)
 
 

@@ -23,7 +23,9 @@ class ZooError(Exception):
     Raised with :meth:`of`, an error carries the id of its message in the catalogue
     (:mod:`zoo.messages`) and its parameters, ``message_id`` and ``params``, and ``fix_ids`` (the
     ids whose fix sentences make its fix), so a front end words it in its own language; raised
-    with a plain English text, ``message_id`` is None and a front end shows the English.
+    with a plain English text, ``message_id`` is None and a front end shows the English.  A front
+    end with a catalogue of its own passes its text and its ids itself (``message_id=``,
+    ``params=``, ``fix_ids=``: the UI's ``ui_error``).
     """
 
     #: the catalogue id of the message (:mod:`zoo.messages`), None for a plain English message
@@ -34,8 +36,9 @@ class ZooError(Exception):
     fix_ids: tuple[str, ...] = ()
 
     def __init__(self, message: str, *, where: str | None = None, options: Iterable[str] | None = None,
-                 fix: str | None = None):
-        self.params = {}
+                 fix: str | None = None, message_id: str | None = None,
+                 params: dict[str, Any] | None = None, fix_ids: Iterable[str] = ()):
+        self.message_id, self.params, self.fix_ids = message_id, dict(params or {}), tuple(fix_ids)
         where, message, fix = _cap(where), _cap(message), _cap(fix)
         self.where = where
         self.what = message
@@ -60,9 +63,8 @@ class ZooError(Exception):
         ``suggestion=`` param.  An unknown id or a missing param is a ``KeyError`` (a bug)."""
         fixes = messages.fix_ids(message_id, fix)
         what, fix_text = messages.render(message_id, params, fixes)
-        exc = cls(what, where=where, options=options, fix=fix_text)
-        exc.message_id, exc.params, exc.fix_ids = message_id, dict(params), fixes
-        return exc
+        return cls(what, where=where, options=options, fix=fix_text, message_id=message_id, params=params,
+                   fix_ids=fixes)
 
 
 class SpecError(ZooError):

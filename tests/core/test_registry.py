@@ -89,8 +89,9 @@ def test_bad_registrations_are_recorded_not_fatal():
 
 def test_unknown_name_names_the_plugins_that_failed_and_reads_in_chinese():
     """The fix of an unknown-component error names the plugins that failed to load, as a sentence
-    of its own that the UI's translation takes apart (CI once saw it left half in English)."""
-    from ui.i18n import translate_error_text
+    of its own with its own message id, so the UI words both in Chinese (CI once saw it left half in
+    English)."""
+    from ui.i18n import error_text
 
     reg = Registry(entry_points=False)
     mod = types.ModuleType("half")
@@ -106,7 +107,8 @@ def test_unknown_name_names_the_plugins_that_failed_and_reads_in_chinese():
     fix = info.value.fix
     assert fix == ("install the plugin that provides it, or pick a registered name; "
                    "plugins that failed to load: half, see `zoo plugins`")
-    assert translate_error_text(fix, "zh") == ("安装提供它的插件，或改用已注册的名称；"
+    assert info.value.fix_ids == ("registry.unknown_component", "registry.broken_plugins")
+    assert error_text(info.value, "zh")[1] == ("安装提供它的插件，或改用已注册的名称；"
                                                "加载失败的插件：half，详见 `zoo plugins`")
 
 

@@ -49,7 +49,8 @@ def test_a_new_family_row_reaches_the_form_the_yaml_and_both_languages(router_fa
     assert i18n.t("build.router", "en") == "router (component)"
     assert i18n.t("build.router", "zh") == "router（组件）"
     assert "build.router" in i18n.all_strings()
-    assert i18n.translate_error_text("no router named 'x'", "zh") == "没有名为 'x' 的router（组件）"
+    unknown = zoo.UnknownComponentError.of("registry.unknown_component", family="router", name="x")
+    assert i18n.error_text(unknown, "zh")[0] == "没有名为 'x' 的router（组件）"  # the family's own word
     # the form writes the new field into the YAML, and shows the table's default while it is absent
     text = build_tab.preset_yaml("gpt_tiny")
     assert yaml.safe_load(build_tab.set_field(text, "router", "top2"))["router"] == "top2"

@@ -43,8 +43,9 @@ def test_every_string_has_english_and_chinese():
 
 
 def test_error_headings_are_localised():
-    exc = zoo.SpecError("no attention named 'sdpx'", where="attention.kind", options=["eager", "sdpa"],
-                        fix="did you mean 'sdpa'?")
+    exc = zoo.UnknownComponentError.of("registry.unknown_component", where="attention.kind",
+                                       options=["eager", "sdpa"], family="attention", name="sdpx",
+                                       suggestion="sdpa", fix="hint.did_you_mean")
     zh = i18n.format_error(exc, "zh")
     assert "位置: attention.kind" in zh and "修改建议: 是不是想写 'sdpa'？" in zh and "可选值: eager, sdpa" in zh
     assert "问题: 没有名为 'sdpx' 的注意力实现" in zh
@@ -569,8 +570,9 @@ def test_errors_go_to_the_tabs_error_box():
     @common.inline_errors(2)
     def action(x, lang="en"):
         if x == "bad":
-            raise zoo.SpecError("no attention named 'sdpx'", where="attention.kind",
-                                options=["eager", "sdpa"], fix="did you mean 'sdpa'?")
+            raise zoo.UnknownComponentError.of("registry.unknown_component", where="attention.kind",
+                                               options=["eager", "sdpa"], family="attention", name="sdpx",
+                                               suggestion="sdpa", fix="hint.did_you_mean")
         return 1, 2
 
     assert action("ok") == (1, 2, "")  # success clears an old error
