@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 import zoo
+from zoo.components import taps_for
 from zoo.model.layers import call_kernel
 from zoo.plugins.attention_sdpa import SDPAttention
 
@@ -66,6 +67,9 @@ class MLAConfig:
 class MultiHeadLatentAttention(nn.Module):
     """The projections and latent cache around the ``mla`` kernel (the engine builds this in place
     of :class:`zoo.model.layers.Attention`, because the kernel class names it as its ``layer``)."""
+
+    #: what :meth:`run_kernel` taps in a hooked call (the kernel adds its scores and pattern)
+    hook_points = ("hook_q", "hook_k", "hook_v", "hook_z")
 
     def __init__(self, st, kernel, head_norm=None):
         super().__init__()
@@ -94,11 +98,19 @@ class MultiHeadLatentAttention(nn.Module):
         """Per token: the latent ``c`` (1 x r) in the k slot, the shared rope key (1 x d_r) in v."""
         return (1, self.r), (1, self.dr)
 
-    def run_kernel(self, q, k, v, a):
-        """The kernel call on the rebuilt heads, ``(B, h, Tq, d_v)`` (the seam zoo.trace records)."""
-        return call_kernel(self.kernel, q, k, v, a)[0]
+    def run_kernel(self, q, k, v, a, tap=None):
+        """The kernel call on the heads, ``(B, h, Tq, d_v)``.  In a hooked call (``tap``) its hook
+        points are what it hands the kernel: ``hook_q (B, T, h, ·)``, ``hook_k`` / ``hook_v``
+        every key so far, from position 0, and ``hook_z``, around the kernel's scores and pattern."""
+        if tap is not None:
+            q = tap("hook_q", q.transpose(1, 2)).transpose(1, 2)
+            k = tap("hook_k", k.transpose(1, 2), at=0).transpose(1, 2)
+            v = tap("hook_v", v.transpose(1, 2), at=0).transpose(1, 2)
+        out = call_kernel(self.kernel, q, k, v, a, tap=tap)[0]
+        return out if tap is None else tap("hook_z", out.transpose(1, 2)).transpose(1, 2)
 
     def forward(self, x, a, cache=None):
+        tap = taps_for(self)  # a hooked call sees the rebuilt heads (the same function, never absorbed)
         B, T, _ = x.shape
         h, dn, dr, dv = self.h, self.dn, self.dr, self.dv
         q = self.q_b(self.q_norm(self.q_a(x))) if hasattr(self, "q_a") else self.q(x)
@@ -110,7 +122,7 @@ class MultiHeadLatentAttention(nn.Module):
         if cache is not None:
             lat, k_r = cache.update(lat, k_r)  # the latent cache: (B, 1, Tk, r), (B, 1, Tk, dr)
         Tk = lat.size(2)
-        if self.absorb == "always" or (self.absorb == "decode" and Tk > T):  # attend over the latents
+        if tap is None and (self.absorb == "always" or (self.absorb == "decode" and Tk > T)):  # over the latents
             W = self.kv_b.weight.view(h, dn + dv, self.r)  # per head: W_UK (dn, r) over W_UV (dv, r)
             q_lat = torch.einsum("bhtn,hnr->bhtr", q_c, W[:, :dn])  # W_UKᵀ q_C: (B, h, T, r)
             out = self.run_kernel(torch.cat([q_lat, q_r], -1), torch.cat([lat, k_r], -1), lat, a)  # (B, h, T, r)
@@ -119,7 +131,7 @@ class MultiHeadLatentAttention(nn.Module):
         kv = self.kv_b(lat[:, 0]).view(B, Tk, h, dn + dv).transpose(1, 2)  # (B, h, Tk, dn + dv)
         k_c, v = kv.split([dn, dv], -1)
         k = torch.cat([k_c, k_r.expand(B, h, Tk, dr)], -1)  # (B, h, Tk, dn + dr)
-        out = self.run_kernel(torch.cat([q_c, q_r], -1), k, v, a)  # (B, h, T, dv)
+        out = self.run_kernel(torch.cat([q_c, q_r], -1), k, v, a, tap)  # (B, h, T, dv)
         return self.out(out.transpose(1, 2).reshape(B, T, h * dv))
 
 

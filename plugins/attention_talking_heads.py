@@ -24,7 +24,7 @@ from torch import nn
 
 import zoo
 from zoo.components import AttentionKernel, Capabilities, repeat_kv
-from zoo.model.kernels import bias_and_mask
+from zoo.model.kernels import bias_and_mask, shown
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,11 @@ class TalkingHeadsAttention(AttentionKernel):
         s = torch.matmul(q, k.transpose(-2, -1)) * self.scale  # (B, h, Tq, Tk)
         if self.pre is not None:
             s = torch.einsum("gh,bhqk->bgqk", self.pre.to(s.dtype), s)  # mix logits across heads
-        w = torch.softmax(bias_and_mask(s, bias, mask), dim=-1)  # (B, h, Tq, Tk)
+        w = torch.softmax(shown("hook_attn_scores", bias_and_mask(s, bias, mask)), dim=-1)  # (B, h, Tq, Tk)
         w = torch.nn.functional.dropout(w, self.dropout_p, self.training)
         if self.post is not None:
             w = torch.einsum("gh,bhqk->bgqk", self.post.to(w.dtype), w)  # mix weights across heads
-        return torch.matmul(w, v), None  # (B, h, Tq, hd)
+        return torch.matmul(shown("hook_pattern", w), v), None  # (B, h, Tq, hd); shown: the inside view
 
 
 @zoo.hookimpl

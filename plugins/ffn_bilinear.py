@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import FeedForward
+from zoo.components import FeedForward, taps_or_identity
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,12 @@ class BilinearFFN(FeedForward):
         self.up = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
         self.down = nn.Linear(ctx.d_ff, ctx.d_model, bias=config.bias)
 
+    hook_points = ("hook_pre", "hook_pre_linear", "hook_post")  # as a GLU's, with no activation
+
     def forward(self, x):
-        return self.down(self.gate(x) * self.up(x))  # (B, T, D) -> (B, T, d_ff) -> (B, T, D)
+        tap = taps_or_identity(self)  # hook points: identity outside a hooked call
+        h = tap("hook_pre", self.gate(x)) * tap("hook_pre_linear", self.up(x))  # (B, T, d_ff)
+        return self.down(tap("hook_post", h))  # (B, T, D)
 
 
 @zoo.hookimpl

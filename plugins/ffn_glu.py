@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import ACTIVATIONS, Activation, FeedForward
+from zoo.components import ACTIVATIONS, Activation, FeedForward, taps_or_identity
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class ReGLUConfig:
 
 
 class GLU(FeedForward):
+    hook_points = ("hook_pre", "hook_pre_linear", "hook_post")  # the inside view: TransformerLens' gated MLP
+
     def __init__(self, config, ctx):
         super().__init__(config, ctx)
         self.gate = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
@@ -50,8 +52,9 @@ class GLU(FeedForward):
         self.act = ACTIVATIONS[config.activation]
 
     def forward(self, x):
-        h = self.act(self.gate(x)) * self.up(x)  # (B, T, d_ff): the gated path
-        return self.down(h)  # (B, T, D)
+        tap = taps_or_identity(self)  # hook points: identity outside a hooked call
+        h = self.act(tap("hook_pre", self.gate(x))) * tap("hook_pre_linear", self.up(x))  # (B, T, d_ff): the gated path
+        return self.down(tap("hook_post", h))  # (B, T, D)
 
 
 @zoo.hookimpl

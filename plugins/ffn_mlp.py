@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import ACTIVATIONS, Activation, FeedForward
+from zoo.components import ACTIVATIONS, Activation, FeedForward, taps_or_identity
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,8 @@ class MLPConfig:
 
 
 class MLP(FeedForward):
+    hook_points = ("hook_pre", "hook_post")  # the inside view: TransformerLens' MLP points
+
     def __init__(self, config, ctx):
         super().__init__(config, ctx)
         self.up = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
@@ -30,7 +32,8 @@ class MLP(FeedForward):
         self.act = ACTIVATIONS[config.activation]
 
     def forward(self, x):
-        return self.down(self.act(self.up(x)))  # (B, T, D) -> (B, T, d_ff) -> (B, T, D)
+        tap = taps_or_identity(self)  # hook points: identity outside a hooked call
+        return self.down(tap("hook_post", self.act(tap("hook_pre", self.up(x)))))  # (B, T, D) -> (B, T, d_ff) -> (B, T, D)
 
 
 @zoo.hookimpl

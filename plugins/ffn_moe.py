@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import zoo
-from zoo.components import FeedForward
+from zoo.components import FeedForward, taps_for
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class MoE(FeedForward):
         B, T, D = x.shape
         E, k = self.config.experts, self.config.top_k
         xf = x.reshape(B * T, D)  # (N, D)
-        weight, expert, probs = self._route(xf)  # (N, k), (N, k), (N, E)
+        weight, expert, probs = self._route(xf, taps_for(self), B)  # (N, k), (N, k), (N, E)
         flat = expert.reshape(-1)  # (N*k,) the expert of each (token, slot) pair
         order = flat.argsort(stable=True)  # pairs grouped by expert
         token = order // k  # (N*k,) the token of each sorted pair
@@ -140,7 +140,11 @@ class MoE(FeedForward):
         self.aux_loss = self.config.aux_loss_coef * E * (counts.to(probs.dtype) / (B * T) * probs.mean(0)).sum()
         return out.view(B, T, D)
 
-    def _route(self, xf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    #: the inside view (TransformerLens' MoE names): the router's scores ``(B, T, E)`` and the chosen
+    #: experts ``(B, T, k)``; an edit of either moves the choice and the gates
+    hook_points = ("hook_expert_weights", "hook_expert_indices")
+
+    def _route(self, xf: torch.Tensor, tap=None, B: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``xf (N, D)`` -> each token's gates and experts ``(N, k)`` and all scores ``(N, E)``.
 
         Scores are the softmax (or the sigmoid, V3) of the router logits.  The choice ranks
@@ -151,6 +155,8 @@ class MoE(FeedForward):
         c, E = self.config, self.config.experts
         logits = self.router(xf).float()  # (N, E)
         scores = torch.softmax(logits, dim=-1) if c.scoring == "softmax" else torch.sigmoid(logits)
+        if tap is not None:  # shown per position: (B, T, E)
+            scores = tap("hook_expert_weights", scores.unflatten(0, (B, -1))).flatten(0, 1)
         choice = scores + self.score_bias.float() if c.score_bias else scores  # (N, E) ranks the experts
         if c.groups > 1:
             g = choice.view(-1, c.groups, E // c.groups)  # (N, G, E/G)
@@ -159,6 +165,8 @@ class MoE(FeedForward):
             keep = torch.zeros_like(rank, dtype=torch.bool).scatter_(1, best, True)  # (N, G)
             choice = choice.masked_fill(~keep.repeat_interleave(E // c.groups, dim=1), float("-inf"))
         expert = choice.topk(c.top_k, dim=-1).indices  # (N, k)
+        if tap is not None:  # (B, T, k)
+            expert = tap("hook_expert_indices", expert.unflatten(0, (B, -1))).flatten(0, 1)
         weight = scores.gather(1, expert)  # (N, k)
         if c.normalize:
             weight = weight / weight.sum(-1, keepdim=True)

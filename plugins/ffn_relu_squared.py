@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import zoo
-from zoo.components import FeedForward
+from zoo.components import FeedForward, taps_or_identity
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,12 @@ class ReluSquaredMLP(FeedForward):
         self.up = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
         self.down = nn.Linear(ctx.d_ff, ctx.d_model, bias=config.bias)
 
+    hook_points = ("hook_pre", "hook_post")  # the inside view: TransformerLens' MLP points
+
     def forward(self, x):
-        h = torch.relu(self.up(x))  # (B, T, d_ff)
-        return self.down(h * h)  # (B, T, D)
+        tap = taps_or_identity(self)  # hook points: identity outside a hooked call
+        h = torch.relu(tap("hook_pre", self.up(x)))  # (B, T, d_ff)
+        return self.down(tap("hook_post", h * h))  # (B, T, D)
 
 
 @zoo.hookimpl

@@ -60,6 +60,15 @@ class DyT(Norm):
     def forward(self, x):
         return torch.tanh(self.alpha * x) * self.weight + self.bias  # (…, D), element-wise
 
+    def steps(self, x):  # for the inside view: no scale, the squashed x before the weight and bias
+        return torch.tanh(self.alpha * x), None
+
+    def affine(self, normalized, x):
+        return normalized * self.weight + self.bias
+
+    def hook_points(self):
+        return ("hook_normalized",)
+
 
 @zoo.hookimpl
 def register_norms(register):

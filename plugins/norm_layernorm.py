@@ -42,6 +42,15 @@ class LayerNorm(Norm):
     def forward(self, x):
         return F.layer_norm(x, (x.size(-1),), self.weight, self.bias, self.config.eps)
 
+    def steps(self, x):  # for the inside view: forward(x) == affine(centred / scale, x)
+        xf = x.float() if x.element_size() < 4 else x  # half precision: in float32, as F.layer_norm
+        centred = xf - xf.mean(-1, keepdim=True)
+        return centred, (centred.pow(2).mean(-1, keepdim=True) + self.config.eps).sqrt()  # (…, D), (…, 1)
+
+    def affine(self, normalized, x):
+        y = normalized * self.weight
+        return (y if self.bias is None else y + self.bias).to(x.dtype)
+
 
 @zoo.hookimpl
 def register_norms(register):

@@ -45,6 +45,13 @@ class RMSNorm(Norm):
     def forward(self, x):
         return self.weight * self.normalize(x).to(x.dtype)
 
+    def steps(self, x):  # for the inside view: forward(x) == affine(centred / scale, x)
+        xf = x.float()
+        return xf, (xf.pow(2).mean(-1, keepdim=True) + self.config.eps).sqrt()  # (…, D), (…, 1)
+
+    def affine(self, normalized, x):
+        return self.weight * normalized.to(x.dtype)
+
 
 @zoo.hookimpl
 def register_norms(register):

@@ -28,6 +28,9 @@ class RMSNormPlus1(RMSNorm):  # rmsnorm's normalisation, the scale 1 + w
     def forward(self, x):
         return (self.normalize(x) * (1.0 + self.weight.float())).to(x.dtype)
 
+    def affine(self, normalized, x):  # the steps are rmsnorm's
+        return (normalized * (1.0 + self.weight.float())).to(x.dtype)
+
 
 @zoo.hookimpl
 def register_norms(register):

@@ -11,7 +11,7 @@ each with its own ``gamma`` of that size::
     q = q / sqrt(mean(q²) + eps) * γ_q # one mean over all h·hd features; γ_q has h·hd entries
 
 So one head with large activations shrinks the others — the heads share a scale.  zoo's attention
-hands a q/k norm the split heads ``(B, h, T, hd)``; this norm joins them back to ``(B, T, h·hd)``,
+hands a q/k norm the split heads ``(B, T, h, hd)``; this norm joins them back to ``(B, T, h·hd)``,
 normalises and splits again.  ``qk_spans_heads`` tells the engine to size the q norm for ``h`` heads
 and the k norm for ``h_kv`` heads.  The mean square is taken in float32, as in ``rmsnorm``.
 """
@@ -39,12 +39,21 @@ class RMSNormQKFull(RMSNorm):
               "每个特征一个可学习的缩放，于是各头共享同一个均方根。在其他位置它就是普通的 RMSNorm。",
     }
 
+    def split_heads(self, x) -> bool:
+        """A q/k norm's input: the split heads ``(B, T, h, hd)`` of one projection of ``h·hd``
+        features (the residual stream ``(…, D)``, one copy per head too, is plain RMSNorm's)."""
+        return x.dim() == 4 and x.size(-1) != self.weight.numel()
+
     def forward(self, x):
-        if x.dim() != 4:  # the residual stream (…, D): plain RMSNorm
+        if not self.split_heads(x):
             return super().forward(x)
-        B, h, T, hd = x.shape  # a q/k norm: the split heads of one projection
-        flat = x.transpose(1, 2).reshape(B, T, h * hd)  # (B, T, h·hd): the projection before the split
-        return super().forward(flat).view(B, T, h, hd).transpose(1, 2)  # (B, h, T, hd)
+        return super().forward(x.flatten(-2)).view(x.shape)  # as the projection (B, T, h·hd)
+
+    def steps(self, x):
+        return super().steps(x.flatten(-2) if self.split_heads(x) else x)  # (…, D'), (…, 1)
+
+    def affine(self, normalized, x):
+        return super().affine(normalized, x).view(x.shape)
 
 
 @zoo.hookimpl

@@ -11,8 +11,9 @@ in exactly one place.)
 from __future__ import annotations
 
 import functools
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Literal
+from typing import Any, Callable, ClassVar, Literal, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -88,6 +89,56 @@ class BuildContext:
                    head_dim=head_dim, d_ff=d_ff if d_ff is not None else 4 * d_model,
                    max_len=max_len, num_layers=num_layers, dropout=dropout, causal=causal,
                    scale=scale if scale is not None else head_dim ** -0.5)
+
+
+# ---------------------------------------------------------------------- the inside view's taps
+#: The taps of the hooked call running in this thread (or task), ``module -> taps``, put here by
+#: :mod:`zoo.inside.hooks` for that call only; None everywhere else.  A context variable, not an
+#: attribute of the model: a forward of the same model in another thread sees none of them.
+TAPS: ContextVar[Mapping[Any, Any] | None] = ContextVar("zoo_taps", default=None)
+
+
+def taps_for(module: nn.Module) -> Any:
+    """The taps a hooked call put on ``module``, or None -- always None outside a hooked call, in
+    every other thread, and while ``torch.compile`` traces (a compiled graph holds no tap).
+
+    Every hook point is an identity tap in the forward that computes it.  A module with hook points
+    looks its taps up once per forward and, where a named activation is computed, hands it over::
+
+        tap = taps_for(self)                    # None: the forward runs exactly as built
+        ...
+        if tap is not None:
+            x = tap("hook_resid_pre", x)        # the hooks' replacement (or x itself), recorded
+
+    ``tap(name, x, at=None)``: ``name`` is the point's name inside the module (the session knows
+    the block and the stack), ``at`` the sequence index of ``x``'s first position when it is not
+    the call's own (keys of every cached token: ``at=0``).  ``tap.wants(*names)``: whether the call
+    asked for any of those points -- for points that cost work to provide (``hook_result``, one
+    input per head).  ``tap.begin(stack, cache, **call)`` (the model's taps only): a stack's forward
+    starts after ``cache.length`` cached tokens.  The names a module's forward calls are the ones
+    its class lists (:func:`zoo.inside.hooks.hook_names`)."""
+    taps = TAPS.get()
+    if taps is None or torch.compiler.is_compiling():
+        return None
+    return taps.get(module)
+
+
+def _identity_tap(name: str, x: Any, at: int | None = None) -> Any:
+    return x
+
+
+def taps_or_identity(module: nn.Module) -> Callable[..., Any]:
+    """:func:`taps_for`, or a tap that hands every activation back unchanged: for a component's
+    own forward, where one line per hook point reads better than an ``if`` (a feed-forward block:
+    ``h = tap("hook_pre", self.up(x))``); the engine's hot paths test for None instead."""
+    return taps_for(module) or _identity_tap
+
+
+#: The taps of the attention layer whose kernel is running in a hooked call that asks for its
+#: scores or pattern, set by :func:`zoo.model.layers.call_kernel` around that one kernel call; the
+#: kernels' shared steps (:mod:`zoo.model.kernels`) hand ``hook_attn_scores`` and ``hook_pattern``
+#: to it, so every kernel built from them shows both.  None everywhere else.
+KERNEL_TAPS: ContextVar[Any] = ContextVar("zoo_kernel_taps", default=None)
 
 
 class AttentionKernel(nn.Module):
@@ -223,13 +274,47 @@ class PositionScheme(nn.Module):
 
 
 class Norm(nn.Module):
-    """A normalisation layer ``(…, D) -> (…, D)``, built as ``cls(config, ctx)``."""
+    """A normalisation layer ``(…, D) -> (…, D)``, built as ``cls(config, ctx)``.
+
+    For the inside view a norm may show its steps (TransformerLens' ``hook_scale`` and
+    ``hook_normalized``): :meth:`steps` splits ``x`` into ``(centred, scale)`` and :meth:`affine`
+    finishes the job, so that ``forward(x) == affine(centred / scale, x)``.  In a hooked call that
+    asks for those points the norm runs as exactly those three steps, with ``hook_scale`` on the
+    scale and ``hook_normalized`` on ``centred / scale`` (before the weight and the bias); a norm
+    without steps (the default) has no hook points and always runs its ``forward``."""
 
     capabilities: ClassVar[Capabilities] = Capabilities()
 
     def __init__(self, config: Any, ctx: BuildContext):
         super().__init__()
         self.config = config
+
+    def steps(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """``(centred (…, D'), scale (…, 1) or None)``: what the norm divides, and by what, per
+        token (LayerNorm: ``x - mean`` and ``sqrt(var + eps)``; RMSNorm: ``x`` and ``sqrt(mean x² +
+        eps)``; a norm that divides by nothing, DyT: its squashed ``x`` and None).  None: no steps."""
+        return None
+
+    def affine(self, normalized: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The output from the normalised ``centred / scale``: the weight and bias, in ``x``'s
+        dtype and shape."""
+        raise NotImplementedError
+
+    def hook_points(self) -> tuple[str, ...]:
+        """The names this norm's forward taps: ``hook_scale`` and ``hook_normalized`` for a norm
+        with steps (a norm whose steps divide by nothing lists ``hook_normalized`` only), none
+        without."""
+        return () if type(self).steps is Norm.steps else ("hook_scale", "hook_normalized")
+
+    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        tap = taps_for(self)
+        if tap is None or args or kwargs:
+            return super().__call__(x, *args, **kwargs)
+        centred, scale = self.steps(x)
+        if scale is not None:
+            scale = tap("hook_scale", scale)  # (…, 1)
+            centred = centred / scale
+        return self.affine(tap("hook_normalized", centred), x)  # before the weight and the bias
 
 
 class Placement(nn.Module):
@@ -255,9 +340,15 @@ class Placement(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """A position-wise block ``(B, T, D) -> (B, T, D)`` through a hidden width ``ctx.d_ff``."""
+    """A position-wise block ``(B, T, D) -> (B, T, D)`` through a hidden width ``ctx.d_ff``.
+
+    ``hook_points``: the names its ``forward`` taps (``tap = taps_or_identity(self)``), with
+    TransformerLens' meanings: ``hook_pre`` the pre-activation (a GLU's gate), ``hook_pre_linear``
+    a GLU's linear branch, ``hook_post`` the input of the down projection; a mixture of experts:
+    ``hook_expert_weights`` its router's probabilities, ``hook_expert_indices`` its choices."""
 
     capabilities: ClassVar[Capabilities] = Capabilities()
+    hook_points: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any, ctx: BuildContext):
         super().__init__()

@@ -88,12 +88,12 @@ def test_qk_norm_spans_the_whole_projection_as_transformers_attention():
     x = torch.randn(2, 5, 32, dtype=torch.float64) * torch.linspace(0.1, 3, 32, dtype=torch.float64)
     q, k = ha.q_proj(x), ha.k_proj(x)  # (B, T, h*hd), (B, T, h_kv*hd)
     want_q, want_k = ha.q_norm(q), ha.k_norm(k)
-    split = lambda t: t.view(2, 5, -1, 8).transpose(1, 2)  # noqa: E731 - (B, h, T, hd)
+    split = lambda t: t.view(2, 5, -1, 8)  # noqa: E731 - (B, T, h, hd), as the attention hands them over
     got_q, got_k = za.q_norm(split(q)), za.k_norm(split(k))
-    assert (got_q.transpose(1, 2).reshape(2, 5, 32) - want_q).abs().max() < 1e-12
-    assert (got_k.transpose(1, 2).reshape(2, 5, 16) - want_k).abs().max() < 1e-12
+    assert (got_q.reshape(2, 5, 32) - want_q).abs().max() < 1e-12
+    assert (got_k.reshape(2, 5, 16) - want_k).abs().max() < 1e-12
     per_head = split(q) * torch.rsqrt(split(q).pow(2).mean(-1, keepdim=True) + 1e-5)
-    assert (per_head.transpose(1, 2).reshape(2, 5, 32) * za.q_norm.weight - want_q).abs().max() > 1e-3
+    assert (per_head.reshape(2, 5, 32) * za.q_norm.weight - want_q).abs().max() > 1e-3
 
 
 @torch.no_grad()

@@ -228,7 +228,7 @@ def test_steps_feed_the_trace_and_a_kernel_without_them_is_swapped(registry):
             logits = model(ids)
         assert torch.allclose(tr.logits, logits, atol=1e-5) is faithful, kind
         if faithful:
-            for key in ("scores", "scores_masked", "weights", "heads"):
+            for key in ("scores_masked", "weights", "heads"):  # hook_attn_scores, hook_pattern, hook_z
                 assert f"decoder.blocks.0.attn.{key}" in tr, key
             w = tr["decoder.blocks.0.attn.weights"]
             assert torch.allclose(tr["decoder.blocks.0.attn.scores_masked"].softmax(-1), w)

@@ -210,7 +210,7 @@ def test_absorbed_and_rebuilt_attention_agree_under_padding():
         if absorb == "decode":  # a prefill rebuilds 4 heads of keys (8 + 8 features), a step attends over latents
             attn, shapes = model.decoder.blocks[0].attn, []
             call = attn.run_kernel
-            attn.run_kernel = lambda q, k, v, a: shapes.append((tuple(k.shape), tuple(v.shape))) or call(q, k, v, a)
+            attn.run_kernel = lambda q, k, v, a, tap=None: shapes.append((tuple(k.shape), tuple(v.shape))) or call(q, k, v, a, tap)
             cache = model.new_cache(9)
             model(ids[:, :5], cache=cache)
             model(ids[:, 5:6], cache=cache)

@@ -12,19 +12,33 @@ vocabulary on *every* architecture it assembles or converts::
     with model.hooks(fwd_hooks=...):                            # context-managed, any calls inside
         model.generate(ids, 8)
 
-**Names.**  A decoder-only or encoder-only model uses TL's names unchanged (see :func:`hook_names`
-and docs/INTERP.md for the table); an encoder-decoder prefixes each stack (``encoder.`` /
-``decoder.``) and its decoder blocks add the cross-attention (``blocks.i.cross.hook_q`` ...,
-``blocks.i.hook_cross_out``, ``blocks.i.hook_resid_mid_cross``).  Shapes follow TL: ``hook_q/k/v/z``
-are ``(B, T, h, hd)`` (``h_kv`` heads for k and v), ``hook_attn_scores`` / ``hook_pattern`` ``(B,
-h, Tq, Tk)``, ``hook_result`` ``(B, T, h, D)`` (each head's output projected: computed only when
-asked for), the residual stream ``(B, T, D)``, ``ln*.hook_scale`` ``(B, T, 1)``.
+**One forward with taps.**  A hook point is an identity tap in the engine's own forward
+(``zoo.model.layers``, ``zoo.model.models``) or a component's (a norm's steps, a feed-forward
+block, an attention kernel's shared steps in ``zoo.model.kernels``): ``tap = taps_for(self)`` once
+per forward, ``x = tap("hook_resid_pre", x)`` where the activation is computed.  Outside a hooked
+call ``taps_for`` is None and the forward is the one that was built; nothing is ever installed on
+the model.  A hooked call (a *session*: :class:`Hooks`) puts its taps in a context variable
+(:data:`zoo.components.TAPS`) for its own duration, so a forward of the same model in another
+thread -- the UI's Run tab while the Interpret tab caches -- sees none of them, and two sessions in
+two threads never see each other's hooks or activations.  ``zoo.trace`` is a view of the same
+mechanism (:mod:`zoo.inside.trace`).
 
-**Zero cost when unused.**  Nothing is installed on the model until a hooked call starts: the
-points a call needs are put in place (forward hooks, and instance-level ``forward`` overrides that
-repeat the engine's code with the hook calls in between) and removed when it ends, even when it
-raises.  A model outside ``run_with_hooks`` is byte-for-byte the model that was built, so its speed,
-its state-dict keys and ``torch.compile`` are untouched (benchmarks/hooks_zero_cost.py measures it).
+**Names.**  TL's names *and meanings*: ``ln*.hook_scale`` is TL's scale and ``ln*.hook_normalized``
+the normalised stream *before* the norm's weight and bias; ``mlp.hook_pre`` / ``hook_pre_linear`` /
+``hook_post``; TL's optional ``hook_tokens``, ``hook_attn_in`` (one copy of the stream per head,
+before ``ln1``), ``hook_q_input`` / ``hook_k_input`` / ``hook_v_input`` and ``hook_mlp_in``.  An
+encoder-decoder prefixes each stack (``encoder.`` / ``decoder.``) and its decoder blocks add the
+cross-attention (``blocks.i.cross.hook_q`` ..., ``blocks.i.hook_cross_out``,
+``blocks.i.hook_resid_mid_cross``).  Shapes follow TL: ``hook_q/k/v/z`` are ``(B, T, h, hd)``
+(``h_kv`` heads for k and v), ``hook_attn_scores`` / ``hook_pattern`` ``(B, h, Tq, Tk)``,
+``hook_result`` ``(B, T, h, D)`` (computed only when asked for).  :func:`hook_names` lists exactly
+the points a forward calls: each module's class says what its forward taps, and an attention
+kernel's scores and pattern are listed only where the kernel shows them (:func:`kernel_view`); a
+hook on a point a kernel cannot show is a ``ZooError`` naming the kernel and the kernels that can.
+
+**A hook is held to the contract.**  Its result is None or a tensor of the activation's shape,
+dtype and device, without NaN where the activation had none; anything else is a ``ZooError`` at
+that hook point, naming it, the hook function, and what was expected and what came back.
 
 **Positions under a KV cache.**  Every hook is told where its activation sits: ``hook.offset`` is
 the index in the whole sequence of the first position the activation holds (0 for a full forward;
@@ -38,33 +52,47 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
 
-from ..components import Norm, repeat_kv
+from ..components import KERNEL_TAPS, TAPS, AttentionKernel, BuildContext, Norm, repeat_kv
 from ..errors import ZooError, did_you_mean
-from ..model.layers import Attention, Block, call_kernel, kernel_steps
+from ..model.layers import Attention, AttnArgs, Block, call_kernel, kernel_steps
 from ..registry import get_registry
 
 HookFn = Callable[[torch.Tensor, "Hook"], "torch.Tensor | None"]
 
 #: TL's short names (``utils.get_act_name``) -> the name inside a block (or at the top).
 SHORT_NAMES = {
-    "embed": "hook_embed", "pos_embed": "hook_pos_embed", "resid_pre": "hook_resid_pre",
-    "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post", "attn_out": "hook_attn_out",
-    "mlp_out": "hook_mlp_out", "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v",
+    "embed": "hook_embed", "pos_embed": "hook_pos_embed", "tokens": "hook_tokens",
+    "resid_pre": "hook_resid_pre", "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post",
+    "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out", "attn_in": "hook_attn_in",
+    "q_input": "hook_q_input", "k_input": "hook_k_input", "v_input": "hook_v_input",
+    "mlp_in": "hook_mlp_in", "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v",
     "rot_q": "attn.hook_rot_q", "rot_k": "attn.hook_rot_k", "attn_scores": "attn.hook_attn_scores",
     "scores": "attn.hook_attn_scores", "pattern": "attn.hook_pattern", "attn": "attn.hook_pattern",
     "z": "attn.hook_z", "result": "attn.hook_result", "pre": "mlp.hook_pre",
     "pre_linear": "mlp.hook_pre_linear", "post": "mlp.hook_post", "scale": "ln_final.hook_scale",
     "normalized": "ln_final.hook_normalized",
 }
-_TOP_LEVEL = {"embed", "pos_embed", "scale", "normalized"}
+_TOP_LEVEL = {"embed", "pos_embed", "tokens", "scale", "normalized"}
 #: names whose positions run along axis 2 (queries of ``(B, h, Tq, Tk)``); all others: axis 1
-_QUERY_AXIS2 = ("hook_attn_scores", "hook_pattern")
+_QUERY_AXIS2 = ("hook_attn_scores", "hook_pattern", "hook_score_bias")
+#: an attention kernel's own points (shown by the kernel, not by the layer around it)
+KERNEL_POINTS = ("hook_attn_scores", "hook_pattern")
+#: TL's per-head inputs: asking for one runs ``ln1`` on a copy of the stream per head (so its
+#: points hold ``(B, T, h, ·)``, as in TL with ``use_attn_in`` / ``use_split_qkv_input``); a cache
+#: of "everything" leaves them out, as TL's default configuration does
+PER_HEAD_INPUTS = ("hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input")
+
+
+def _everything(name: str) -> bool:
+    """The default ``names_filter``: every point but the per-head inputs."""
+    return not name.endswith(PER_HEAD_INPUTS)
 
 
 def act_name(name: str, layer: int | None = None, stack: str = "") -> str:
@@ -103,13 +131,24 @@ class Hook:
 
 
 def edit_positions(positions: int | Iterable[int], fn: Callable[[torch.Tensor], torch.Tensor]) -> HookFn:
-    """A hook that applies ``fn`` to the slices at absolute sequence ``positions`` only (each
-    ``(B, ...)`` without the position axis), wherever they appear: in a full forward, in the
-    prompt's forward or in the decoding step that computes them (never twice)."""
+    """A hook that applies ``fn`` to the slices at sequence ``positions`` only (each ``(B, ...)``
+    without the position axis), wherever they appear: in a full forward, in the prompt's forward
+    or in the decoding step that computes them (never twice).  A negative position counts from the
+    end of the activation, as Python does (``-1``: the last position of the call); generation
+    refuses it, since the end moves with every new token."""
     wanted = [positions] if isinstance(positions, int) else list(positions)
+    bad = [p for p in wanted if isinstance(p, bool) or not isinstance(p, int)]
+    if bad:
+        raise ZooError(f"positions must be integers, got {bad[:3]!r}", where="edit_positions",
+                       fix="edit_positions(3, fn) or edit_positions([0, 5], fn)")
+    if not callable(fn):
+        raise ZooError(f"the edit must be a function, got {type(fn).__name__}", where="edit_positions",
+                       fix="edit_positions(p, lambda v: v * 0)")
 
     def hook_fn(x: torch.Tensor, hook: Hook) -> torch.Tensor | None:
-        here = [p - hook.offset for p in wanted if hook.offset <= p < hook.offset + x.size(hook.seq_dim)]
+        end = hook.offset + x.size(hook.seq_dim)
+        absolute = [p + end if p < 0 else p for p in wanted]
+        here = sorted({p - hook.offset for p in absolute if hook.offset <= p < end})
         if not here:
             return None
         x = x.clone()
@@ -118,6 +157,7 @@ def edit_positions(positions: int | Iterable[int], fn: Callable[[torch.Tensor], 
             sl.copy_(fn(sl))
         return x
 
+    hook_fn.from_end = any(p < 0 for p in wanted)  # generation refuses these
     return hook_fn
 
 
@@ -128,96 +168,182 @@ def _stack_prefix(model, stack: str) -> str:
 
 def _norm_names(placement: nn.Module, base: str) -> list[tuple[str, nn.Module]]:
     """``(name, norm)`` for the norms a placement owns: ``norm`` is ``base`` (``ln1``), any other
-    norm attribute ``base_attr`` (sandwich's second norm: ``ln1_post``, say)."""
+    norm attribute ``base_attr`` without its ``_norm`` (sandwich's ``post_norm``: ``ln1_post``,
+    TL's name for Gemma 2's second norm)."""
     out = []
     for attr, mod in placement.named_children():
         if isinstance(mod, Norm):
-            out.append((base if attr == "norm" else f"{base}_{attr}", mod))
+            out.append((base if attr == "norm" else f"{base}_{attr.removesuffix('_norm')}", mod))
     return out
 
 
-def _scale_eps(norm: nn.Module) -> tuple[str, float] | None:
-    """``("layernorm" | "rmsnorm", eps)`` for norms whose scale TL defines, else None."""
-    kind = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}.get(type(norm).__name__)
-    eps = getattr(getattr(norm, "config", None), "eps", None)
-    return (kind, float(eps)) if kind and eps is not None else None
+#: ``(module, prefix, names)``: the points ``module``'s forward taps, each named ``prefix + name``
+Point = tuple[nn.Module, str, tuple[str, ...]]
 
 
-def _points(model) -> list[tuple[str, str, Any]]:
-    """Every hook point of ``model`` in forward order: ``(name, where, module)`` where ``where``
-    says how it is installed (``embed``, ``norm``, ``block``, ``attn``, ``mlp``, ``unembed``)."""
-    pts: list[tuple[str, str, Any]] = []
+def _norm_point(norm: nn.Module, prefix: str) -> list[Point]:
+    names = norm.hook_points() if isinstance(norm, Norm) else ()
+    return [(norm, prefix, tuple(names))] if names else []
+
+
+def _attn_points(attn: nn.Module, a: str, stack: nn.Module) -> list[Point]:
+    """The points of one attention layer (``a``: ``blocks.i.attn.`` or ``blocks.i.cross.``) and of
+    its kernel's scores and pattern."""
+    shown = kernel_view(attn)[1]
+    if not isinstance(attn, Attention):  # a kernel's own layer (MLA): what it hands its kernel
+        own = tuple(getattr(attn, "hook_points", ()))
+        i = own.index("hook_z") if "hook_z" in own else len(own)
+        return [(attn, a, own[:i] + shown + own[i:])]
+    pts: list[Point] = [(attn, a, ("hook_q", "hook_k", "hook_v"))]
+    if attn.q_norm is not None:
+        pts += _norm_point(attn.q_norm, a + "q_ln.") + _norm_point(attn.k_norm, a + "k_ln.")
+    names = () if attn.is_cross else ("hook_rot_q", "hook_rot_k")
+    if stack.biases and not attn.is_cross:
+        names += ("hook_score_bias",)
+    pts.append((attn, a, names + shown + ("hook_z", "hook_result")))
+    return pts
+
+
+def _block_points(block: Block, b: str, stack: nn.Module) -> list[Point]:
+    own_attn = isinstance(block.attn, Attention)
+    head_inputs = ()
+    if own_attn:
+        head_inputs = (("hook_attn_in",) if block.attn.h == block.attn.h_kv else ()) + \
+            ("hook_q_input", "hook_k_input", "hook_v_input")
+    pts: list[Point] = [(block, b, ("hook_resid_pre",) + head_inputs)]
+    for name, norm in _norm_names(block.attn_res, b + "ln1"):
+        pts += _norm_point(norm, name + ".")
+    pts += _attn_points(block.attn, b + "attn.", stack)
+    pts.append((block, b, ("hook_attn_out",) + (() if block.parallel else ("hook_resid_mid",))))
+    if block.cross is not None:
+        for name, norm in _norm_names(block.cross_res, b + "lnc"):
+            pts += _norm_point(norm, name + ".")
+        pts += _attn_points(block.cross, b + "cross.", stack)
+        pts.append((block, b, ("hook_cross_out", "hook_resid_mid_cross")))
+    pts.append((block, b, ("hook_mlp_in",)))
+    for name, norm in _norm_names(block.ffn_res, b + "ln2"):
+        pts += _norm_point(norm, name + ".")
+    ffn_names = tuple(getattr(block.ffn, "hook_points", ()))
+    if ffn_names:
+        pts.append((block.ffn, b + "mlp.", ffn_names))
+    pts.append((block, b, ("hook_mlp_out", "hook_resid_post")))
+    return pts
+
+
+def points(model) -> list[Point]:
+    """Every hook point of ``model`` in the order of its parts, grouped by the module that taps it."""
+    pts: list[Point] = []
     spec = model.spec
     emb = {"decoder": "embed", "encoder": "embed"} if len(spec.roles) == 1 else \
         {"encoder": "enc_embed", "decoder": "dec_embed"}
     for stack in spec.roles:
         p = _stack_prefix(model, stack)
         e = getattr(model, emb[stack])
-        pts.append((p + "hook_embed", "embed", e))
-        if e.embeds_positions:
-            pts.append((p + "hook_pos_embed", "embed", e))
-        if e.types is not None:
-            pts.append((p + "hook_token_type_embed", "embed", e))
-        if e.has_norm:
-            pts += _norm_points(p + "embed.ln", e.norm)
         st = getattr(model, stack)
+        pts.append((model, p, ("hook_tokens",)))
+        pts.append((e, p, e.hook_points()))
+        if e.has_norm:
+            pts += _norm_point(e.norm, p + "embed.ln.")
         for i, block in enumerate(st.blocks):
-            b = f"{p}blocks.{i}."
-            pts.append((b + "hook_resid_pre", "block", block))
-            for base, res, attn, out in (("ln1", "attn_res", "attn", "hook_attn_out"),
-                                         ("lnc", "cross_res", "cross", "hook_cross_out")):
-                if getattr(block, attn) is None:
-                    continue
-                for name, norm in _norm_names(getattr(block, res), b + base):
-                    pts += _norm_points(name, norm)
-                pts += _attn_points(b + attn + ".", getattr(block, attn))
-                pts.append((b + out, "block", block))
-                if not block.parallel:
-                    pts.append((b + ("hook_resid_mid" if attn == "attn" else "hook_resid_mid_cross"),
-                                "block", block))
-            for name, norm in _norm_names(block.ffn_res, b + "ln2"):
-                pts += _norm_points(name, norm)
-            ffn = block.ffn
-            if _linear(ffn, "up") and _linear(ffn, "down"):
-                if _linear(ffn, "gate"):
-                    pts += [(b + "mlp.hook_pre", "mlp", ffn), (b + "mlp.hook_pre_linear", "mlp", ffn)]
-                else:
-                    pts.append((b + "mlp.hook_pre", "mlp", ffn))
-                pts.append((b + "mlp.hook_post", "mlp", ffn))
-            pts += [(b + "hook_mlp_out", "block", block), (b + "hook_resid_post", "block", block)]
+            pts += _block_points(block, f"{p}blocks.{i}.", st)
         if isinstance(st.final_norm, Norm):
-            pts += _norm_points(p + "ln_final", st.final_norm)
+            pts += _norm_point(st.final_norm, p + "ln_final.")
     if getattr(model, "lm_head", None) is not None:
-        pts += [("unembed.hook_in", "unembed", model.lm_head), ("unembed.hook_out", "unembed", model.lm_head)]
+        pts.append((model, "", ("unembed.hook_in", "unembed.hook_out")))
     return pts
 
 
-def _linear(mod: nn.Module, attr: str) -> bool:
-    return isinstance(getattr(mod, attr, None), nn.Linear)
-
-
-def _norm_points(name: str, norm: nn.Module) -> list[tuple[str, str, Any]]:
-    pts = [(name + ".hook_scale", "norm", norm)] if _scale_eps(norm) else []
-    return pts + [(name + ".hook_normalized", "norm", norm)]
-
-
-def _attn_points(a: str, attn: Attention) -> list[tuple[str, str, Any]]:
-    if not isinstance(attn, Attention):  # a kernel's own layer (MLA): what it hands its kernel
-        return [(a + n, "attn", attn) for n in ("hook_q", "hook_k", "hook_v", "hook_attn_scores",
-                                                "hook_pattern", "hook_z")]
-    names = ["hook_q", "hook_k", "hook_v"]
-    if attn.q_norm is not None:
-        names += ["q_ln.hook_normalized", "k_ln.hook_normalized"]
-    if not attn.is_cross:
-        names += ["hook_rot_q", "hook_rot_k"]
-    names += ["hook_attn_scores", "hook_pattern", "hook_z", "hook_result"]
-    return [(a + n, "attn", attn) for n in names]
-
-
 def hook_names(model) -> list[str]:
-    """Every hook point of ``model``, in forward order.  (``hook_rot_q/k`` exist on every
-    self-attention; they equal ``hook_q/k`` when the positions do not rotate q and k.)"""
-    return [n for n, _, _ in _points(model)]
+    """Every hook point of ``model``: exactly the names its forward calls in a hooked call.
+    (``hook_rot_q/k`` exist on every self-attention: q and k as the kernel sees them, after any q/k
+    norm and rotation; TL has them on rotary models only.)"""
+    return [prefix + n for _, prefix, names in points(model) for n in names]
+
+
+# ---------------------------------------------------------------------- what a kernel shows
+#: kernel -> (how, names): see :func:`kernel_view`
+_VIEWS: "weakref.WeakKeyDictionary[nn.Module, tuple[str | None, tuple[str, ...]]]" = weakref.WeakKeyDictionary()
+
+
+def kernel_view(layer: nn.Module) -> tuple[str | None, tuple[str, ...]]:
+    """How the attention layer's kernel shows its scores and pattern in a hooked call, and which of
+    :data:`KERNEL_POINTS` it shows: ``("steps", both)`` through its own
+    :meth:`~zoo.components.AttentionKernel.steps`; ``("eager", both)`` softmax attention without
+    steps (``sdpa``, ``naive``, ``mla``), for which the registry's ``eager`` kernel -- the same
+    function -- stands in during the hooked call; ``("shared", names)`` any other kernel, showing
+    what the shared steps it is built from show (:mod:`zoo.model.kernels`), as found by calling it
+    once on three positions; ``(None, ())`` a kernel that shows nothing (linear attention)."""
+    kernel = layer.kernel
+    if kernel in _VIEWS:
+        return _VIEWS[kernel]
+    if type(kernel).steps is not AttentionKernel.steps:
+        view = ("steps", KERNEL_POINTS)
+    elif kernel.capabilities.exact:
+        view = ("eager", KERNEL_POINTS)
+    else:
+        shown = _probe(kernel, layer.h, getattr(layer, "h_kv", layer.h), layer.hd)
+        view = ("shared", shown) if shown else (None, ())
+        if shown is None:  # the probe could not run (weights not materialised yet): ask again later
+            return view
+    _VIEWS[kernel] = view
+    return view
+
+
+class _Probe:
+    """A stand-in for a layer's taps that records which kernel points a kernel's forward calls."""
+
+    def __init__(self):
+        self.seen: set[str] = set()
+
+    def __call__(self, name, x, at=None):
+        self.seen.add(name)
+        return x
+
+
+def _probe(kernel: nn.Module, h: int, h_kv: int, hd: int) -> tuple[str, ...] | None:
+    """The kernel points ``kernel`` calls through :data:`zoo.components.KERNEL_TAPS` on three causal
+    positions (in forward order); None when it cannot run here."""
+    p = next(iter(kernel.parameters()), None)
+    dev, dt = (p.device, p.dtype) if p is not None and p.is_floating_point() else ("cpu", torch.float32)
+    if getattr(dev, "type", dev) == "meta":
+        dev = "cpu"
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, n, 3, hd, generator=g).to(dev, dt) for n in (h, h_kv, h_kv))
+    a = AttnArgs.make(3, 3, q.device, is_causal=True, fused_causal=kernel.capabilities.fused_causal)
+    probe = _Probe()
+    token = KERNEL_TAPS.set(probe)
+    try:
+        with torch.no_grad():
+            call_kernel(kernel, q, k, v, a)
+    except Exception:  # noqa: BLE001 - a kernel that cannot run on this probe shows nothing here
+        return None
+    finally:
+        KERNEL_TAPS.reset(token)
+    return tuple(n for n in KERNEL_POINTS if n in probe.seen)
+
+
+_REGISTRY_VIEWS: dict[str, tuple[str, ...]] = {}
+
+
+def kernels_showing(name: str) -> list[str]:
+    """The registered attention kernels that show ``name`` (``hook_pattern`` / ``hook_attn_scores``)."""
+    reg = get_registry()
+    out = []
+    for comp in reg.list("attention"):
+        if comp.name not in _REGISTRY_VIEWS:
+            try:
+                kernel = comp.make(BuildContext.for_heads(2, 8, causal=True))
+
+                class _Layer:  # the sizes a layer would give it
+                    h, h_kv, hd = 2, 2, 8
+
+                _Layer.kernel = kernel
+                _REGISTRY_VIEWS[comp.name] = kernel_view(_Layer)[1]
+            except Exception:  # noqa: BLE001 - a kernel that needs more than a default config
+                _REGISTRY_VIEWS[comp.name] = ()
+        if name.rsplit(".", 1)[-1] in _REGISTRY_VIEWS[comp.name]:
+            out.append(comp.name)
+    return out
 
 
 # ---------------------------------------------------------------------- the cache
@@ -249,352 +375,347 @@ def _matcher(spec) -> Callable[[str], bool]:
         return spec
     if isinstance(spec, str):
         return (lambda n: fnmatch.fnmatchcase(n, spec)) if any(c in spec for c in "*?[") else (lambda n: n == spec)
-    if isinstance(spec, (list, tuple, set)):
+    if isinstance(spec, (list, tuple, set, frozenset)):
         ms = [_matcher(s) for s in spec]
         return lambda n: any(m(n) for m in ms)
     raise ZooError(f"a hook target must be a name, a glob pattern or a function, got {type(spec).__name__}",
                    where="fwd_hooks", fix='("blocks.0.attn.hook_pattern", fn) or ("*hook_z", fn)')
 
 
-class Hooks:
-    """The hooks of one session on one model: ``with Hooks(model, fwd_hooks, cache_filter): ...``.
+def _pairs(fwd_hooks) -> list[tuple[Any, Callable]]:
+    """``fwd_hooks`` as a list of ``(target, fn)``, or a ZooError saying what is wrong with it."""
+    fix = 'fwd_hooks=[("blocks.0.attn.hook_pattern", fn), ...]: a list of (name, function) pairs'
+    if fwd_hooks is None:
+        return []
+    if isinstance(fwd_hooks, dict):
+        raise ZooError("fwd_hooks is a dict; it must be a list of (name, function) pairs", where="fwd_hooks",
+                       fix="fwd_hooks=list(hooks.items())")
+    if isinstance(fwd_hooks, (str, bytes)) or not isinstance(fwd_hooks, Iterable):
+        raise ZooError(f"fwd_hooks must be a list of (name, function) pairs, got {type(fwd_hooks).__name__}",
+                       where="fwd_hooks", fix=fix)
+    pairs = list(fwd_hooks)
+    if len(pairs) == 2 and isinstance(pairs[0], str) and callable(pairs[1]):
+        raise ZooError("fwd_hooks is one (name, function) pair, not a list of them", where="fwd_hooks",
+                       fix=f"wrap it in a list: fwd_hooks=[({pairs[0]!r}, fn)]")
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            got = f"{type(pair).__name__} of length {len(pair)}" if isinstance(pair, (tuple, list)) \
+                else type(pair).__name__
+            raise ZooError(f"fwd_hooks[{i}] must be a (name, function) pair, got a {got}",
+                           where=f"fwd_hooks[{i}]", fix=fix)
+    return [tuple(p) for p in pairs]
 
-    ``fwd_hooks``: ``[(name | glob | predicate, fn), ...]``; ``fn(activation, hook)`` returns a
-    replacement of the same shape or None.  ``cache_filter``: which names to record into
-    :attr:`records` (each a list of ``(offset, tensor)``, one per forward that computed it)."""
 
-    def __init__(self, model, fwd_hooks: Iterable = (), cache_filter=None, detach: bool = True):
-        self.model = model
-        self.detach = detach
-        names = hook_names(model)
-        self.fns: dict[str, list[HookFn]] = {}
-        for target, fn in fwd_hooks or ():
-            m = _matcher(target)
-            hit = [n for n in names if m(n)]
-            if not hit:
-                t = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
-                raise ZooError(f"no hook point matches {t!r}", where="fwd_hooks",
-                               fix=did_you_mean(str(t), names) or "see zoo.inside.hooks.hook_names(model)")
-            if not callable(fn):
-                raise ZooError(f"the hook for {target!r} is not callable", where="fwd_hooks",
-                               fix="give fn(activation, hook) -> tensor or None")
-            for n in hit:
-                self.fns.setdefault(n, []).append(fn)
-        keep = _matcher(cache_filter) if cache_filter is not None else None
-        self.cached = {n for n in names if keep(n)} if keep is not None else set()
-        self.active = set(self.fns) | self.cached
-        self.records: dict[str, list[tuple[int, torch.Tensor]]] = {}
-        self.offset: dict[str, int] = {}
-        self.last_call: dict[str, Any] = {}
-        self._undo: list[Callable[[], None]] = []
+def _fn_name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
-    # -- emitting
-    def emit(self, name: str, x: torch.Tensor, stack: str) -> torch.Tensor:
-        if name not in self.active:
+
+def _describe(t) -> str:
+    if not isinstance(t, torch.Tensor):
+        return f"a {type(t).__name__}"
+    return f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')} on {t.device}"
+
+
+class _Taps:
+    """One module's taps in one session: what :func:`zoo.components.taps_for` hands the module."""
+
+    __slots__ = ("session", "prefix", "stack", "names", "layer", "_stacks")
+
+    def __init__(self, session: "Hooks", prefix: str, stack: str, names: Iterable[str], layer=None):
+        self.session, self.prefix, self.stack = session, prefix, stack
+        self.names = frozenset(names)  # the module's points this session asks for
+        self.layer = layer
+        self._stacks: dict[str, _Taps] = {}
+
+    def __call__(self, name: str, x, at: int | None = None):
+        if name not in self.names:
             return x
-        off = self.offset.get(stack, 0)
-        hook = Hook(name, off, 2 if name.endswith(_QUERY_AXIS2) else 1)
-        for fn in self.fns.get(name, ()):
-            y = fn(x, hook)
-            if y is not None:
-                if not isinstance(y, torch.Tensor) or y.shape != x.shape:
-                    raise ZooError(f"the hook on '{name}' must return None or a tensor of shape "
-                                   f"{tuple(x.shape)}, got {getattr(y, 'shape', type(y).__name__)}",
-                                   where=f"fwd_hooks[{name!r}]")
-                x = y
-        if name in self.cached:
-            self.records.setdefault(name, []).append((off, x.detach() if self.detach else x))
-        return x
+        return self.session.emit(self.prefix + name, x, self.stack, at)
 
-    def wants(self, prefix: str) -> bool:
-        return any(n.startswith(prefix) for n in self.active)
+    def wants(self, *names: str) -> bool:
+        return any(n in self.names for n in names)
 
-    # -- installing
-    def __enter__(self) -> "Hooks":
+    def begin(self, stack: str, cache=None, **call) -> "_Taps":
+        """The model's taps: a forward of ``stack`` starts after ``cache.length`` cached tokens;
+        returns the stack's own top-level taps (``hook_tokens``)."""
+        s = self.session
+        s.offset[stack] = cache.length if cache is not None else 0
+        if stack == "decoder":
+            s.last_call = {"cache": cache, **call}
+        if stack not in self._stacks:
+            p = _stack_prefix(s.model, stack)
+            self._stacks[stack] = _Taps(s, p, stack, {"hook_tokens"} & {n[len(p):] for n in s.active if n.startswith(p)})
+        return self._stacks[stack]
+
+    def kernel_call(self, kernel, q, k, v, a) -> tuple[torch.Tensor, None]:
+        """The layer's kernel call showing its scores and pattern (:func:`zoo.model.layers.call_kernel`)."""
+        how, shown = kernel_view(self.layer)
+        wanted = [n for n in KERNEL_POINTS if n in self.names]
+        if how is None or not set(wanted) <= set(shown):  # refused when the session was set up
+            raise ZooError(f"attention kernel '{type(kernel).__name__}' cannot show {wanted}", where=self.prefix)
+        if how in ("steps", "eager"):
+            runner = kernel if how == "steps" else self.session.stand_in(kernel, self.layer)
+            return _shown_steps(runner, q, k, v, a, self), None
+        view = _KernelTap(self, a.empty)
+        token = KERNEL_TAPS.set(view)
         try:
-            self._install()
-        except BaseException:
-            self._remove()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._remove()
-
-    def _set(self, obj, attr: str, value) -> None:
-        """An instance attribute shadowing the class's (``forward``), deleted on removal."""
-        setattr(obj, attr, value)
-        self._undo.append(lambda: obj.__dict__.pop(attr, None))
-
-    def _handle(self, h) -> None:
-        self._undo.append(h.remove)
-
-    def _remove(self) -> None:
-        while self._undo:
-            self._undo.pop()()
-
-    def _install(self) -> None:
-        model, spec = self.model, self.model.spec
-        if not self.active:
-            return
-        # where the sequence starts: the cache handed to the decoder (or 0)
-        if spec.arch == "encoder_decoder":
-            dec = model.decode
-
-            def decode(*args, **kwargs):
-                cache = kwargs.get("cache", args[4] if len(args) > 4 else None)
-                self.offset["decoder"] = cache.length if cache is not None else 0
-                self.last_call = {"args": args, "kwargs": kwargs, "cache": cache}
-                return dec(*args, **kwargs)
-
-            enc = model.encode
-
-            def encode(*args, **kwargs):
-                self.offset["encoder"] = 0
-                return enc(*args, **kwargs)
-
-            self._set(model, "decode", decode)
-            self._set(model, "encode", encode)
-        else:
-            stack = spec.roles[0]
-
-            def pre(mod, args, kwargs):
-                cache = kwargs.get("cache", args[2] if len(args) > 2 and stack == "decoder" else None)
-                self.offset[stack] = cache.length if cache is not None else 0
-                self.last_call = {"args": args, "kwargs": kwargs, "cache": cache}
-
-            self._handle(model.register_forward_pre_hook(pre, with_kwargs=True))
-        by_module: dict[int, tuple[str, Any, set[str]]] = {}
-        for name, where, mod in _points(model):
-            if name in self.active:
-                by_module.setdefault(id(mod), (where, mod, set()))[2].add(name)
-        owner = {}
-        for s in spec.roles:
-            for m in getattr(model, s).modules():
-                owner[id(m)] = s
-        emb = {"embed": spec.roles[0], "enc_embed": "encoder", "dec_embed": "decoder"}
-        for attr, s in emb.items():
-            if hasattr(model, attr):
-                for m in getattr(model, attr).modules():
-                    owner[id(m)] = s
-        for where, mod, names in by_module.values():
-            s = owner.get(id(mod), spec.roles[-1])
-            getattr(self, f"_install_{where}")(mod, names, s)
-
-    def _install_embed(self, e, names: set[str], stack: str) -> None:
-        p = _stack_prefix(self.model, stack)
-        emit = self.emit
-
-        def forward(ids, pos, tokens, positions, token_type_ids=None):  # zoo.model.models.Embeddings
-            x = tokens(ids)  # (B, T, D)
-            if e.scale != 1.0:
-                x = x * e.scale
-            x = emit(p + "hook_embed", x, stack)
-            if e.types is not None:
-                tt = token_type_ids if token_type_ids is not None else torch.zeros_like(ids)
-                x = x + emit(p + "hook_token_type_embed", e.types(tt), stack)
-            if e.embeds_positions:
-                xp = positions.embed(x, pos)
-                pe = xp - x  # the positional contribution, (B|1, T, D)
-                pe2 = emit(p + "hook_pos_embed", pe, stack)
-                x = xp if pe2 is pe else x + pe2
-            if e.has_norm:
-                x = e.norm(x)
-            return e.drop(x) if e.has_dropout and e.training else x
-
-        self._set(e, "forward", forward)
-
-    def _install_norm(self, norm, names: set[str], stack: str) -> None:
-        scale_name = next((n for n in names if n.endswith(".hook_scale")), None)
-        out_name = next((n for n in names if n.endswith(".hook_normalized")), None)
-        if scale_name:
-            kind, eps = _scale_eps(norm)
-
-            def pre(mod, args):
-                x = args[0]
-                xc = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
-                scale = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()  # (B, T, 1)
-                # read-only: the norm computes its own output (edit hook_normalized to change it)
-                self.emit(scale_name, scale, stack)
-            self._handle(norm.register_forward_pre_hook(pre))
-        if out_name:
-            self._handle(norm.register_forward_hook(lambda m, a, out: self.emit(out_name, out, stack)))
-
-    def _install_mlp(self, ffn, names: set[str], stack: str) -> None:
-        b = next(iter(names)).rsplit("mlp.", 1)[0] + "mlp."
-        first = ffn.gate if _linear(ffn, "gate") else ffn.up
-        if b + "hook_pre" in names:
-            self._handle(first.register_forward_hook(lambda m, a, out: self.emit(b + "hook_pre", out, stack)))
-        if b + "hook_pre_linear" in names:
-            self._handle(ffn.up.register_forward_hook(
-                lambda m, a, out: self.emit(b + "hook_pre_linear", out, stack)))
-        if b + "hook_post" in names:
-            self._handle(ffn.down.register_forward_pre_hook(
-                lambda m, a: (self.emit(b + "hook_post", a[0], stack),)))
-
-    def _install_unembed(self, head, names: set[str], stack: str) -> None:
-        if "unembed.hook_in" in names:
-            self._handle(head.register_forward_pre_hook(
-                lambda m, a: (self.emit("unembed.hook_in", a[0], "decoder"),)))
-        if "unembed.hook_out" in names:
-            self._handle(head.register_forward_hook(
-                lambda m, a, out: self.emit("unembed.hook_out", out, "decoder")))
-
-    def _install_block(self, block: Block, names: set[str], stack: str) -> None:
-        b = next(iter(names)).split("blocks.", 1)[0]
-        i = next(int(n.split("blocks.", 1)[1].split(".")[0]) for n in names)
-        b = f"{b}blocks.{i}."
-        emit = self.emit
-
-        def forward(x, a, cross=None, cache=None):  # zoo.model.layers.Block.forward, with hook points
-            drop = block.drop if block.has_dropout and block.training else (lambda t: t)
-            x = emit(b + "hook_resid_pre", x, stack)
-            if block.parallel:
-                y = emit(b + "hook_attn_out", block.attn(block.attn_res.enter(x), a, cache), stack)
-                f = emit(b + "hook_mlp_out", block.ffn(block.ffn_res.enter(x)), stack)
-                return emit(b + "hook_resid_post", block.ffn_res.exit(block.attn_res.exit(x, drop(y)), drop(f)), stack)
-            y = emit(b + "hook_attn_out", block.attn(block.attn_res.enter(x), a, cache), stack)
-            x = emit(b + "hook_resid_mid", block.attn_res.exit(x, drop(y)), stack)
-            if block.cross is not None:
-                y = emit(b + "hook_cross_out", block.cross(block.cross_res.enter(x), cross, cache), stack)
-                x = emit(b + "hook_resid_mid_cross", block.cross_res.exit(x, drop(y)), stack)
-            y = emit(b + "hook_mlp_out", block.ffn(block.ffn_res.enter(x)), stack)
-            return emit(b + "hook_resid_post", block.ffn_res.exit(x, drop(y)), stack)
-
-        self._set(block, "forward", forward)
-
-    def _install_attn(self, attn: Attention, names: set[str], stack: str) -> None:
-        n0 = next(iter(names))
-        a_ = n0[:n0.rindex("hook_")] if "_ln." not in n0 else n0[:n0.index("q_ln.") if "q_ln." in n0 else n0.index("k_ln.")]
-        emit, fns = self.emit, self.fns
-        need_steps = bool(names & {a_ + "hook_attn_scores", a_ + "hook_pattern"})
-        kernel = _eager_for(attn) if need_steps else attn.kernel
-        editable = isinstance(kernel, get_registry().get("attention", "eager", where="hooks").cls)
-        want_result = a_ + "hook_result" in names
-        if not isinstance(attn, Attention):  # a kernel's own layer (MLA): hooks at its kernel call
-            self._install_kernel_call(attn, a_, stack, kernel, need_steps, editable)
-            return
-
-        def forward(x, a, cache=None):  # zoo.model.layers.Attention.forward, with hook points
-            B, T, _ = x.shape
-            h, h_kv, hd = attn.h, attn.h_kv, attn.hd
-            if a.memory is None:
-                qkv = attn.qkv(x).view(B, T, h + 2 * h_kv, hd)  # (B, T, h + 2 h_kv, hd)
-                q, k, v = qkv.split_with_sizes([h, h_kv, h_kv], dim=2)  # (B, T, h|h_kv, hd)
-                q, k, v = (emit(a_ + "hook_q", q, stack), emit(a_ + "hook_k", k, stack),
-                           emit(a_ + "hook_v", v, stack))
-                q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, h, T, hd)
-                if attn.q_norm is not None:
-                    q = emit(a_ + "q_ln.hook_normalized", attn.q_norm(q).transpose(1, 2), stack).transpose(1, 2)
-                    k = emit(a_ + "k_ln.hook_normalized", attn.k_norm(k).transpose(1, 2), stack).transpose(1, 2)
-                if a.rotary is not None:
-                    q, k = a.rotary.rotate(q, k, a.rot_state)
-                q = emit(a_ + "hook_rot_q", q.transpose(1, 2), stack).transpose(1, 2)
-                k = emit(a_ + "hook_rot_k", k.transpose(1, 2), stack).transpose(1, 2)
-                if cache is not None:
-                    k, v = cache.update(k, v)  # (B, h_kv, T_cached + T, hd)
-            else:
-                q = emit(a_ + "hook_q", attn.q(x).view(B, T, h, hd), stack).transpose(1, 2)  # (B, h, T, hd)
-                if cache is not None and cache.cross is not None:
-                    k, v = cache.cross
-                else:
-                    S = a.memory.size(1)
-                    k, v = attn.kv(a.memory).split([h_kv * hd, h_kv * hd], dim=-1)
-                    saved = self.offset.get(stack, 0)
-                    self.offset[stack] = 0  # keys are memory positions
-                    k = emit(a_ + "hook_k", k.view(B, S, h_kv, hd), stack).transpose(1, 2)  # (B, h_kv, S, hd)
-                    v = emit(a_ + "hook_v", v.view(B, S, h_kv, hd), stack).transpose(1, 2)
-                    self.offset[stack] = saved
-                    if cache is not None:
-                        cache.cross = (k, v)
-            if need_steps:
-                out = _hooked_kernel(kernel, q, k, v, a, emit, fns, a_, stack, editable)
-            else:
-                out = attn.run_kernel(q, k, v, a)  # (B, h, T, hd)
-            z = emit(a_ + "hook_z", out.transpose(1, 2), stack)  # (B, T, h, hd)
-            if want_result:
-                w = attn.out.weight.view(-1, h, hd)  # (D, h, hd)
-                result = emit(a_ + "hook_result", torch.einsum("bthe,dhe->bthd", z, w), stack)  # (B, T, h, D)
-                y = result.sum(2)
-                return y + attn.out.bias if attn.out.bias is not None else y
-            return attn.out(z.reshape(B, T, h * hd))  # merge heads: (B, T, h * hd) -> (B, T, D)
-
-        self._set(attn, "forward", forward)
-
-    def _install_kernel_call(self, attn, a_: str, stack: str, kernel, need_steps: bool, editable: bool) -> None:
-        """Hook points of an attention layer a kernel brings (MLA): the heads it hands its kernel
-        (``hook_q (B, T, h, hd)``; ``hook_k``/``hook_v``: every key so far, from position 0, after
-        the cache), the scores and pattern, and the per-head output ``hook_z``."""
-        emit, fns = self.emit, self.fns
-
-        def run_kernel(q, k, v, a):
-            q = emit(a_ + "hook_q", q.transpose(1, 2), stack).transpose(1, 2)  # (B, h, T, hd)
-            saved, self.offset[stack] = self.offset.get(stack, 0), 0  # keys sit at positions 0..Tk-1
-            k = emit(a_ + "hook_k", k.transpose(1, 2), stack).transpose(1, 2)
-            v = emit(a_ + "hook_v", v.transpose(1, 2), stack).transpose(1, 2)
-            self.offset[stack] = saved
-            out = _hooked_kernel(kernel, q, k, v, a, emit, fns, a_, stack, editable) if need_steps \
-                else call_kernel(kernel, q, k, v, a)[0]
-            return emit(a_ + "hook_z", out.transpose(1, 2), stack).transpose(1, 2)  # (B, h, T, hd_v)
-
-        self._set(attn, "run_kernel", run_kernel)
+            out = call_kernel(kernel, q, k, v, a)[0]
+        finally:
+            KERNEL_TAPS.reset(token)
+        missed = [n for n in wanted if n not in view.seen]
+        if missed:
+            raise ZooError(f"attention kernel '{type(kernel).__name__}' did not show {missed} in this call "
+                           f"(it did when probed)", where=self.prefix + missed[0],
+                           fix="hook hook_z or hook_result instead, or build the model with attention: eager")
+        return out, None
 
 
-def _eager_for(attn: Attention) -> nn.Module:
-    """The kernel a hooked attention layer runs when its scores or pattern are asked for: its own
-    when it shows its steps (or is not softmax attention), else the registry's ``eager`` kernel with
-    the same sizes and scale (the same function, so the output does not change)."""
-    from ..components import AttentionKernel, BuildContext
-    kernel = attn.kernel
-    if type(kernel).steps is not AttentionKernel.steps or not kernel.capabilities.exact:
-        return kernel
-    ctx = BuildContext.for_heads(attn.h, attn.hd, num_kv_heads=attn.h_kv, scale=kernel.scale,
-                                 dropout=kernel.dropout_p)
-    eager = get_registry().get("attention", "eager", where="hooks").make(ctx)
-    eager.train(kernel.training)
-    return eager
+class _KernelTap:
+    """The kernel's view of its layer's taps (:data:`zoo.components.KERNEL_TAPS`): rows the engine
+    opened because every key was masked (``empty``) show ``-inf`` scores and a zero pattern, as a
+    masked softmax gives them, while the kernel keeps computing on the opened rows (their output is
+    zeroed afterwards, and no NaN reaches a gradient)."""
+
+    def __init__(self, taps: _Taps, empty: torch.Tensor | None):
+        self.taps, self.empty, self.seen = taps, empty, set()
+
+    def __call__(self, name: str, x: torch.Tensor, at=None) -> torch.Tensor:
+        self.seen.add(name)
+        if name not in self.taps.names:
+            return x
+        shown = x if self.empty is None else x.masked_fill(
+            self.empty, float("-inf") if name == "hook_attn_scores" else 0.0)
+        y = self.taps(name, shown)
+        if y is shown:
+            return x
+        return y if self.empty is None else torch.where(self.empty, x, y)
 
 
-def _hooked_kernel(kernel, q, k, v, a, emit, fns, a_, stack, editable) -> torch.Tensor:
-    """The kernel's steps with ``hook_attn_scores`` (masked, ``-inf`` where forbidden, as TL's) and
-    ``hook_pattern``; an edited score recomputes the softmax, an edited pattern the heads
-    (softmax kernels only)."""
+def _shown_steps(kernel, q, k, v, a: AttnArgs, tap: _Taps) -> torch.Tensor:
+    """A kernel's :meth:`steps` with ``hook_attn_scores`` (masked, ``-inf`` where forbidden, as TL's)
+    and ``hook_pattern``; an edited score recomputes the softmax, an edited pattern the heads."""
     steps = kernel_steps(kernel, q, k, v, a)
-    if steps is None:  # not softmax attention and no steps: nothing to show
-        return call_kernel(kernel, q, k, v, a)[0]
-    s = steps["scores_masked"]
-    s2 = emit(a_ + "hook_attn_scores", s, stack)
+    s = tap("hook_attn_scores", steps["scores_masked"])
     w = steps["weights"]
-    if s2 is not s:
-        _editable(editable, a_ + "hook_attn_scores")
-        w = torch.softmax(s2, dim=-1).nan_to_num(0.0)  # a fully -inf row attends to nothing
-    w2 = emit(a_ + "hook_pattern", w, stack)
+    if s is not steps["scores_masked"]:
+        w = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a fully -inf row attends to nothing
+        if a.empty is not None:
+            w = w.masked_fill(a.empty, 0.0)
+    w2 = tap("hook_pattern", w)
     if w2 is steps["weights"]:
         return steps["heads"]
-    _editable(editable, a_ + "hook_pattern")
     _, vr = repeat_kv(k, v, q.size(1))  # (B, h, Tk, hd)
     out = torch.matmul(w2.to(vr.dtype), vr)  # (B, h, Tq, hd)
     return out.masked_fill(a.empty, 0.0) if a.empty is not None else out
 
 
-def _editable(ok: bool, name: str) -> None:
-    if not ok:
-        raise ZooError(f"'{name}' can be read but not edited on this attention kernel",
+class Hooks:
+    """The hooks of one session on one model: ``with Hooks(model, fwd_hooks, cache_filter): ...``.
+
+    ``fwd_hooks``: ``[(name | glob | predicate, fn), ...]``; ``fn(activation, hook)`` returns a
+    replacement of the same shape, dtype and device, or None.  ``cache_filter``: which names to
+    record into :attr:`records` (each a list of ``(offset, tensor)``, one per forward that computed
+    it).  Inside the ``with`` block -- in this thread only -- every forward of ``model`` calls the
+    hooks; sessions nest (the outer session's hooks run first)."""
+
+    def __init__(self, model, fwd_hooks: Iterable = (), cache_filter=None, detach: bool = True):
+        self.model = model
+        self.detach = detach
+        pts = points(model)
+        names = [prefix + n for _, prefix, ns in pts for n in ns]
+        known = set(names)
+        self.fns: dict[str, list[HookFn]] = {}
+        for target, fn in _pairs(fwd_hooks):
+            m = _matcher(target)
+            hit = [n for n in names if m(n)]
+            if not hit:
+                self._no_match(target, names)
+            if not callable(fn):
+                raise ZooError(f"the hook for {target!r} is not callable, got {type(fn).__name__}",
+                               where="fwd_hooks", fix="give fn(activation, hook) -> tensor or None")
+            for n in hit:
+                self.fns.setdefault(n, []).append(fn)
+        keep = _matcher(cache_filter) if cache_filter is not None else None
+        self.cached = {n for n in names if keep(n)} if keep is not None else set()
+        self.active = (set(self.fns) | self.cached) & known
+        self.records: dict[str, list[tuple[int, torch.Tensor]]] = {}
+        self.offset: dict[str, int] = {}
+        self.last_call: dict[str, Any] = {}
+        self._eager: dict[int, nn.Module] = {}
+        self._taps: dict[nn.Module, _Taps] = {}
+        stack_of = _stacks_of(model)
+        for module, prefix, ns in pts:
+            wanted = {n for n in ns if prefix + n in self.active}
+            if not wanted or module is model:
+                continue
+            t = self._taps.get(module)
+            if t is None:
+                layer = module if hasattr(module, "kernel") else None
+                self._taps[module] = _Taps(self, prefix, stack_of.get(module, model.spec.roles[-1]), wanted, layer)
+            else:  # one module, several groups of names (a block)
+                self._taps[module] = _Taps(self, prefix, t.stack, t.names | wanted, t.layer)
+        # the model itself: where each stack's positions start, and the LM head
+        self._taps[model] = _Taps(self, "", model.spec.roles[-1],
+                                  {n for n in ("unembed.hook_in", "unembed.hook_out") if n in self.active})
+        self._token = None
+
+    def _no_match(self, target, names: list[str]) -> None:
+        t = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
+        refused = _refused(self.model)
+        m = _matcher(target)
+        hit = [n for n in refused if m(n)]
+        if hit:
+            kernel = refused[hit[0]]
+            can = kernels_showing(hit[0])
+            raise ZooError(f"attention kernel '{kernel}' computes no {hit[0].rsplit('.', 1)[-1]} to show "
+                           f"(it does not form softmax scores), so {t!r} names no hook point of this model",
+                           where=f"fwd_hooks[{t!r}]", options=can,
+                           fix="hook attn.hook_z or attn.hook_result instead, or build the model with one of "
+                               "the listed kernels (attention: eager)")
+        raise ZooError(f"no hook point matches {t!r}", where="fwd_hooks",
+                       fix=did_you_mean(str(t), names) or "see model.hook_names()")
+
+    # -- emitting
+    def emit(self, name: str, x, stack: str, at: int | None = None):
+        off = self.offset.get(stack, 0) if at is None else at
+        fns = self.fns.get(name, ())
+        if fns:
+            hook = Hook(name, off, 2 if name.endswith(_QUERY_AXIS2) else 1)
+            for fn in fns:
+                y = fn(x, hook)
+                if y is not None:
+                    _held_to_contract(name, fn, x, y)
+                    x = y
+        if name in self.cached:
+            recs = self.records.setdefault(name, [])
+            rec = (off, x.detach() if self.detach else x)
+            if recs and recs[-1][0] == off:  # the same positions again in one call: the last counts
+                recs[-1] = rec
+            else:
+                recs.append(rec)
+        return x
+
+    def stand_in(self, kernel: nn.Module, layer: nn.Module) -> nn.Module:
+        """The registry's ``eager`` kernel with ``kernel``'s sizes, scale and mode (for this
+        session only: the model keeps its kernel)."""
+        if id(kernel) not in self._eager:
+            ctx = BuildContext.for_heads(layer.h, layer.hd, num_kv_heads=getattr(layer, "h_kv", layer.h),
+                                         scale=kernel.scale, dropout=kernel.dropout_p)
+            eager = get_registry().get("attention", "eager", where="hooks").make(ctx)
+            self._eager[id(kernel)] = eager
+        eager = self._eager[id(kernel)]
+        eager.train(kernel.training)
+        return eager
+
+    # -- the session
+    def __enter__(self) -> "Hooks":
+        outer = TAPS.get()
+        mine: dict = dict(self._taps) if self.active else {self.model: self._taps[self.model]}
+        if outer:
+            merged = dict(outer)
+            for module, t in mine.items():
+                merged[module] = _Chain(outer[module], t) if module in outer else t
+            mine = merged
+        self._token = TAPS.set(mine)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._token is not None:
+            TAPS.reset(self._token)
+            self._token = None
+
+
+class _Chain:
+    """Two nested sessions' taps on one module: the outer's hooks first, then the inner's."""
+
+    def __init__(self, outer, inner):
+        self.outer, self.inner = outer, inner
+        self.layer = getattr(inner, "layer", None)
+
+    def __call__(self, name, x, at=None):
+        return self.inner(name, self.outer(name, x, at), at)
+
+    def wants(self, *names):
+        return self.outer.wants(*names) or self.inner.wants(*names)
+
+    def begin(self, stack, cache=None, **call):
+        return _Chain(self.outer.begin(stack, cache, **call), self.inner.begin(stack, cache, **call))
+
+    def kernel_call(self, kernel, q, k, v, a):
+        wants = self.inner.wants(*KERNEL_POINTS)
+        return (self.inner if wants else self.outer).kernel_call(kernel, q, k, v, a)
+
+
+def _held_to_contract(name: str, fn, x, y) -> None:
+    """A hook's result must look like its activation: a tensor of the same shape, dtype and device,
+    and no NaN where the activation had none."""
+    what = None
+    if not isinstance(y, torch.Tensor):
+        what = f"returned {_describe(y)}, not a tensor"
+    else:
+        wrong = [f"{k} {g}, expected {e}" for k, g, e in (
+            ("shape", tuple(y.shape), tuple(x.shape)), ("dtype", y.dtype, x.dtype), ("device", y.device, x.device))
+            if g != e]
+        if wrong:
+            what = "returned a tensor of " + "; ".join(str(w).replace("torch.", "") for w in wrong)
+        elif y.is_floating_point() and bool((torch.isnan(y) & ~torch.isnan(x)).any()):
+            what = "returned NaN where the activation was a number"
+    if what is not None:
+        raise ZooError(f"the hook {_fn_name(fn)} on '{name}' {what} (the activation: {_describe(x)})",
                        where=f"fwd_hooks[{name!r}]",
-                       fix="edit hook_z or hook_result instead, or build the model with attention: eager")
+                       fix="return None (no change) or a tensor like the one given: x.clone() edited in place, "
+                           "x.to(...) for dtype and device, no NaN")
+
+
+def _stacks_of(model) -> dict[nn.Module, str]:
+    """module -> the stack (``encoder`` / ``decoder``) whose positions it computes."""
+    spec = model.spec
+    owner: dict[nn.Module, str] = {}
+    emb = {"embed": spec.roles[0], "enc_embed": "encoder", "dec_embed": "decoder"}
+    for attr, s in emb.items():
+        if hasattr(model, attr):
+            for m in getattr(model, attr).modules():
+                owner[m] = s
+    for s in spec.roles:
+        for m in getattr(model, s).modules():
+            owner[m] = s
+    return owner
+
+
+def _refused(model) -> dict[str, str]:
+    """``name -> kernel kind`` for the kernel points this model's kernels cannot show."""
+    out = {}
+    for module, prefix, names in points(model):
+        if hasattr(module, "kernel") and prefix.endswith(("attn.", "cross.")) and "hook_z" in names:
+            shown = kernel_view(module)[1]
+            for n in KERNEL_POINTS:
+                if n not in shown:
+                    out[prefix + n] = _kind(module.kernel)
+    return out
+
+
+def _kind(kernel: nn.Module) -> str:
+    for comp in get_registry().list("attention"):
+        if comp.cls is type(kernel):
+            return comp.name
+    return type(kernel).__name__
 
 
 # ---------------------------------------------------------------------- the front door
 def _assemble(records: dict[str, list[tuple[int, torch.Tensor]]], model=None) -> ActivationCache:
     """One tensor per name: a single forward's as is; several forwards' (KV-cached decoding) laid
     along the sequence axis by offset, key axes of scores/patterns padded to the longest (``-inf``
-    scores, zero pattern: exactly what a causal forward over the whole sequence holds there)."""
+    scores, zero pattern: exactly what a causal forward over the whole sequence holds there).  A
+    point that shows every position so far in each call (MLA's keys) keeps its last, fullest one."""
     out = ActivationCache(model=model)
     for name, recs in records.items():
+        by_offset: dict[int, torch.Tensor] = {}
+        for off, t in recs:
+            by_offset[off] = t
+        recs = sorted(by_offset.items())
         if len(recs) == 1:
             out[name] = recs[0][1]
             continue
-        recs = sorted(recs, key=lambda r: r[0])
         axis = 2 if name.endswith(_QUERY_AXIS2) else 1
         end = 0
         for off, t in recs:
@@ -620,9 +741,9 @@ def run_with_hooks(model, *args, fwd_hooks: Iterable = (), **kwargs):
 def run_with_cache(model, *args, names_filter=None, fwd_hooks: Iterable = (), detach: bool = True,
                    **kwargs) -> tuple[Any, ActivationCache]:
     """``(model(*args, **kwargs), cache)`` with every activation matching ``names_filter`` (a name,
-    glob, list or predicate; default all).  Hooks in ``fwd_hooks`` run first, so the cache holds
-    what they returned."""
-    with Hooks(model, fwd_hooks, names_filter if names_filter is not None else (lambda n: True),
+    glob, list or predicate; default all but :data:`PER_HEAD_INPUTS`, which are TL's opt-in).
+    Hooks in ``fwd_hooks`` run first, so the cache holds what they returned."""
+    with Hooks(model, fwd_hooks, names_filter if names_filter is not None else _everything,
                detach=detach) as h:
         out = model(*args, **kwargs)
     return out, _assemble(h.records, model)
@@ -630,8 +751,8 @@ def run_with_cache(model, *args, names_filter=None, fwd_hooks: Iterable = (), de
 
 @contextlib.contextmanager
 def hooks(model, fwd_hooks: Iterable = (), names_filter=None) -> Iterator[Hooks]:
-    """Hooks (and, with ``names_filter``, recording) for every call inside the block; the
-    recorded activations are ``session.cache()`` afterwards."""
+    """Hooks (and, with ``names_filter``, recording) for every call inside the block, in this
+    thread; the recorded activations are ``session.cache()`` afterwards."""
     with Hooks(model, fwd_hooks, names_filter) as h:
         h.cache = lambda: _assemble(h.records, model)
         yield h
@@ -644,11 +765,23 @@ def generate(model, ids, max_new_tokens: int = 32, *, fwd_hooks: Iterable = (),
     ``(sequence, cache)`` where the cache holds every position of the returned sequence, the
     last generated token included (it is run through the model once more, as one more cached
     step), laid out as one forward over the whole sequence would (equal to it for greedy
-    decoding).  ``unembed.*`` is left out: decoding computes the logits of the last position only.
-    Options as :func:`zoo.run.generate.generate` (``use_cache`` must stay on)."""
+    decoding).  ``unembed.*`` is left out: decoding computes the logits of the last position only
+    (a hook there is refused).  Options as :func:`zoo.run.generate.generate` (``use_cache`` must
+    stay on)."""
     from ..run.generate import generate as _generate
+    pairs = _pairs(fwd_hooks)
+    for target, fn in pairs:
+        if getattr(fn, "from_end", False):
+            raise ZooError("an edit_positions hook counts a position from the end, which moves with "
+                           "every generated token", where=f"fwd_hooks[{target!r}]",
+                           fix="give the absolute position: len(prompt) + k for the k-th new token")
+        hit = [n for n in hook_names(model) if _matcher(target)(n)]
+        if hit and all(n.startswith("unembed.") for n in hit):
+            raise ZooError(f"{target!r}: generation applies the LM head to the last position itself, so "
+                           f"unembed.* is never called while generating", where=f"fwd_hooks[{target!r}]",
+                           fix="hook ln_final.hook_normalized, or run model.run_with_hooks on the sequence")
     if not return_cache:
-        with Hooks(model, fwd_hooks):
+        with Hooks(model, pairs):
             return _generate(model, ids, max_new_tokens, **options)
     if options.get("stream_tokens") or options.get("use_cache") is False:
         raise ZooError("return_cache needs cached, non-streaming generation", where="generate",
@@ -656,8 +789,8 @@ def generate(model, ids, max_new_tokens: int = 32, *, fwd_hooks: Iterable = (),
     if isinstance(ids, str) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], str)):
         raise ZooError("return_cache takes token ids", where="generate.ids",
                        fix="encode the prompt first: model.tokenizer.encode(text)")
-    keep = _matcher(names_filter) if names_filter is not None else (lambda n: True)
-    with Hooks(model, fwd_hooks, lambda n: keep(n) and not n.startswith("unembed.")) as h:
+    keep = _matcher(names_filter) if names_filter is not None else _everything
+    with Hooks(model, pairs, lambda n: keep(n) and not n.startswith("unembed.")) as h:
         seq = _generate(model, ids, max_new_tokens, **options)
         call = h.last_call
         if call.get("cache") is not None and max_new_tokens > 0:  # the last token, one more cached step
@@ -665,10 +798,9 @@ def generate(model, ids, max_new_tokens: int = 32, *, fwd_hooks: Iterable = (),
             ones = torch.ones_like(last)
             with torch.inference_mode():
                 if model.spec.arch == "encoder_decoder":
-                    args = call["args"]
-                    model.decode(last, args[1], args[2] if len(args) > 2 else call["kwargs"].get("memory_padding"),
-                                 tgt_padding=ones, cache=call["cache"], return_hidden=True)
+                    model.decode(last, call["memory"], call.get("memory_padding"), tgt_padding=ones,
+                                 cache=call["cache"], return_hidden=True)
                 else:
                     model(last, attention_mask=ones, cache=call["cache"],
-                          prefix_lengths=call["kwargs"].get("prefix_lengths"), return_hidden=True)
+                          prefix_lengths=call.get("prefix_lengths"), return_hidden=True)
     return seq, _assemble(h.records, model)

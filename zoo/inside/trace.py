@@ -7,34 +7,42 @@
     zoo.trace(model, ids, ablate={"decoder.blocks.1.attn": [2]})       # zero head 2 of layer 1
     zoo.trace(model, ids, patch={"decoder.blocks.0.resid_ffn": other})  # activation patching
 
-What is captured (``S`` is the stack, ``encoder`` or ``decoder``; ``p = S.blocks.{i}``;
-``A`` is ``attn`` for self-attention and ``cross`` for cross-attention):
+The lectures' names, over the model's hook points: a trace is one hooked forward
+(:mod:`zoo.inside.hooks`, the same taps as ``run_with_cache``), each name below read from -- and
+each edit applied at -- the hook point on the right.  ``S`` is the stack, ``encoder`` or
+``decoder``; ``p = S.blocks.{i}``; ``A`` is ``attn`` for self-attention and ``cross`` for
+cross-attention; hook names are the model's own (an encoder-decoder prefixes them with ``S.``).
 
-=================================  ==============================================================
-``S.token_embeddings``             the rows of the token table ``(B, T, D)``
-``S.embeddings``                   what enters block 0: scaled tokens + positions (+ norm)
-``p.A.q`` / ``.k`` / ``.v``        per-head queries, keys, values as the kernel sees them (after RoPE)
-``p.A.bias``                       the positional score bias (ALiBi, T5), when there is one
-``p.A.scores``                     ``q·kᵀ · scale + bias`` before masking ``(B, h, Tq, Tk)``
-``p.A.scores_masked``              the same with ``-inf`` where the mask forbids attention
-``p.A.weights``                    softmax weights per head ``(B, h, Tq, Tk)``, rows sum to 1
-``p.A.heads``                      each head's output ``weights @ v`` ``(B, h, Tq, hd)`` (editable)
-``p.A.out``                        the sub-layer output after the output projection (editable)
-``p.resid_attn`` / ``resid_cross`` the residual stream after each sub-layer (editable)
-``p.ffn.out`` / ``p.resid_ffn``    feed-forward output and the residual stream after it (editable)
-``p.ffn.experts``                  mixture of experts: the experts each token went to ``(B, T, k)``
-``p.ffn.expert_counts``            mixture of experts: tokens per expert ``(E,)``, padding excluded
-``NORM.in_rms`` / ``NORM.out_rms`` per-token RMS entering / leaving every norm layer ``(B, T)``
-``S.output``                       the stack's final hidden states
-=================================  ==============================================================
+==================================  ======================================  =====================================
+trace name                          hook point                              what
+==================================  ======================================  =====================================
+``S.token_embeddings``              ``hook_embed`` / the embedding scale    the rows of the token table ``(B, T, D)``
+``S.embeddings`` (editable)         ``blocks.0.hook_resid_pre``             what enters block 0 (tokens, positions, norm)
+``p.A.q`` / ``.k``                  ``A.hook_rot_q`` / ``hook_rot_k``       per-head queries, keys as the kernel sees them
+                                    (cross-attention: ``hook_q``/``hook_k``) ``(B, h, T, hd)``
+``p.A.v``                           ``A.hook_v``                            per-head values ``(B, h_kv, T, hd)``
+``p.A.bias``                        ``A.hook_score_bias``                   the positional score bias (ALiBi, T5)
+``p.A.scores_masked``               ``A.hook_attn_scores``                  ``q·kᵀ · scale + bias``, ``-inf`` where masked
+``p.A.weights``                     ``A.hook_pattern``                      softmax weights ``(B, h, Tq, Tk)``
+``p.A.heads`` (editable)            ``A.hook_z``                            each head's output ``(B, h, Tq, hd)``
+``p.A.out`` (editable)              ``hook_attn_out`` / ``hook_cross_out``  the sub-layer output
+``p.resid_attn`` (editable)         ``hook_resid_mid``                      the residual stream after attention
+``p.resid_cross`` (editable)        ``hook_resid_mid_cross``                ... after cross-attention
+``p.ffn.out`` (editable)            ``hook_mlp_out``                        the feed-forward output
+``p.resid_ffn`` (editable)          ``hook_resid_post``                     the residual stream after the block
+``p.ffn.experts``                   ``mlp.hook_expert_indices``             mixture of experts: each token's ``(B, T, k)``
+``p.ffn.expert_counts``                                                     tokens per expert ``(E,)``, padding excluded
+``NORM.scale`` / ``NORM.out_rms``   ``NORM.hook_scale``, ``hook_normalized`` per token ``(B, T)``: what every norm
+                                                                            divides by, the RMS of what it gives
+``S.output``                        ``ln_final`` (its normalised stream     the stack's final hidden states
+                                    through its weight and bias)
+==================================  ======================================  =====================================
 
-The eager kernel shows its steps (:meth:`~zoo.components.AttentionKernel.steps`), so the trace
-records them as computed, without a second attention pass.  Softmax kernels that do not (``sdpa``,
-``naive``) are replaced by the registry's ``eager`` kernel for the inspected run only (same
-function, so the logits equal the plain forward's); the model is left exactly as it was, even when
-the run raises.  A kernel that is not softmax attention
-(``capabilities.exact`` False, e.g. linear attention) is never swapped: its trace records q, k, v
-and the head outputs (and weights if it returns any), but no scores.
+``NORM`` is the norm's hook name with its stack (``decoder.blocks.0.ln1``, ``decoder.ln_final``).
+Scores and weights come from the kernel itself where it shows them; softmax attention that does not
+(``sdpa``, ``naive``) runs as the registry's ``eager`` kernel for the traced call (the same
+function, so the logits equal the plain forward's), and a kernel that forms no softmax scores
+(linear attention) is traced without them.  The model is never changed: the taps belong to the call.
 """
 from __future__ import annotations
 
@@ -45,14 +53,12 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import nn
 
-from ..run.arguments import token_ids, zoo_model
-from ..guard.run_budget import check_trace
-from ..components import AttentionKernel, BuildContext, Norm
+from ..components import Norm
 from ..errors import ZooError, did_you_mean
-from ..model.layers import AttnArgs, call_kernel, kernel_steps
-from ..model.models import Embeddings
-from ..registry import get_registry
+from ..guard.run_budget import check_trace
 from ..io.tokenizers import get_tokenizer
+from ..run.arguments import token_ids, zoo_model
+from .hooks import Hooks, hook_names, points
 
 Edit = Callable[[torch.Tensor], torch.Tensor]
 #: capture points whose value an edit may replace
@@ -131,56 +137,12 @@ def _round(t: torch.Tensor, nd: int = 5):
     return torch.round(t.detach().float().cpu(), decimals=nd).tolist()
 
 
-# ---------------------------------------------------------------------- recording attention
-class _AttentionRecorder:
-    """Stands in for one ``Attention.run_kernel`` during a trace: runs the kernel (``eager`` for softmax
-    attention whose kernel does not show its steps), records its inputs and every intermediate the
-    kernel's :meth:`~zoo.components.AttentionKernel.steps` returns, and applies edits to the
-    per-head outputs."""
-
-    def __init__(self, kernel: nn.Module, name: str, sink: dict, edits: dict[str, Edit]):
-        self.kernel, self.name, self.sink, self.edits = kernel, name, sink, edits
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs) -> torch.Tensor:
-        n, sink = self.name, self.sink
-        sink[f"{n}.q"], sink[f"{n}.k"], sink[f"{n}.v"] = q, k, v
-        if a.bias is not None:
-            sink[f"{n}.bias"] = a.bias
-        steps = kernel_steps(self.kernel, q, k, v, a)  # the engine's contract, as in a model
-        if steps is None:  # not softmax attention: its own output (and weights, if any)
-            out, weights = call_kernel(self.kernel, q, k, v, a, need_weights=True)
-            if weights is not None:
-                sink[f"{n}.weights"] = weights
-        else:
-            for key in ("scores", "scores_masked", "weights"):
-                sink[f"{n}.{key}"] = steps[key]
-            out = steps["heads"]
-        if f"{n}.heads" in self.edits:
-            out = _apply(self.edits[f"{n}.heads"], out, f"{n}.heads")
-        sink[f"{n}.heads"] = out  # (B, h, Tq, hd)
-        return out
-
-
 def _apply(edit: Edit | torch.Tensor, x: torch.Tensor, name: str) -> torch.Tensor:
     y = edit(x) if callable(edit) else edit.to(device=x.device, dtype=x.dtype)
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         raise ZooError(f"the edit of '{name}' must return a tensor of shape {tuple(x.shape)}, got "
                        f"{getattr(y, 'shape', type(y).__name__)}", where=f"trace.edits[{name!r}]")
     return y
-
-
-def _eager_for(attn: nn.Module) -> nn.Module:
-    """``kernel`` itself if it shows its steps or is not softmax attention (swapping would change
-    the model; such a kernel's trace has q/k/v, head outputs and any weights it returns, but no
-    scores), else the registry's eager kernel with the same sizes and scale."""
-    kernel = attn.kernel
-    if type(kernel).steps is not AttentionKernel.steps or not kernel.capabilities.exact:
-        return kernel
-    ctx = BuildContext.for_heads(attn.h, attn.hd, num_kv_heads=attn.h_kv, scale=kernel.scale,
-                                 dropout=kernel.dropout_p)
-    eager = get_registry().get("attention", "eager", where="trace").make(ctx)
-    eager.train(kernel.training)
-    return eager
 
 
 def heads_ablation(heads: Iterable[int]) -> Edit:
@@ -193,6 +155,78 @@ def heads_ablation(heads: Iterable[int]) -> Edit:
         return x
 
     return edit
+
+
+# ---------------------------------------------------------------------- the names, over the hooks
+def _heads(t: torch.Tensor) -> torch.Tensor:
+    return t.transpose(1, 2)  # (B, T, h, ·) <-> (B, h, T, ·)
+
+
+class _View:
+    """One trace name over one hook point: ``get`` turns the hook's value into the trace's,
+    ``put`` a trace-shaped replacement back into the hook's."""
+
+    def __init__(self, hook: str, get=None, put=None):
+        self.hook, self.get, self.put = hook, get or (lambda t: t), put or (lambda t: t)
+
+
+def _views(model) -> "OrderedDict[str, _View]":
+    """trace name -> the hook point it reads, for every name this model's forward provides."""
+    spec = model.spec
+    have = set(hook_names(model))
+    views: "OrderedDict[str, _View]" = OrderedDict()
+    emb = {"decoder": "embed", "encoder": "embed"} if len(spec.roles) == 1 else \
+        {"encoder": "enc_embed", "decoder": "dec_embed"}
+    for stack in spec.roles:
+        h = f"{stack}." if len(spec.roles) > 1 else ""
+        e, st = getattr(model, emb[stack]), getattr(model, stack)
+        scale = e.scale
+        views[f"{stack}.token_embeddings"] = _View(h + "hook_embed", (lambda t, s=scale: t / s) if scale != 1.0 else None)
+        views[f"{stack}.embeddings"] = _View(h + "blocks.0.hook_resid_pre")
+        for i, block in enumerate(st.blocks):
+            b, p = f"{h}blocks.{i}.", f"{stack}.blocks.{i}."
+            for A, out in (("attn", "hook_attn_out"), ("cross", "hook_cross_out")):
+                if getattr(block, A) is None:
+                    continue
+                a = b + A + "."
+                rot = a + "hook_rot_q" in have
+                views[p + A + ".q"] = _View(a + ("hook_rot_q" if rot else "hook_q"), _heads, _heads)
+                views[p + A + ".k"] = _View(a + ("hook_rot_k" if rot else "hook_k"), _heads, _heads)
+                views[p + A + ".v"] = _View(a + "hook_v", _heads, _heads)
+                views[p + A + ".bias"] = _View(a + "hook_score_bias")
+                views[p + A + ".scores_masked"] = _View(a + "hook_attn_scores")
+                views[p + A + ".weights"] = _View(a + "hook_pattern")
+                views[p + A + ".heads"] = _View(a + "hook_z", _heads, _heads)
+                views[p + A + ".out"] = _View(b + out)
+                views[p + ("resid_attn" if A == "attn" else "resid_cross")] = _View(
+                    b + ("hook_resid_mid" if A == "attn" else "hook_resid_mid_cross"))
+            views[p + "ffn.out"] = _View(b + "hook_mlp_out")
+            views[p + "resid_ffn"] = _View(b + "hook_resid_post")
+            views[p + "ffn.experts"] = _View(b + "mlp.hook_expert_indices")
+    return OrderedDict((n, v) for n, v in views.items() if v.hook in have)
+
+
+def _norms(model) -> list[tuple[str, str, nn.Module]]:
+    """``(trace name, hook prefix, norm)`` of every norm whose steps the model shows."""
+    one = len(model.spec.roles) == 1
+    out = []
+    for module, prefix, names in points(model):
+        if isinstance(module, Norm) and "hook_normalized" in names:
+            out.append(((model.spec.roles[0] + ".") * one + prefix[:-1], prefix, module))
+    return out
+
+
+def _output_view(model, stack: str) -> tuple[str, Callable] | None:
+    """``S.output``: the final norm's output from its normalised stream, or the last block's
+    stream when the stack ends without a norm (post-norm)."""
+    h = f"{stack}." if len(model.spec.roles) > 1 else ""
+    st = getattr(model, stack)
+    if isinstance(st.final_norm, Norm):
+        names = st.final_norm.hook_points()
+        if "hook_normalized" not in names:
+            return None
+        return h + "ln_final.hook_normalized", lambda n, norm=st.final_norm: norm.affine(n, n)
+    return f"{h}blocks.{len(st.blocks) - 1}.hook_resid_post", lambda t: t
 
 
 # ---------------------------------------------------------------------- trace
@@ -216,21 +250,76 @@ def trace(model: nn.Module, ids: Any = None, *, text: str | None = None, tokeniz
         tgt_ids = token_ids(model, tgt_ids, "trace.tgt_ids")
     check_trace(model, ids, tgt_ids)  # what it keeps fits?
     all_edits = _all_edits(model.spec, edits, ablate, patch)
-    rec = _Recording(all_edits)
-    rec.real = forward_kwargs.get("attention_mask")  # router statistics count real tokens only
-    try:
-        rec.install(model)
+    views = _views(model)
+    unknown = [n for n in all_edits if n not in views]
+    if unknown:
+        raise ZooError(f"no capture point named {unknown}", where="trace.edits",
+                       fix=did_you_mean(unknown[0], list(views)) or
+                       "names look like 'decoder.blocks.0.attn.heads'; see trace(...).names()")
+    fwd_hooks = [(views[n].hook, _edit_hook(n, e, views[n])) for n, e in all_edits.items()]
+    norms = _norms(model)
+    outputs = {s: _output_view(model, s) for s in model.spec.roles}
+    wanted = {v.hook for v in views.values()} | {p + n for _, p, _ in norms for n in ("hook_scale", "hook_normalized")} \
+        | {o[0] for o in outputs.values() if o is not None}
+    with Hooks(model, fwd_hooks, lambda n: n in wanted) as h:
         if model.spec.arch == "encoder_decoder":
             logits = model(ids, tgt_ids if tgt_ids is not None else ids, **forward_kwargs)
         else:
             logits = model(ids, **forward_kwargs)
-    finally:
-        rec.remove()
-    unknown = [n for n in all_edits if n not in rec.acts]
-    if unknown:
-        raise ZooError(f"no capture point named {unknown}", where="trace.edits",
-                       fix="names look like 'decoder.blocks.0.attn.heads'; see trace(...).names()")
-    return Trace(model, logits, rec.acts, tokens, rec.norm_stats)
+    got = {n: recs[-1][1] for n, recs in h.records.items()}
+    acts: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+    order = {n: i for i, n in enumerate(h.records)}  # the order the forward computed them
+    for name, view in sorted(views.items(), key=lambda kv: order.get(kv[1].hook, len(order))):
+        if view.hook in got:
+            acts[name] = view.get(got[view.hook])
+    for stack, o in outputs.items():
+        if o is not None and o[0] in got:
+            acts[f"{stack}.output"] = o[1](got[o[0]])
+    _router_counts(model, acts, forward_kwargs.get("attention_mask"))
+    norm_stats = _norm_stats(norms, got, acts)
+    return Trace(model, logits, acts, tokens, norm_stats)
+
+
+def _edit_hook(name: str, edit, view: _View):
+    def hook(x, _hook):
+        return view.put(_apply(edit, view.get(x), name))
+
+    hook.__qualname__ = f"trace.edits[{name!r}]"
+    return hook
+
+
+def _router_counts(model, acts, real) -> None:
+    """``ffn.expert_counts (E,)`` beside every ``ffn.experts (B, T, k)``, over the real tokens (the
+    traced ``attention_mask``; every position without one)."""
+    for name in [n for n in acts if n.endswith(".ffn.experts")]:
+        experts = acts[name]
+        stack, rest = name.split(".blocks.", 1)
+        moe = getattr(model, stack).blocks[int(rest.split(".")[0])].ffn
+        if real is not None and torch.as_tensor(real).shape == experts.shape[:2]:
+            experts = experts[torch.as_tensor(real, device=experts.device).bool()]  # (N_real, k)
+        acts[name.removesuffix("experts") + "expert_counts"] = torch.bincount(
+            experts.reshape(-1), minlength=moe.config.experts)
+
+
+def _norm_stats(norms, got, acts) -> dict[str, dict[str, float]]:
+    """Per norm: what it divides each token by (``scale``) and the RMS of its output, per token into
+    ``acts`` and averaged into the returned statistics."""
+    stats = {}
+    for name, prefix, norm in norms:
+        n = got.get(prefix + "hook_normalized")
+        if n is None:
+            continue
+        out = norm.affine(n, n).float()
+        out_rms = out.pow(2).mean(-1).sqrt()
+        acts[f"{name}.out_rms"] = out_rms
+        row = {}
+        if prefix + "hook_scale" in got:
+            scale = got[prefix + "hook_scale"].float().squeeze(-1)
+            acts[f"{name}.scale"] = scale
+            row["scale"] = float(scale.mean())
+        stats[name] = {**row, "out_rms": float(out_rms.mean()), "out_mean": float(out.mean()),
+                       "out_std": float(out.std())}
+    return stats
 
 
 def _input_ids(model, ids, text, tokenizer) -> tuple[torch.Tensor, list[str] | None]:
@@ -260,109 +349,6 @@ def _all_edits(spec, edits, ablate, patch) -> dict[str, Edit | torch.Tensor]:
                            options=[f"*.{e}" for e in EDITABLE],
                            fix="edit one of the listed capture points")
     return all_edits
-
-
-class _Recording:
-    """The hooks of one trace: installed on a model, recording into ``acts`` (name -> tensor, in
-    forward order) and ``norm_stats``, applying ``edits`` where an activation is produced; removed
-    afterwards, leaving the model as it was."""
-
-    def __init__(self, edits: dict[str, Edit | torch.Tensor]):
-        self.edits = edits
-        self.acts: "OrderedDict[str, torch.Tensor]" = OrderedDict()
-        self.norm_stats: dict[str, dict[str, float]] = {}
-        self.handles: list = []
-        self.swaps: list[nn.Module] = []  # attention layers whose run_kernel is a recorder
-        self.wrapped: list[nn.Module] = []  # placements whose exit is wrapped
-        self.stack = None  # the stack whose embeddings ran last (names the token embeddings)
-        self.real: Any = None  # (B, T) 1 for real tokens (the traced attention_mask), or None
-
-    def edited(self, name: str, x: torch.Tensor) -> torch.Tensor:
-        if name in self.edits:
-            x = _apply(self.edits[name], x, name)
-        self.acts[name] = x
-        return x
-
-    def install(self, model) -> None:
-        spec = model.spec
-        self.stack = spec.roles[0]
-        emb_stack = {"embed": spec.roles[0], "enc_embed": "encoder", "dec_embed": "decoder"}
-        for mname, mod in model.named_modules():
-            if isinstance(mod, Embeddings):
-                self._embeddings(mod, emb_stack.get(mname, mname))
-            elif isinstance(mod, Norm):
-                self.handles.append(mod.register_forward_hook(
-                    lambda m, args, out, name=mname: self._norm(name, args[0], out)))
-        if hasattr(model, "tok_emb"):
-            self.handles.append(model.tok_emb.register_forward_hook(
-                lambda m, a, out: self.acts.__setitem__(f"{self.stack}.token_embeddings", out)))
-        for stack in spec.roles:
-            st = getattr(model, stack)
-            for i, block in enumerate(st.blocks):
-                self._block(block, f"{stack}.blocks.{i}")
-            self.handles.append(st.final_norm.register_forward_hook(
-                lambda m, a, out, n=f"{stack}.output": self.acts.__setitem__(n, out)))
-
-    def _embeddings(self, mod: nn.Module, stack: str) -> None:
-        def pre(m, args):
-            self.stack = stack
-
-        def post(m, args, out):
-            return self.edited(f"{stack}.embeddings", out)
-
-        self.handles += [mod.register_forward_pre_hook(pre), mod.register_forward_hook(post)]
-
-    def _norm(self, name: str, x: torch.Tensor, out: torch.Tensor) -> None:
-        rms_in = x.float().pow(2).mean(-1).sqrt()
-        rms_out = out.float().pow(2).mean(-1).sqrt()
-        self.acts[f"{name}.in_rms"], self.acts[f"{name}.out_rms"] = rms_in, rms_out
-        self.norm_stats[name] = {"in_rms": float(rms_in.mean()), "out_rms": float(rms_out.mean()),
-                                 "out_mean": float(out.float().mean()),
-                                 "out_std": float(out.float().std())}
-
-    def _block(self, block: nn.Module, p: str) -> None:
-        """Each sub-layer of one block: its output, its residual sum and (attention) its kernel."""
-        for sub, res, resname in (("attn", "attn_res", "resid_attn"),
-                                  ("cross", "cross_res", "resid_cross"),
-                                  ("ffn", "ffn_res", "resid_ffn")):
-            module = getattr(block, sub)
-            if module is None:
-                continue
-            if sub != "ffn":
-                self.swaps.append(module)
-                module.run_kernel = _AttentionRecorder(_eager_for(module), f"{p}.{sub}", self.acts,
-                                                       self.edits)
-            self.handles.append(module.register_forward_hook(
-                lambda m, a, out, n=f"{p}.{sub}.out": self.edited(n, out)))
-            if sub == "ffn" and hasattr(module, "routing"):  # a mixture of experts: its router's choices
-                self.handles.append(module.register_forward_hook(
-                    lambda m, a, out, n=f"{p}.ffn": self._router(n, m)))
-            placement = getattr(block, res)
-            orig = placement.exit
-
-            def exit_(x, y, orig=orig, n=f"{p}.{resname}"):
-                return self.edited(n, orig(x, y))
-
-            placement.exit = exit_
-            self.wrapped.append(placement)
-
-    def _router(self, name: str, moe: nn.Module) -> None:
-        """``experts (B, T, k)`` the module routed each token to, and the tokens per expert ``(E,)``
-        over the real tokens (the traced ``attention_mask``; every position without one)."""
-        experts = moe.routing  # (B, T, k)
-        self.acts[f"{name}.experts"] = experts
-        real = self.real
-        if real is not None and torch.as_tensor(real).shape == experts.shape[:2]:
-            experts = experts[torch.as_tensor(real, device=experts.device).bool()]  # (N_real, k)
-        self.acts[f"{name}.expert_counts"] = torch.bincount(experts.reshape(-1), minlength=moe.expert_counts.numel())
-
-    def remove(self) -> None:
-        for h in self.handles:
-            h.remove()
-        for module in self.swaps:
-            del module.run_kernel
-        for placement in self.wrapped:
-            del placement.exit
 
 
 def _pairs(pairs, stack):

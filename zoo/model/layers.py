@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..components import FAMILY, BuildContext, MaskContext, PositionScheme, causal_mask, guard_empty_rows
+from ..components import (FAMILY, BuildContext, MaskContext, PositionScheme, causal_mask, guard_empty_rows,
+                          taps_for)
 from ..errors import SpecError, ZooError
 from .spec import StackSpec
 
@@ -271,9 +272,17 @@ class AttnArgs:
 
 
 def call_kernel(kernel: nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs,
-                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                need_weights: bool = False, tap=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Call an attention kernel under the engine's contract: ``is_causal`` only for a fused causal
-    path, rows listed in ``a.empty`` zeroed in the output (and the weights)."""
+    path, rows listed in ``a.empty`` zeroed in the output (and the weights).
+
+    ``tap``: the attention layer's taps in a hooked call (:func:`zoo.components.taps_for`).  When
+    the call asks for the scores or the pattern, the kernel shows them (``hook_attn_scores``,
+    ``hook_pattern``): through its own :meth:`~zoo.components.AttentionKernel.steps`, through the
+    shared steps it is built from (:mod:`zoo.model.kernels`), or -- softmax attention that shows
+    neither, a fused kernel -- by the registry's ``eager`` kernel standing in for this call."""
+    if tap is not None and tap.wants("hook_attn_scores", "hook_pattern"):
+        return tap.kernel_call(kernel, q, k, v, a)
     if a.is_causal:
         out, weights = kernel(q, k, v, is_causal=True, need_weights=need_weights)
     else:
@@ -348,37 +357,75 @@ class Attention(nn.Module):
         features) of v)``; a layer with another cache (MLA's latents) declares its own."""
         return (self.h_kv, self.hd), (self.h_kv, self.hd)
 
-    def run_kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs) -> torch.Tensor:
-        """This layer's kernel call, ``(B, h, Tq, hd)`` per-head outputs: the seam ``zoo.trace``
-        records through.  (The module-level :func:`attend` runs a kernel *outside* a model.)"""
-        return call_kernel(self.kernel, q, k, v, a)[0]
+    def run_kernel(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: AttnArgs, tap=None
+                   ) -> torch.Tensor:
+        """This layer's kernel call, ``(B, h, Tq, hd)`` per-head outputs (``tap``: the layer's taps
+        in a hooked call).  (The module-level :func:`attend` runs a kernel *outside* a model.)"""
+        return call_kernel(self.kernel, q, k, v, a, tap=tap)[0]
 
-    def forward(self, x: torch.Tensor, a: AttnArgs, cache: LayerCache | None = None) -> torch.Tensor:
-        B, T, _ = x.shape
+    def forward(self, x: torch.Tensor | tuple[torch.Tensor, ...], a: AttnArgs,
+                cache: LayerCache | None = None) -> torch.Tensor:
+        """``x (B, T, D)``, or in a hooked call that gives every head its own input (TL's
+        ``hook_attn_in`` / ``hook_q_input`` ...) the tuple ``(q_in (B, T, h, D), k_in, v_in (B, T,
+        h_kv, D))``.  Hook points: ``tap(...)`` lines, which run only in a hooked call."""
+        tap = taps_for(self)
         h, h_kv, hd = self.h, self.h_kv, self.hd
         if a.memory is None:
-            qkv = self.qkv(x).view(B, T, h + 2 * h_kv, hd).transpose(1, 2)  # (B, h + 2 h_kv, T, hd)
-            q, k, v = qkv.split_with_sizes([h, h_kv, h_kv], dim=1)  # (B, h, T, hd), (B, h_kv, T, hd) x 2
-            if self.q_norm is not None:
-                q, k = self.q_norm(q), self.k_norm(k)  # normalised over hd, per head
+            if isinstance(x, tuple):  # one input per head: each head projects its own copy
+                q, k, v = (t.transpose(1, 2) for t in self.per_head_qkv(*x))  # (B, h|h_kv, T, hd)
+            else:
+                qkv = self.qkv(x).view(*x.shape[:2], h + 2 * h_kv, hd).transpose(1, 2)  # (B, h + 2 h_kv, T, hd)
+                q, k, v = qkv.split_with_sizes([h, h_kv, h_kv], dim=1)  # (B, h, T, hd), (B, h_kv, T, hd) x 2
+            if tap is not None:  # (B, T, h|h_kv, hd), as TransformerLens shows them
+                q, k, v = (tap(n, t.transpose(1, 2)).transpose(1, 2) for n, t in (
+                    ("hook_q", q), ("hook_k", k), ("hook_v", v)))
+            if self.q_norm is not None:  # normalised over hd, per head: on (B, T, h, hd)
+                q = self.q_norm(q.transpose(1, 2)).transpose(1, 2)
+                k = self.k_norm(k.transpose(1, 2)).transpose(1, 2)
             if a.rotary is not None:
                 q, k = a.rotary.rotate(q, k, a.rot_state)
+            if tap is not None:  # q and k as the kernel sees them
+                q = tap("hook_rot_q", q.transpose(1, 2)).transpose(1, 2)
+                k = tap("hook_rot_k", k.transpose(1, 2)).transpose(1, 2)
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, h_kv, T_cached + T, hd)
         else:
-            q = self.q(x).view(B, T, h, hd).transpose(1, 2)  # (B, h, T, hd)
+            q = self.q(x).view(*x.shape[:2], h, hd)  # (B, T, h, hd)
+            q = (q if tap is None else tap("hook_q", q)).transpose(1, 2)  # (B, h, T, hd)
             if cache is not None and cache.cross is not None:
                 k, v = cache.cross
             else:
-                S = a.memory.size(1)
+                B, S = a.memory.shape[:2]
                 k, v = self.kv(a.memory).split([h_kv * hd, h_kv * hd], dim=-1)
-                k = k.view(B, S, h_kv, hd).transpose(1, 2)  # (B, h_kv, S, hd)
-                v = v.view(B, S, h_kv, hd).transpose(1, 2)
+                k, v = k.view(B, S, h_kv, hd), v.view(B, S, h_kv, hd)  # (B, S, h_kv, hd)
+                if tap is not None:  # the encoder's positions: from 0
+                    k, v = tap("hook_k", k, at=0), tap("hook_v", v, at=0)
+                k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, h_kv, S, hd)
                 if cache is not None:
                     cache.cross = (k, v)
-        out = self.run_kernel(q, k, v, a)  # (B, h, T, hd)
-        out = out.transpose(1, 2).reshape(B, T, h * hd)  # merge heads: (B, T, h * hd)
-        return self.out(out)
+        if tap is not None and a.bias is not None:
+            bias = tap("hook_score_bias", a.bias)  # (B|1, h, Tq, Tk): ALiBi, T5 buckets, ...
+            a = a if bias is a.bias else replace(a, bias=bias)
+        z = self.run_kernel(q, k, v, a, tap).transpose(1, 2)  # (B, T, h, hd)
+        if tap is not None:
+            z = tap("hook_z", z)
+            if tap.wants("hook_result"):  # each head's write into the stream, summed
+                result = tap("hook_result", head_writes(self.out, z))  # (B, T, h, D)
+                return result.sum(2) if self.out.bias is None else result.sum(2) + self.out.bias
+        return self.out(z.reshape(*z.shape[:2], h * hd))  # merge heads: (B, T, h * hd) -> (B, T, D)
+
+    def per_head_qkv(self, q_in: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v ``(B, T, h|h_kv, hd)`` when every head has its own input ``(B, T, h|h_kv, D)``:
+        head ``j`` projects its own copy (the projection of all copies, of which head ``j`` keeps
+        its own rows -- any linear layer, a quantised one too)."""
+        h, h_kv, hd = self.h, self.h_kv, self.hd
+        out = []
+        for t, first, n in ((q_in, 0, h), (k_in, h, h_kv), (v_in, h + h_kv, h_kv)):
+            y = self.qkv(t).unflatten(-1, (h + 2 * h_kv, hd))  # (B, T, n copies, h + 2 h_kv, hd)
+            j = torch.arange(n, device=y.device)
+            out.append(y[:, :, j, first + j])  # (B, T, n, hd): copy j through head j's rows
+        return out[0], out[1], out[2]
 
 
 class Block(nn.Module):
@@ -407,23 +454,73 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, a: AttnArgs, cross: AttnArgs | None = None,
                 cache: LayerCache | None = None) -> torch.Tensor:
-        """``a``: the self-attention arguments; ``cross``: the cross-attention ones (with memory)."""
+        """``a``: the self-attention arguments; ``cross``: the cross-attention ones (with memory).
+        Hook points (TransformerLens' names): the ``tap(...)`` lines, run only in a hooked call."""
         drop = self.drop if self.has_dropout and self.training else _identity
+        tap = taps_for(self)
+        if tap is not None:
+            x = tap("hook_resid_pre", x)
         if self.parallel:  # GPT-J / GPT-NeoX: x + attn(n1(x)) + ffn(n2(x)), both read the same x
-            y = self.attn(self.attn_res.enter(x), a, cache)
-            f = self.ffn(self.ffn_res.enter(x))
-            return self.ffn_res.exit(self.attn_res.exit(x, drop(y)), drop(f))
-        y = self.attn(self.attn_res.enter(x), a, cache)
-        x = self.attn_res.exit(x, drop(y))
+            y = self.attn(self.attn_input(x, tap), a, cache)
+            f = self.ffn(self.ffn_res.enter(x if tap is None else tap("hook_mlp_in", x)))
+            if tap is not None:
+                y, f = tap("hook_attn_out", y), tap("hook_mlp_out", f)
+            return _tapped(tap, "hook_resid_post", self.ffn_res.exit(self.attn_res.exit(x, drop(y)), drop(f)))
+        y = self.attn(self.attn_input(x, tap), a, cache)
+        x = self.attn_res.exit(x, drop(y if tap is None else tap("hook_attn_out", y)))
+        if tap is not None:
+            x = tap("hook_resid_mid", x)
         if self.cross is not None:
             y = self.cross(self.cross_res.enter(x), cross, cache)
-            x = self.cross_res.exit(x, drop(y))
-        y = self.ffn(self.ffn_res.enter(x))
-        return self.ffn_res.exit(x, drop(y))
+            x = self.cross_res.exit(x, drop(y if tap is None else tap("hook_cross_out", y)))
+            if tap is not None:
+                x = tap("hook_resid_mid_cross", x)
+        y = self.ffn(self.ffn_res.enter(x if tap is None else tap("hook_mlp_in", x)))
+        return _tapped(tap, "hook_resid_post", self.ffn_res.exit(x, drop(y if tap is None else tap("hook_mlp_out", y))))
+
+    def attn_input(self, x: torch.Tensor, tap=None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """What self-attention reads: the placement's way in (pre-norm: ``ln1(x)``).  A hooked call
+        asking for TransformerLens' per-head inputs gets one copy of the stream per head, before the
+        norm (``hook_attn_in`` for all of q, k, v, or ``hook_q_input`` / ``hook_k_input`` /
+        ``hook_v_input``), each copy through the norm, so an edit of one head's copy moves only it."""
+        if tap is None or not tap.wants("hook_attn_in", "hook_q_input", "hook_k_input", "hook_v_input"):
+            return self.attn_res.enter(x)
+        B, T, D = x.shape
+        h, h_kv = self.attn.h, self.attn.h_kv
+
+        def copies(n):
+            return x[:, :, None].expand(B, T, n, D)  # (B, T, n, D), one per head
+
+        if tap.wants("hook_attn_in"):  # listed only where every head has its own keys (h == h_kv)
+            q = k = v = tap("hook_attn_in", copies(h))
+        else:
+            q, k, v = copies(h), copies(h_kv), copies(h_kv)
+        if not tap.wants("hook_q_input", "hook_k_input", "hook_v_input"):
+            q = k = v = self.attn_res.enter(q)
+            return q, k, v
+        enter = self.attn_res.enter  # the norm sees each input on its own, as in TransformerLens
+        return (enter(tap("hook_q_input", q)), enter(tap("hook_k_input", k)), enter(tap("hook_v_input", v)))
 
 
 def _identity(x):
     return x
+
+
+def _tapped(tap, name: str, x: torch.Tensor) -> torch.Tensor:
+    return x if tap is None else tap(name, x)
+
+
+def head_writes(out: nn.Module, z: torch.Tensor) -> torch.Tensor:
+    """``(B, T, h, D)``: what each head writes into the stream, ``z_h @ W_O[h]ᵀ`` without the bias
+    (TransformerLens' ``hook_result``), for ``z (B, T, h, hd)`` and the output projection ``out``
+    (its weight read directly; any other linear layer -- int8, int4 -- applied to each head alone)."""
+    B, T, h, hd = z.shape
+    if isinstance(out, nn.Linear):
+        return torch.einsum("bthe,dhe->bthd", z, out.weight.view(-1, h, hd))
+    eye = torch.eye(h, dtype=z.dtype, device=z.device)  # head j's z alone in row j
+    alone = (eye[:, :, None] * z[:, :, None]).reshape(B, T, h, h * hd)  # (B, T, h, h * hd)
+    y = out(alone)  # (B, T, h, D), with the bias in every row
+    return y - out.bias if getattr(out, "bias", None) is not None else y
 
 
 class _Parts:

@@ -18,6 +18,7 @@ from torch import nn
 from .doors import door
 from ..guard.run_budget import check_forward
 from ..errors import ZooError
+from ..components import taps_for
 from .layers import KVCache, Stack, make_parts, make_stack, real_padding
 from ..registry import blame
 from .spec import ModelSpec
@@ -71,17 +72,30 @@ class Embeddings(nn.Module):
     def forward(self, ids, pos, tokens: nn.Embedding, positions: nn.Module, token_type_ids=None):
         """The token table is passed in (not owned) so one table can serve both stacks and the
         tied output head without appearing twice in the state dict."""
+        tap = taps_for(self)  # hook points, in a hooked call only
         x = tokens(ids)  # (B, T, D)
         if self.scale != 1.0:
             x = x * self.scale
+        if tap is not None:
+            x = tap("hook_embed", x)
         if self.types is not None:
             tt = token_type_ids if token_type_ids is not None else torch.zeros_like(ids)
-            x = x + self.types(tt)
+            x = x + (self.types(tt) if tap is None else tap("hook_token_type_embed", self.types(tt)))
         if self.embeds_positions:
-            x = positions.embed(x, pos)
+            xp = positions.embed(x, pos)
+            if tap is not None:  # what the positions add, (B|1, T, D)
+                pe = xp - x
+                shown = tap("hook_pos_embed", pe)
+                xp = xp if shown is pe else x + shown
+            x = xp
         if self.has_norm:
             x = self.norm(x)
         return self.drop(x) if self.has_dropout and self.training else x
+
+    def hook_points(self) -> tuple[str, ...]:
+        """The names this forward taps, in order."""
+        return ("hook_embed",) + (("hook_token_type_embed",) if self.types is not None else ()) + \
+            (("hook_pos_embed",) if self.embeds_positions else ())
 
 
 class ZooModel(nn.Module):
@@ -123,6 +137,14 @@ class ZooModel(nn.Module):
         ``head_output(lm_head(head_input(hidden)))``): the final hidden states, times ``spec.head_scale`` if set (T5 scales
         by ``d_model ** -0.5`` before its tied output projection)."""
         return x if self.spec.head_scale is None else x * self.spec.head_scale
+
+    def unembed(self, x: torch.Tensor, tap=None) -> torch.Tensor:
+        """The LM head on the final hidden states, before any soft-cap: ``lm_head(head_input(x))``,
+        with TransformerLens' ``unembed.hook_in`` / ``unembed.hook_out`` in a hooked call."""
+        x = self.head_input(x)
+        if tap is None:
+            return self.lm_head(x)
+        return tap("unembed.hook_out", self.lm_head(tap("unembed.hook_in", x)))
 
     def head_output(self, logits: torch.Tensor) -> torch.Tensor:
         """Soft-capped logits ``cap * tanh(logits / cap)`` when ``spec.logit_softcap`` is set (Gemma
@@ -207,11 +229,14 @@ class DecoderModel(ZooModel):
         With a ``cache`` (from :meth:`new_cache`), ``ids`` are the tokens after the cached ones."""
         B, T = ids.shape
         self._check_length(T, cache, "ids")
+        tap = taps_for(self)  # hook points, in a hooked call only
+        if tap is not None:
+            ids = tap.begin("decoder", cache, prefix_lengths=prefix_lengths)("hook_tokens", ids)
         pad = self._key_padding(ids, attention_mask)
         pos = step_positions(pad, T, ids.device, cache)
         x = self.embed(ids, pos, self.tok_emb, self.decoder.positions, token_type_ids)  # (B, T, D)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, prefix_lengths=prefix_lengths)
-        return x if return_hidden else self.head_output(self.lm_head(self.head_input(x)))  # (B, T, V)
+        return x if return_hidden else self.head_output(self.unembed(x, tap))  # (B, T, V)
 
 
 class EncoderModel(ZooModel):
@@ -240,6 +265,9 @@ class EncoderModel(ZooModel):
         """Hidden states ``(B, T, D)`` and the padding mask ``(B, T)`` (or None)."""
         B, T = ids.shape
         self._check_length(T, None, "ids")
+        tap = taps_for(self)  # hook points, in a hooked call only
+        if tap is not None:
+            ids = tap.begin("encoder", None)("hook_tokens", ids)
         pad = self._key_padding(ids, attention_mask)
         pos = positions_from_padding(pad, T, ids.device)
         x = self.embed(ids, pos, self.tok_emb, self.encoder.positions, token_type_ids)
@@ -262,7 +290,8 @@ class EncoderModel(ZooModel):
                 x = x[select]  # (N, D)
             if self.transform is not None:
                 x = self.transform(x)
-            return self.lm_head(x)
+            tap = taps_for(self)
+            return self.lm_head(x) if tap is None else tap("unembed.hook_out", self.lm_head(tap("unembed.hook_in", x)))
         if self.classifier is not None:
             return self.classifier(pool(x, pad, self.spec.head.pooling))
         return x
@@ -304,6 +333,9 @@ class EncoderDecoderModel(ZooModel):
         src_padding = _renamed(renamed, src_padding=src_padding)["src_padding"]
         B, S = src_ids.shape
         self._check_length(S, None, "src_ids")
+        tap = taps_for(self)  # hook points, in a hooked call only
+        if tap is not None:
+            src_ids = tap.begin("encoder", None)("hook_tokens", src_ids)
         pad = self._key_padding(src_ids, src_padding)
         pos = positions_from_padding(pad, S, src_ids.device)
         x = self.enc_embed(src_ids, pos, self.tok_emb, self.encoder.positions)
@@ -316,12 +348,16 @@ class EncoderDecoderModel(ZooModel):
         tgt_padding = _renamed(renamed, tgt_padding=tgt_padding)["tgt_padding"]
         B, T = tgt_ids.shape
         self._check_length(T, cache, "tgt_ids")
+        tap = taps_for(self)  # hook points, in a hooked call only
+        if tap is not None:
+            tgt_ids = tap.begin("decoder", cache, memory=memory, memory_padding=memory_padding)(
+                "hook_tokens", tgt_ids)
         pad = self._key_padding(tgt_ids, tgt_padding)
         pos = step_positions(pad, T, tgt_ids.device, cache)
         x = self.dec_embed(tgt_ids, pos, self.tok_emb, self.decoder.positions)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, memory=memory,
                          memory_padding=memory_padding)
-        return x if return_hidden else self.head_output(self.lm_head(self.head_input(x)))
+        return x if return_hidden else self.head_output(self.unembed(x, tap))
 
     def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_padding=None, tgt_padding=None,
                 return_hidden: bool = False, **renamed) -> torch.Tensor:
