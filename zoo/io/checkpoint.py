@@ -9,8 +9,11 @@ is a :class:`CheckpointError` that names it.  Saving writes a temporary file bes
 target, so an interrupted save never damages an existing checkpoint.
 
 Layout: ``zoo.save(model, "run/")`` writes ``run/model.safetensors`` and a human-readable
-``run/spec.yaml``; ``zoo.save(model, "m.safetensors")`` writes just that file.  Extra JSON-able
-``metadata`` (a tokenizer, a model card summary) travels in the same header under ``zoo.extra.*``.
+``run/spec.yaml`` as one transaction (:mod:`zoo.guard.transaction`: the folder's lock, then both
+files committed at once by ``run/zoo-manifest.json``); ``zoo.save(model, "m.safetensors")`` writes
+just that file.  Extra JSON-able ``metadata`` (a tokenizer, a model card summary) travels in the same
+header under ``zoo.extra.*``.  Readers open the weights once (:func:`open_weights`), as of the
+folder's last commit.
 
 A checkpoint may come from anyone, so loading trusts nothing in it (see docs/TRUST.md):
 
@@ -26,6 +29,7 @@ A checkpoint may come from anyone, so loading trusts nothing in it (see docs/TRU
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import warnings
@@ -33,13 +37,10 @@ import math
 import os
 import re
 import struct
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from . import tokenizers
@@ -48,102 +49,29 @@ from ..deprecation import moved
 from ..errors import CheckpointError, SpecError, UnknownComponentError, ZooError
 from ..registry import get_registry, missing_plugins_hint, plugin_sources
 from ..model.spec import ModelSpec, parse_spec, preset_dirs, yaml_to_dict
-from ..guard.files import clip, open_read, regular_file, safetensors_open, short, user_path, write_target
+from ..guard.files import clip, open_read, regular_file, short, user_path, write_target
+from ..guard import transaction as txn
+from ..guard.transaction import (STALE_AFTER_S, glob_escape, remove_stale_temps,  # noqa: F401 (were here)
+                                 write_file)
 from ..version import __version__
 
 WEIGHTS = "model.safetensors"
+#: the human-readable copy of the spec beside the weights in a checkpoint folder
+SPEC_FILE = "spec.yaml"
 
 
 def atomic_write(path: str | os.PathLike, write) -> None:
-    """Write ``path`` all or nothing: ``write(tmp)`` fills a temporary file beside it, which is
-    fsynced and renamed over ``path`` (a rename is atomic), so readers see the old file or the new
-    one, never half of one.
+    """Write ``path`` all or nothing (:func:`zoo.guard.transaction.write_file`): ``write(tmp)``
+    fills a temporary file beside it, which is fsynced and renamed over ``path``, so readers see
+    the old file or the new one, never half of one.  A symlink at ``path`` is refused; a full disk
+    is a :class:`CheckpointError` with the old file intact.
 
     The temporary file is named ``.NAME.PID.XXXXXXXX.tmp``.  Temporary files of that naming left by
     a process that no longer exists (a save killed mid-write) are removed first.  The result gets
     the permissions a new file normally gets (``0o666`` minus the umask), not ``mkstemp``'s 0600.
     """
     path = write_target(path, where=str(path), error=CheckpointError)  # a device, a loop, /proc: no
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with _suppress():
-            os.unlink(tmp)
-        raise
-
-
-#: Age after which a temp file of the pre-PID naming (``.NAME.XXXXXXXX.tmp``) counts as stale.
-STALE_AFTER_S = 3600
-
-
-def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
-    """Remove ``.NAME.PID.*.tmp`` files beside ``path`` whose process is gone (and old files of the
-    pre-PID naming); returns what was removed.  Never touches any other file."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        return []
-    ours = re.compile(rf"^\.{re.escape(path.name)}\.(?:(\d+)\.)?[A-Za-z0-9_]+\.tmp$")
-    removed = []
-    for cand in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
-        m = ours.match(cand.name)
-        if not m or not cand.is_file() or cand.is_symlink():
-            continue
-        if m.group(1) is not None:
-            stale = not _alive(int(m.group(1)))
-        else:
-            with _suppress():
-                stale = time.time() - cand.stat().st_mtime > STALE_AFTER_S
-        if stale:
-            with _suppress():
-                cand.unlink()
-                removed.append(cand)
-    return removed
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, OSError):
-        return True  # exists (another user's), or cannot tell: keep the file
-    return True
-
-
-def _umask() -> int:
-    """The process umask, read without changing it where possible (``os.umask`` sets it)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-class _suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is None or issubclass(exc[0], Exception)
+    write_file(path, write, where=str(path), error=CheckpointError)
 
 
 def plugins_used(spec: ModelSpec) -> dict[str, str]:
@@ -382,6 +310,33 @@ def _digest_entry(h, name: str, dtype: str, shape) -> None:
     h.update(f"{name}\0{dtype}\0{list(shape)}\0".encode("utf-8", "surrogatepass"))
 
 
+#: torch dtypes by safetensors' names (what :func:`read_tensor` makes)
+TORCH_DTYPES = {v: k for k, v in ST_DTYPES.items()}
+
+
+def read_tensor(fh, entry: tuple, start: int, name: str, where: str) -> torch.Tensor:
+    """One tensor of a checked header entry (:func:`read_header`) read from the open file ``fh``
+    into its own CPU memory (one copy, as safetensors' reader makes)."""
+    dtype, shape, (begin, end) = entry
+    dt = TORCH_DTYPES.get(dtype)
+    if dt is None:
+        raise CheckpointError(f"tensor {short(name)} is {dtype}, which this torch cannot hold",
+                              where=where, fix="convert the weights to float32 / bfloat16")
+    if end == begin:
+        return torch.empty(shape, dtype=dt)
+    buf = bytearray(end - begin)
+    view = memoryview(buf)
+    fh.seek(start + begin)
+    done = 0
+    while done < len(buf):
+        got = fh.readinto(view[done:])
+        if not got:
+            raise CheckpointError(f"the file ends inside tensor {short(name)}", where=where,
+                                  fix="the file is truncated; re-save it")
+        done += got
+    return torch.frombuffer(buf, dtype=dt).reshape(shape)
+
+
 def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
     """``sha256:HEX`` over every tensor in name order: its name, dtype, shape and raw bytes (as
     safetensors stores them), so renaming, casting, reshaping or flipping one bit changes it."""
@@ -394,12 +349,13 @@ def tensor_digest(tensors: dict[str, torch.Tensor]) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def file_digest(source: str | os.PathLike, chunk: int = 1 << 22) -> str:
-    """:func:`tensor_digest` of a checkpoint, streamed from the file (memory: one ``chunk``)."""
-    file = resolve_checkpoint(source)
-    entries, _, start = read_header(file)
+def file_digest(source: str | os.PathLike, chunk: int = 1 << 22, *, fh=None) -> str:
+    """:func:`tensor_digest` of a checkpoint, streamed from the file (memory: one ``chunk``);
+    ``fh``: the checkpoint's file, already open (:func:`open_weights`), read instead of ``source``."""
+    file = resolve_checkpoint(source) if fh is None else Path(source)
+    entries, _, start = read_header(file, fh=fh)
     h = hashlib.sha256()
-    with open_read(file, kind="checkpoint", error=CheckpointError) as fh:
+    with _opened(file, fh) as fh:
         for name in sorted(entries):
             dtype, shape, (begin, end) = entries[name]
             _digest_entry(h, name, dtype, shape)
@@ -415,10 +371,14 @@ def file_digest(source: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def verify_digest(source: str | os.PathLike, meta: dict[str, str] | None = None) -> str:
-    """Recompute the digest of a checkpoint and compare it with the stored ``zoo.digest``."""
-    file = resolve_checkpoint(source)
-    meta = meta if meta is not None else read_metadata(file)
+def verify_digest(source: str | os.PathLike, meta: dict[str, str] | None = None, *, fh=None) -> str:
+    """Recompute the digest of a checkpoint and compare it with the stored ``zoo.digest``
+    (``fh``: read that open file, as :func:`file_digest`)."""
+    if fh is None:
+        with open_weights(source) as (fh, file):
+            return verify_digest(file, meta, fh=fh)
+    file = Path(source)
+    meta = meta if meta is not None else read_header(file, fh=fh)[1]
     stored = meta.get(DIGEST_KEY)
     if stored is None:
         raise CheckpointError("the checkpoint stores no digest to verify", where=str(file),
@@ -426,7 +386,7 @@ def verify_digest(source: str | os.PathLike, meta: dict[str, str] | None = None)
     if not isinstance(stored, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", stored):
         raise CheckpointError(f"malformed digest {short(stored)}", where=f"{file}: {DIGEST_KEY}",
                               fix="expected 'sha256:' and 64 hex digits; re-save the checkpoint")
-    actual = file_digest(file)
+    actual = file_digest(file, fh=fh)
     if actual != stored:
         raise CheckpointError("the tensor bytes do not match the stored digest (the file was "
                               "changed or damaged after saving)", where=str(file),
@@ -439,17 +399,52 @@ def verify_digest(source: str | os.PathLike, meta: dict[str, str] | None = None)
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 
 
-def read_header(source: str | os.PathLike) -> tuple[dict[str, tuple[str, tuple[int, ...],
-                                                                        tuple[int, int]]],
-                                                       dict[str, str], int]:
+@contextlib.contextmanager
+def _opened(file: Path, fh=None):
+    """``fh`` rewound (the caller's, left open), or ``file`` opened for this block."""
+    if fh is not None:
+        fh.seek(0)
+        yield fh
+        return
+    with open_read(file, kind="checkpoint", error=CheckpointError) as own:
+        yield own
+
+
+@contextlib.contextmanager
+def open_weights(source: str | os.PathLike, *, strict: bool = False):
+    """``(binary file, path)``: a checkpoint's weights (a file, a folder, a shipped name), opened
+    once -- everything a reader takes from it comes through that one file, so a save replacing
+    it meanwhile cannot mix two versions.  A folder with a ``zoo-manifest.json`` is read as of its
+    last commit (:func:`zoo.guard.transaction.committed`; ``strict``: the file's size and sha256
+    must match it); one without (saved before manifests, shipped, hand-made) as its file is."""
+    p = user_path(source, where="checkpoint", error=CheckpointError)
+    folder = p if p.is_dir() else p.parent if p.name == WEIGHTS else None
+    if folder is None:
+        resolved = resolve_checkpoint(source)
+        folder = resolved.parent if resolved.name == WEIGHTS else None
+    if folder is not None and os.path.lexists(folder / txn.MANIFEST):
+        file = folder / WEIGHTS
+        with txn.committed(folder, [WEIGHTS], where=str(file), error=CheckpointError,
+                           strict=strict) as files:
+            yield files[WEIGHTS], file
+        return
+    file = resolve_checkpoint(source)
+    with open_read(file, kind="checkpoint", error=CheckpointError) as fh:
+        yield fh, file
+
+
+def read_header(source: str | os.PathLike, *, fh=None) -> tuple[dict[str, tuple[str, tuple[int, ...],
+                                                                                tuple[int, int]]],
+                                                               dict[str, str], int]:
     """``({name: (dtype, shape, (begin, end))}, metadata, data_start)`` of a safetensors file,
     every field checked: bounded header length, JSON object, known dtypes, shapes of non-negative
-    ints, byte ranges that match the shape and lie inside the file.  No tensor is read."""
+    ints, byte ranges that match the shape and lie inside the file.  No tensor is read.  ``fh``:
+    the file, already open (``source`` then only names it in messages)."""
     file = Path(source)
     where = str(file)
     bad = "re-save it; zoo only reads valid safetensors files"
     try:
-        with open_read(file, kind="checkpoint", error=CheckpointError) as fh:
+        with _opened(file, fh) as fh:
             size = os.fstat(fh.fileno()).st_size
             head = fh.read(8)
             if len(head) < 8:
@@ -550,11 +545,17 @@ def tokenizer_from(tok: dict, where: str):
 
 
 def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str, Any] | None = None,
-         tokenizer: Any = None) -> Path:
+         tokenizer: Any = None, wait: bool | float = False) -> Path:
     """Save ``model`` (built by zoo) to ``path`` atomically; returns the weights file's path.
 
     ``tokenizer`` (default: ``model.tokenizer`` if set) is stored as JSON in the metadata under
-    ``zoo.tokenizer``; :func:`zoo.load` gives it back as ``model.tokenizer``."""
+    ``zoo.tokenizer``; :func:`zoo.load` gives it back as ``model.tokenizer``.
+
+    A folder is written as one transaction (:mod:`zoo.guard.transaction`): under its lock, with
+    ``model.safetensors`` and ``spec.yaml`` committed together by ``zoo-manifest.json``.  Another
+    writer holding the folder is a :class:`CheckpointError` naming its pid; ``wait=True`` (or a
+    number of seconds) waits for it instead.  A ``.safetensors`` path is one file, committed by one
+    rename."""
     spec = getattr(model, "spec", None)
     if not isinstance(spec, ModelSpec):
         raise CheckpointError("the model has no zoo spec", where="model",
@@ -568,6 +569,9 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     write_target(path, where="save.path", folder=folder, error=CheckpointError)  # before any work
     if folder:
         write_target(path / WEIGHTS, where="save.path", error=CheckpointError)
+        for name in (WEIGHTS, SPEC_FILE):  # inside the folder, no symlink on the way (the one writer)
+            txn.target(path, name, where="save.path", error=CheckpointError)
+    txn.deadline(wait, "save.wait", CheckpointError)
     if metadata is not None and not isinstance(metadata, dict):
         raise CheckpointError(f"metadata must be a dict, got {type(metadata).__name__}",
                               where="save.metadata", fix="pass a dict of JSON-able values")
@@ -593,17 +597,20 @@ def save(model: torch.nn.Module, path: str | os.PathLike, *, metadata: dict[str,
     meta[DIGEST_KEY] = tensor_digest(tensors)
     meta[INTEGRITY_KEY] = integrity_entry(model, meta, tokenizers.kind_of(tokenizer)
                                           if tokenizer is not None else None)
-    atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata=meta))
-    if file.name == WEIGHTS:
-        atomic_write(file.parent / "spec.yaml",
-                      lambda tmp: Path(tmp).write_text(spec.to_yaml(), encoding="utf-8"))
+    if not folder:  # one file: its own unit, committed by one rename
+        atomic_write(file, lambda tmp: save_file(tensors, tmp, metadata=meta))
+        return file
+    # a folder: the weights and spec.yaml are one commit under the folder's lock
+    with txn.transaction(path, where="save.path", wait=wait, error=CheckpointError) as tx:
+        tx.write_file(WEIGHTS, lambda tmp: save_file(tensors, tmp, metadata=meta))
+        tx.write_file(SPEC_FILE, lambda tmp: Path(tmp).write_text(spec.to_yaml(), encoding="utf-8"))
     return file
 
 
 #: ``zoo.extra.*`` entries a loaded checkpoint hands on when it is saved again: where it was
-#: converted from, its parity certificate, the input contract it declares (zoo.run.input_contract) and its
-#: chat template (zoo.run.chat).
-CARRIED_EXTRAS = ("converted_from", "parity", "input_contract", "chat_template")
+#: converted from, its parity certificate, the input contract it declares (zoo.run.input_contract), its
+#: chat template (zoo.run.chat) and its source's generation settings (zoo.io.generation_config).
+CARRIED_EXTRAS = ("converted_from", "parity", "input_contract", "chat_template", "generation_config")
 
 
 def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
@@ -616,6 +623,12 @@ def conversion_metadata(model: torch.nn.Module) -> dict[str, str]:
         from .chat_templates import stored
 
         out["chat_template"] = stored(model)
+    if hasattr(model, "generation_config"):  # the model's own settings, set or cleared, win
+        from .generation_config import stored as stored_settings
+
+        out.pop("generation_config", None)
+        if (settings := stored_settings(model)) is not None:
+            out["generation_config"] = settings
     info = getattr(model, "convert_info", None)
     if info is not None:
         out.pop("parity", None)
@@ -668,19 +681,23 @@ def list_checkpoints() -> list[str]:
 
 
 def read_metadata(source: str | os.PathLike) -> dict[str, str]:
-    """The safetensors header metadata of a checkpoint (cheap: the tensors are not read)."""
-    file = resolve_checkpoint(source)
-    try:
-        with safetensors_open(file, error=CheckpointError) as f:
-            return dict(f.metadata() or {})
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(f"corrupt or truncated checkpoint: {exc}", where=str(file),
-                              fix="re-save it; zoo only reads valid safetensors files") from exc
+    """The safetensors header metadata of a checkpoint (cheap: the tensors are not read; a
+    committed folder's last commit, :func:`open_weights`)."""
+    with open_weights(source) as (fh, file):
+        try:
+            return read_header(file, fh=fh)[1]
+        except CheckpointError as exc:
+            raise CheckpointError(f"corrupt or truncated checkpoint: {exc.what}", where=exc.where,
+                                  fix=exc.fix) from exc
 
 
 def load_spec(source: str | os.PathLike) -> ModelSpec:
     """The spec stored inside a checkpoint."""
-    meta = read_metadata(source)
+    return spec_from_metadata(read_metadata(source), source)
+
+
+def spec_from_metadata(meta: dict[str, str], source: str | os.PathLike) -> ModelSpec:
+    """The spec in a checkpoint's metadata (``source`` names it in messages)."""
     if "zoo.spec" not in meta:
         raise CheckpointError("no zoo spec in the checkpoint metadata", where=str(source),
                               fix="this file was not written by zoo.save; convert it first")

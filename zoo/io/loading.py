@@ -16,18 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
 
 from ..guard import build_budget as budgets
 from ..model.assembly import fill
 from ..model.build import build, layout, resolve_device, resolve_dtype
 from ..guard.compat import check_runtime
 from ..errors import CheckpointError, SpecError, ZooError, did_you_mean
-from .checkpoint import (check_dtypes, check_embedding, checked_metadata, list_checkpoints, load_spec,
-                 read_header, resolve_checkpoint, tokenizer_from, verify_digest, verify_fingerprint,
-                 verify_integrity)
+from .chat_templates import read_stored as stored_template
+from .checkpoint import (WEIGHTS, check_dtypes, check_embedding, checked_metadata, list_checkpoints,
+                         open_weights, read_header, read_tensor, resolve_checkpoint, spec_from_metadata,
+                         tokenizer_from, verify_digest, verify_fingerprint, verify_integrity)
+from .generation_config import read_stored as stored_generation_config
 from ..model.spec import ModelSpec, list_presets, parse_spec, resolve_spec_source
-from ..guard.files import clip, safetensors_open, short
+from ..guard.files import clip, short
+from ..guard.transaction import MANIFEST
 
 
 def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
@@ -41,10 +43,17 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
     The model is then built on the meta device (no random initialisation) and the tensors are read
     straight onto ``device``.
     """
-    file = resolve_checkpoint(source)
+    with open_weights(source, strict=verify) as (fh, file):  # opened once: one version throughout
+        return _load_open(fh, file, device=device, dtype=dtype, strict=strict, verify=verify,
+                          budget=budget)
+
+
+def _load_open(fh, file: Path, *, device: Any, dtype: Any, strict: bool, verify: bool,
+               budget: float | None) -> torch.nn.Module:
+    """:func:`load` from the checkpoint's open file ``fh`` (``file`` names it)."""
     where = str(file)
-    entries, meta, _ = read_header(file)
-    spec = load_spec(file)
+    entries, meta, start = read_header(file, fh=fh)
+    spec = spec_from_metadata(meta, file)
     info = checked_metadata(meta, where)
     tied = info["tied"]
     dev = resolve_device(device) or torch.device("cpu")
@@ -58,18 +67,18 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
     check_embedding(spec, entries, where)  # the one tensor that grows with vocab_size, before building
     integrity = None
     if verify:
-        verify_digest(file, meta)
+        verify_digest(file, meta, fh=fh)
         integrity = verify_integrity(meta, where)  # metadata unchanged, same component code
     check_runtime(spec, dtype=dt, device=dev)  # declared dtypes / devices (zoo.guard.compat)
     model = build(spec, device="meta", init=False, budget=budget)
     need = match_tensors(model, entries, tied, where, strict=strict)
     try:
-        with safetensors_open(file, error=CheckpointError, device=str(dev)) as f:
-            state = {}
-            for name in sorted(need):
-                t = f.get_tensor(name)
-                state[name] = t.to(dt) if dt is not None else t  # cast one tensor at a time
-    except (SafetensorError, OSError) as exc:
+        state = {}
+        for name in sorted(need):
+            t = read_tensor(fh, entries[name], start, name, where)
+            t = t.to(dev) if dev.type != "cpu" else t
+            state[name] = t.to(dt) if dt is not None else t  # cast one tensor at a time
+    except OSError as exc:
         raise CheckpointError(f"corrupt or truncated checkpoint: {clip(exc)}", where=where,
                               fix="re-save it; zoo only reads valid safetensors files") from exc
     fill(model, state, dev)  # the read tensors become the weights; non-strict gaps stay empty
@@ -77,6 +86,10 @@ def load(source: str | os.PathLike, *, device: Any = None, dtype: Any = None,
         model = model.to(dt)
     model.eval()
     model.checkpoint_metadata = meta
+    if (settings := stored_generation_config(meta, spec.vocab_size, where)) is not None:
+        model.generation_config = settings  # the source's generation settings (zoo.io.generation_config)
+    if (template := stored_template(meta, where)) is not None:  # the dict conversion set, typed
+        model.chat_template = template
     if info["tokenizer"] is not None:
         model.tokenizer = tokenizer_from(info["tokenizer"], where)
     if integrity is not None:  # the rebuilt model must behave as the saved one did
@@ -124,15 +137,22 @@ def check(source: str | os.PathLike, *, digest: bool = True, report=None) -> lis
         if report is not None:
             report(step, detail)
 
-    file = resolve_checkpoint(source)
+    with open_weights(source, strict=digest) as (fh, file):  # every step reads this one version
+        _check_open(fh, file, digest, done)
+    return rows
+
+
+def _check_open(fh, file: Path, digest: bool, done) -> None:
     where = str(file)
-    entries, meta, _ = read_header(file)
+    if file.name == WEIGHTS and os.path.lexists(file.parent / MANIFEST):
+        done("commit", f"{MANIFEST} names this file" + (" (size and sha256 match)" if digest else ""))
+    entries, meta, _ = read_header(file, fh=fh)
     nbytes = sum(e - b for _, _, (b, e) in entries.values())
     done("header", f"{len(entries)} tensors, {budgets.human_bytes(nbytes)} of data, "
                    f"{len(meta)} metadata entries")
     info = checked_metadata(meta, where)
     done("metadata", "tied, plugins, plugin_sources, tokenizer and digest entries are well-formed")
-    spec = load_spec(file)
+    spec = spec_from_metadata(meta, file)
     done("spec", f"{spec.name} ({spec.arch}), valid")
     kinds = sorted({d for d, _, _ in entries.values()})
     check_dtypes(entries, torch.float32, where)
@@ -149,7 +169,7 @@ def check(source: str | os.PathLike, *, digest: bool = True, report=None) -> lis
         if info["digest"] is None:
             done("digest", "none stored (saved by an older zoo): integrity not checked")
         else:
-            verify_digest(file, meta)
+            verify_digest(file, meta, fh=fh)
             done("digest", f"{info['digest'][:23]}... matches the tensor bytes")
         integrity = verify_integrity(meta, where)
         if integrity is None:
@@ -159,10 +179,10 @@ def check(source: str | os.PathLike, *, digest: bool = True, report=None) -> lis
             done("integrity", f"metadata unchanged; {len(integrity['components'])} components from "
                               "the same plugins, versions and sources")
             t0 = time.perf_counter()
-            diff = verify_fingerprint(load(file), integrity, where)
+            model = _load_open(fh, file, device=None, dtype=None, strict=True, verify=False, budget=None)
+            diff = verify_fingerprint(model, integrity, where)
             done("fingerprint", f"the rebuilt model's output on the probe matches (max difference "
                                 f"{diff:.2g}, {time.perf_counter() - t0:.2f} s)")
-    return rows
 
 
 def _check_budget(spec: ModelSpec, budget: Any, device: Any, where: str) -> None:

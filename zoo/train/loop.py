@@ -36,21 +36,23 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..model.build import build
 from ..io.loading import checkpoint_or_spec, load
 from ..components import Tokenizer
-from ..errors import DataError, TrainError, ZooError
-from ..io.checkpoint import save
+from ..errors import CheckpointError, DataError, TrainError, ZooError
+from ..io.checkpoint import SPEC_FILE, WEIGHTS, save
 from ..model.spec import ModelSpec, parse_spec
+from ..guard import transaction as txn
 from ..guard.files import short, user_path, write_target
+from ..guard.transaction import write_file
 from ..guard.run_budget import check_train_step
 from ..io.tokenizers import from_json as tok_from_json
 from .config import ARCH_FOR, TrainConfig, TrainResult
 from .dist import Dist, setup_dist
 from .evaluate import evaluate, exact_match_rate
-from .metrics import RunLog, plot_history
+from .metrics import METRICS, RunLog, plot_history
 from .mfu import machine_peak, step_flops
 from .objectives import Objective, Seq2SeqObjective, slice_batch, to_device, trim
 from .optim import lr_at, make_optimizer
 from .prepare import data_fingerprint, prepare
-from .state import (STATE_FILE, check_finite, load_optimizer_tensors, model_from_state, read_state,
+from .state import (STATE_FILE, STATE_JSON, check_finite, load_optimizer_tensors, model_from_state, read_state,
                     save_state, saved_run_step)
 
 
@@ -77,6 +79,19 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
     _check_arguments(data, out, resume, overwrite, fit_vocab, config, callback, tokenizer)
     out = Path(out)
     dist = setup_dist(device)
+    # one writer per run folder: rank 0 holds its lock for the whole run (a second `zoo train` on
+    # the same --out is refused, naming this pid); the saves inside commit under it
+    with txn.lock(out, where="train.out", error=TrainError) if dist.main else contextlib.nullcontext():
+        return _train(model, data, out, dist, objective=objective, steps=steps, resume=resume,
+                      overwrite=overwrite, tokenizer=tokenizer, fit_vocab=fit_vocab, config=config,
+                      callback=callback, knobs=knobs)
+
+
+def _train(model: Any, data: Any, out: Path, dist: Dist, *, objective, steps, resume, overwrite,
+           tokenizer, fit_vocab, config, callback, knobs) -> TrainResult:
+    """:func:`train` once the run folder is held."""
+    if dist.main:
+        _check_run_folder(out)
     explicit = {**knobs, **({"objective": objective} if objective is not None else {}),
                 **({"steps": steps} if steps is not None else {})}
     state = read_state(out) if resume else None  # (meta, tensors, optimizer json)
@@ -147,8 +162,10 @@ def train(model: Any = None, data: str | os.PathLike | None = None, *, out: str 
         final.update(_final_metrics(run, wall))
         final.update(log.totals())
         log.add({"event": "end", "step": run.step, **final}, notify=False)
-        try:
-            plot_history(log.history, out / "loss.png", title=f"{run.spec.name} ({cfg.objective})")
+        try:  # through the one writer: never through a symlink, never outside out
+            write_file(out / "loss.png", lambda tmp: plot_history(
+                log.history, tmp, title=f"{run.spec.name} ({cfg.objective})"), root=out,
+                where="train.out", error=CheckpointError)
         except ImportError:  # matplotlib is optional
             pass
     dist.close()
@@ -168,6 +185,18 @@ def prepare_run(model: Any, data: Any, *, out: str | os.PathLike, config: TrainC
     out = Path(out)
     cfg, data = _configure(config, knobs, None, data, out, overwrite=True)
     return _set_up(model, data, cfg, None, setup_dist(device), out, tokenizer, fit_vocab)
+
+
+#: what a run writes into its folder (files, and the ``best`` checkpoint folder)
+RUN_FILES = (WEIGHTS, SPEC_FILE, STATE_FILE, STATE_JSON, METRICS, "loss.png", txn.MANIFEST)
+
+
+def _check_run_folder(out: Path) -> None:
+    """Before any work: every name the run will write stays inside ``out`` -- none of them is a
+    symlink (the one writer never writes through one), a folder or a device."""
+    for name in RUN_FILES:
+        txn.target(out, name, where="train.out", error=TrainError)
+    txn.target(out, "best", where="train.keep_best", error=TrainError, folder=True)
 
 
 def _check_arguments(data, out, resume, overwrite, fit_vocab, config, callback, tokenizer) -> None:
@@ -448,6 +477,7 @@ def _evaluate_and_keep_best(run: Run) -> dict:
                              exact_match=cfg.exact_match_samples)
     if cfg.keep_best and run.last_eval.get("eval_loss", math.inf) < run.best["eval_loss"]:
         run.best = {"eval_loss": run.last_eval["eval_loss"], "step": run.step}
+        txn.target(run.out, "best", where="train.keep_best", error=CheckpointError, folder=True)
         save(run.net, run.out / "best", tokenizer=run.tok, metadata={"train": {
             "step": run.step, "objective": cfg.objective, "metrics": run.last_eval}})
     return run.last_eval

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import CheckpointError
+from ..guard.transaction import append
 from ..io.checkpoint import atomic_write
 
 METRICS = "metrics.jsonl"
@@ -56,8 +58,8 @@ class RunLog:
         if not self.enabled:
             return
         self.history.append(rec)
-        with open(self.out / METRICS, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        append(self.out, METRICS, json.dumps(rec, ensure_ascii=False) + "\n", where="train.out",
+               error=CheckpointError)  # under the run's lock, never through a symlink
         if notify and self.callback is not None:
             self.callback(rec)
 
@@ -191,7 +193,8 @@ def plot_history(history: list[dict], path: str | os.PathLike, title: str = "") 
     ax.legend()
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    # a temporary file of the one writer ends in .tmp: the format is the image's, not the suffix's
+    fig.savefig(path, format=path.suffix[1:] if path.suffix not in ("", ".tmp") else "png")
     plt.close(fig)
     return path
 

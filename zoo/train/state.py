@@ -3,9 +3,11 @@
 ``out/`` holds a normal zoo checkpoint (``model.safetensors`` + ``spec.yaml``, with the tokenizer)
 and the trainer state: ``trainer_state.safetensors`` (weights as ``model.*``, AdamW moments as
 ``optim.{param}.{key}``; step, config, schedule, tokenizer and data fingerprint in its header) with a
-readable copy of the header in ``trainer_state.json``.  Each file is written atomically, and the state
-file alone is enough to resume, so a kill at any moment loses at most the steps since the last save.
-(The JSON copy is written after the state file: a kill between the two leaves it one save behind.)
+readable copy of the header in ``trainer_state.json``.  The four files of a save are one commit
+(:mod:`zoo.guard.transaction`: staged, then committed together by ``zoo-manifest.json``), so a kill
+at any moment leaves the previous save or the new one -- never a checkpoint of one step beside the
+state of another -- and loses at most the steps since the last save.  Readers (:func:`read_state`,
+:func:`saved_run_step`) read the last commit.
 """
 from __future__ import annotations
 
@@ -15,15 +17,15 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from ..version import __version__
 from ..model.build import build
 from ..errors import CheckpointError, TrainError
-from ..io.checkpoint import atomic_write, dedupe, save
+from ..guard import transaction as txn
+from ..io.checkpoint import dedupe, read_header, read_tensor, save
 from ..io.tokenizers import to_json as tok_json
-from ..guard.files import clip, read_bytes, safetensors_open, short
+from ..guard.files import clip, short
 from .optim import lr_at
 
 STATE_FILE = "trainer_state.safetensors"
@@ -110,25 +112,27 @@ def check_finite(model, step: int, kept: str = "") -> None:
 
 def save_state(out: Path, model, opt, tok, cfg, spec, info, step, elapsed, tokens_seen, last,
                best=None) -> None:
-    """Write the zoo checkpoint and the resumable trainer state (each file atomically; the state
-    file alone is enough to resume, so a kill between the two writes loses nothing).  Non-finite
-    weights are refused first (:func:`check_finite`): nothing is written over the last save."""
+    """Write the zoo checkpoint and the resumable trainer state as one commit of ``out`` (the
+    checkpoint's files and the state's, together or not at all).  Non-finite weights are refused
+    first (:func:`check_finite`): nothing is written over the last save."""
     check_finite(model, step, kept=f"'{out}' keeps its last good save")
     meta = {"step": step, "config": cfg.to_dict(), "spec": spec.to_yaml(), "tokenizer": tok_json(tok),
             "data": info, "elapsed_s": elapsed, "tokens_seen": tokens_seen,
             "lr": lr_at(max(0, step - 1), cfg), "zoo_version": __version__, "last_metrics": last,
             "best": best}
-    save(model, out, tokenizer=tok, metadata={"train": {"step": step, "objective": cfg.objective,
-                                                        "data": info.get("data"), "metrics": last}})
-    weights, tied = dedupe(model.state_dict())
-    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in weights.items()}
-    otensors, ojson = optimizer_tensors(opt)
-    tensors.update(otensors)
-    header = {"zoo.trainer": json.dumps(meta, ensure_ascii=False), "zoo.tied": json.dumps(tied),
-              "zoo.optimizer": json.dumps(ojson)}
-    atomic_write(out / STATE_FILE, lambda tmp: save_file(tensors, tmp, metadata=header))
-    text = json.dumps({k: v for k, v in meta.items() if k != "tokenizer"}, ensure_ascii=False, indent=1)
-    atomic_write(out / STATE_JSON, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    with txn.transaction(out, where="train.out", error=CheckpointError) as tx:
+        save(model, out, tokenizer=tok, metadata={"train": {"step": step, "objective": cfg.objective,
+                                                            "data": info.get("data"), "metrics": last}})
+        weights, tied = dedupe(model.state_dict())
+        tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in weights.items()}
+        otensors, ojson = optimizer_tensors(opt)
+        tensors.update(otensors)
+        header = {"zoo.trainer": json.dumps(meta, ensure_ascii=False), "zoo.tied": json.dumps(tied),
+                  "zoo.optimizer": json.dumps(ojson)}
+        tx.write_file(STATE_FILE, lambda tmp: save_file(tensors, tmp, metadata=header))
+        text = json.dumps({k: v for k, v in meta.items() if k != "tokenizer"}, ensure_ascii=False,
+                          indent=1)
+        tx.write_file(STATE_JSON, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
 _FIX = "resume from a trainer state zoo wrote (or an earlier copy), or start a new run"
@@ -197,17 +201,22 @@ def read_state(out: str | os.PathLike) -> tuple[dict, dict, dict]:
     JSON of the right shape, and the fields a resume uses of the right type and range; anything
     else is a :class:`CheckpointError` naming the entry, raised before any work."""
     file = Path(out) / STATE_FILE
-    if not file.is_file():
-        raise CheckpointError("no trainer state to resume from", where=str(file),
-                              fix="start the run without resume, or point out= at a run's folder")
-    try:
-        with safetensors_open(file, error=CheckpointError) as f:
-            meta = dict(f.metadata() or {})
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except (SafetensorError, OSError) as exc:
-        raise CheckpointError(f"corrupt trainer state: {exc}", where=str(file),
-                              fix="resume from an earlier copy or start over") from exc
     where = str(file)
+    if not _has_state(Path(out)):
+        raise CheckpointError("no trainer state to resume from", where=where,
+                              fix="start the run without resume, or point out= at a run's folder")
+    try:  # the last commit's state file, opened once
+        with txn.committed(out, [STATE_FILE], where=where, error=CheckpointError) as files:
+            fh = files[STATE_FILE]
+            try:
+                entries, meta, start = read_header(file, fh=fh)
+            except CheckpointError as exc:
+                raise CheckpointError(f"corrupt trainer state: {exc.what}", where=exc.where,
+                                      fix="resume from an earlier copy or start over") from exc
+            tensors = {k: read_tensor(fh, entries[k], start, k, where) for k in sorted(entries)}
+    except OSError as exc:
+        raise CheckpointError(f"corrupt trainer state: {exc}", where=where,
+                              fix="resume from an earlier copy or start over") from exc
     trainer = _typed_trainer(_entry(meta, "zoo.trainer", dict, where), where)
     ojson = _entry(meta, "zoo.optimizer", dict, where)
     tied = _entry(meta, "zoo.tied", dict, where, required=False)
@@ -217,12 +226,25 @@ def read_state(out: str | os.PathLike) -> tuple[dict, dict, dict]:
     return trainer, tensors, {**ojson, "tied": tied}
 
 
+def _has_state(out: Path) -> bool:
+    """Whether ``out`` holds a trainer state: its last commit names one (or, in a folder without a
+    manifest, the file is there)."""
+    try:
+        m = txn.read_manifest(out, error=CheckpointError)
+    except CheckpointError:
+        m = None
+    if m is not None and STATE_FILE in m["files"]:
+        return True
+    return (out / STATE_FILE).is_file()
+
+
 def saved_run_step(out: Path):
     """The step of the run saved in ``out``, ``"?"`` if its JSON is missing, None if there is no run."""
-    if not (out / STATE_FILE).is_file():
+    if not _has_state(out):
         return None
     try:
-        meta = json.loads(read_bytes(out / STATE_JSON, error=CheckpointError))
+        with txn.committed(out, [STATE_JSON], error=CheckpointError, kind="json") as files:
+            meta = json.loads(files[STATE_JSON].read(txn.MAX_MANIFEST_BYTES * 64))
     except (ValueError, RecursionError, CheckpointError):  # missing or damaged: the step is unknown
         meta = {}
     return meta.get("step", "?") if isinstance(meta, dict) else "?"
