@@ -26,7 +26,7 @@ from zoo.errors import ZooError
 
 from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
                      inline_errors, load_checkpoint, raw, safe_markdown)
-from .i18n import t
+from .i18n import t, ui_error
 
 from zoo.run.input_contract import admit, route_notes
 
@@ -47,20 +47,17 @@ def _matrix(value: Any, name: str, lang: str, rows: int | None = None, cols: int
     try:
         data = [[float(x) for x in row] for row in value]
     except (TypeError, ValueError):
-        raise ZooError(t("err.matrix", lang, name=name, shape=shape), where=name,
-                       fix=t("calc.fix_numbers", lang)) from None
+        raise ui_error(ZooError, "err.matrix", fix="calc.fix_numbers", where=name, name=name, shape=shape) from None
     if (not data or not data[0] or any(len(r) != len(data[0]) for r in data)
             or (rows is not None and len(data) != rows) or (cols is not None and len(data[0]) != cols)):
-        raise ZooError(t("err.matrix", lang, name=name, shape=shape), where=name,
-                       fix=t("calc.fix_shape", lang))
+        raise ui_error(ZooError, "err.matrix", fix="calc.fix_shape", where=name, name=name, shape=shape)
     if len(data) > LIMITS["calc_tokens"] or len(data[0]) > max(LIMITS["calc_dim"], LIMITS["calc_tokens"]):
-        raise ZooError(t("err.limit", lang, field=name, value=f"{len(data)} × {len(data[0])}",
-                         limit=f"{LIMITS['calc_tokens']} × {LIMITS['calc_dim']}"), where=name,
-                       fix=t("err.limit_fix", lang))
+        raise ui_error(ZooError, "err.limit", fix="err.limit_fix", where=name, field=name,
+                       value=f"{len(data)} × {len(data[0])}",
+                       limit=f"{LIMITS['calc_tokens']} × {LIMITS['calc_dim']}")
     tensor = torch.tensor(data, dtype=torch.float64)
     if not torch.isfinite(tensor).all():
-        raise ZooError(t("err.matrix", lang, name=name, shape=shape), where=name,
-                       fix=t("calc.fix_finite", lang))
+        raise ui_error(ZooError, "err.matrix", fix="calc.fix_finite", where=name, name=name, shape=shape)
     return tensor
 
 
@@ -220,28 +217,27 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
     text = check_text(text, lang)
     tok = getattr(model, "tokenizer", None)
     if tok is None:
-        raise zoo.TokenizerError(t("run.no_tokenizer", lang), where="checkpoint",
-                                 fix=t("run.no_tokenizer_fix", lang))
+        raise ui_error(zoo.TokenizerError, "run.no_tokenizer", fix="run.no_tokenizer_fix", where="checkpoint")
     notes: list[str] = []
     with route_notes(notes.append):  # mostly unknown characters: an error; some: a note
         ids = tok.encode(admit(model, tok, text, where="text", contract=False))
     if len(ids) > LIMITS["inspect_tokens"]:
-        raise ZooError(t("err.limit", lang, field="tokens", value=len(ids), limit=LIMITS["inspect_tokens"]),
-                       where="text", fix=t("err.limit_fix", lang))
+        raise ui_error(ZooError, "err.limit", fix="err.limit_fix", where="text", field="tokens",
+                       value=len(ids), limit=LIMITS["inspect_tokens"])
     stacks = stacks_of(model.spec)
     if stack not in (None, "", "encoder", "decoder", "cross"):  # typed into the dropdown
-        raise ZooError(t("inspect.no_stack", lang, value=str(stack)[:40]), where="stack",
-                       options=stacks, fix=t("inspect.no_stack_fix", lang))
+        raise ui_error(ZooError, "inspect.no_stack", fix="inspect.no_stack_fix", where="stack",
+                       options=stacks, value=str(stack)[:40])
     stack = stack if stack in stacks else stacks[-1]  # another model's stack: this one's last
     role = "decoder" if stack == "cross" else stack
     st = model.spec.stack(role)
     layer, head = int(layer or 0), int(head or 0)
     if not 0 <= layer < st.num_layers:
-        raise ZooError(t("inspect.no_layer", lang, n=layer), where="layer",
-                       options=[str(i) for i in range(st.num_layers)])
+        raise ui_error(ZooError, "inspect.no_layer", where="layer",
+                       options=[str(i) for i in range(st.num_layers)], n=layer)
     if not 0 <= head < st.num_heads:
-        raise ZooError(t("inspect.no_head", lang, n=head), where="head",
-                       options=[str(i) for i in range(st.num_heads)])
+        raise ui_error(ZooError, "inspect.no_head", where="head",
+                       options=[str(i) for i in range(st.num_heads)], n=head)
     src_tokens = [_label(tok, i) for i in ids]
     with torch.no_grad():
         if model.spec.arch == "encoder_decoder":

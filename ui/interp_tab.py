@@ -14,7 +14,7 @@ import torch
 
 from .common import (check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
                      inline_errors, load_checkpoint, raw)
-from .i18n import t
+from .i18n import t, ui_error
 
 KINDS = ("induction", "previous_token", "duplicate_token")
 
@@ -33,14 +33,14 @@ def encode(model, text: Any, lang: str = "en") -> tuple[torch.Tensor, list[str]]
         try:
             ids = [int(x) for x in text.replace(",", " ").split()]
         except ValueError:
-            raise ZooError(t("interp.ids_only", lang), where="text", fix=t("interp.ids_fix", lang)) from None
+            raise ui_error(ZooError, "interp.ids_only", fix="interp.ids_fix", where="text") from None
         if any(not 0 <= i < model.spec.vocab_size for i in ids):
-            raise ZooError(t("interp.ids_range", lang, v=model.spec.vocab_size), where="text")
+            raise ui_error(ZooError, "interp.ids_range", where="text", v=model.spec.vocab_size)
         labels = [str(i) for i in ids]
     if len(ids) < 2 or len(ids) > model.spec.max_len:
         raise ZooError(t("interp.length", lang, n=len(ids), max=model.spec.max_len), where="text")
     if model.spec.arch == "encoder_decoder":
-        raise ZooError(t("interp.one_stack", lang), where="checkpoint")
+        raise ui_error(ZooError, "interp.one_stack", where="checkpoint")
     return torch.tensor([ids]), labels
 
 
@@ -121,8 +121,8 @@ def patch_view(name: str, clean: str, corrupted: str, lang: str = "en") -> str:
     a, labels = encode(model, clean, lang)
     b, labels_b = encode(model, corrupted, lang)
     if a.shape != b.shape:
-        raise ZooError(t("interp.same_length", lang, a=a.size(1), b=b.size(1)), where="corrupted",
-                       fix=t("interp.same_length_fix", lang))
+        raise ui_error(ZooError, "interp.same_length", fix="interp.same_length_fix", where="corrupted",
+                       a=a.size(1), b=b.size(1))
     with torch.no_grad():
         target = model(a)[0, -1].argmax()
 

@@ -30,7 +30,7 @@ from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoi
                      default_checkpoint, error_box, error_outputs, handler, inline_errors, load_checkpoint, raw,
                      safe_markdown, shown_paths)
 from .controls import UI_DEFAULTS, sampling_options, ui_options
-from .i18n import STRINGS, t
+from .i18n import STRINGS, t, ui_error
 
 from zoo.run.input_contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
 
@@ -41,8 +41,7 @@ EXAMPLES = {"poet_gpt": "床前明月光，", "poet_bert": "床前明<mask>光�
 def _tokenizer(model, lang: str):
     tok = getattr(model, "tokenizer", None)
     if tok is None:
-        raise zoo.TokenizerError(t("run.no_tokenizer", lang), where="checkpoint",
-                                 fix=t("run.no_tokenizer_fix", lang))
+        raise ui_error(zoo.TokenizerError, "run.no_tokenizer", fix="run.no_tokenizer_fix", where="checkpoint")
     return tok
 
 
