@@ -180,7 +180,10 @@ WRITE_CALLS = {"write_text", "write_bytes", "save_file", "savefig"}
 ALLOWED = {
     ("zoo/io/checkpoint.py", "atomic_write"): "fsyncs its own temporary file",
     ("zoo/io/checkpoint.py", "_umask"): "reads /proc/self/status, not a user's path",
-    ("zoo/guard/run_budget.py", "available_bytes"): "reads /proc/meminfo, not a user's path",
+    ("zoo/guard/run_budget.py", "machine_available"): "reads /proc/meminfo, not a user's path",
+    ("zoo/guard/run_budget.py", "_status"): "reads /proc/self/status, not a user's path",
+    ("zoo/guard/run_budget.py", "_cgroup_files"): "reads /proc/self/cgroup and mountinfo",
+    ("zoo/guard/run_budget.py", "_read_int"): "reads a cgroup's memory limit under /sys/fs/cgroup",
     ("zoo/guard/build_budget.py", "_meminfo"): "reads /proc/meminfo, not a user's path",
     ("zoo/commands/threads.py", "_cgroup_quota"): "reads the cgroup's CPU quota (cpu.max, cfs files)",
     ("zoo/train/data.py", "read_text"): "ground floor (below zoo.guard.files): stat-checked just before",

@@ -5,8 +5,8 @@ formatter), every folder zoo writes as a transaction (``transaction``: one lock 
 commit per save, readers that trust only the commit), the rules a tokenizer file must meet
 (``tokenizer_files``), the checks on what a plugin component returns (``outputs``), which
 components can work together (``compat``), the memory budget of a build (``build_budget``) and the
-memory and work budget of a forward or a generation (``run_budget``), and the numeric health of
-decoding (``health``).
+memory and work budget of a forward or a generation (``run_budget``, the process's own limits
+included), and the numeric health of decoding (``health``).
 
 May import: the front door's ground floor (``zoo.errors``, ``zoo.components``, ``zoo.deprecation``,
 ``zoo.version``) and ``zoo.registry``.  Never the model, io, run or inside wings: a guard takes what

@@ -23,10 +23,11 @@ logits in float32):
   moments (3 x the parameters).
 
 Cost: the forward check is a few integer multiplications on numbers cached per model (measured in
-``docs/TRUST.md``); memory is read (``/proc/meminfo``) only when an estimate passes
-:data:`FLOOR` (256 MiB), so ordinary calls never touch the file system.  The budget is the memory
-available on the model's device now, as for ``zoo.build``; :data:`BUDGET` sets it explicitly
-(``float("inf")`` turns the checks off).
+``docs/TRUST.md``); memory is read only when an estimate passes :data:`FLOOR` (256 MiB), so
+ordinary calls never touch the file system.  The budget is the process's, as for ``zoo.build``
+(:func:`available_bytes`): the least of the memory available on the model's device now, the
+process's ``RLIMIT_AS`` / ``RLIMIT_DATA`` minus what it holds, and its cgroup's memory limit minus
+the cgroup's usage; :data:`BUDGET` sets it explicitly (``float("inf")`` turns the checks off).
 """
 from __future__ import annotations
 
@@ -55,22 +56,141 @@ def human_bytes(n: float) -> str:
 
 
 def available_bytes(device: Any = None) -> tuple[float, str]:
-    """``(bytes, description)``: memory available now on ``device`` (CPU: ``MemAvailable``)."""
+    """``(bytes, description)``: memory this process may still take on ``device`` -- a GPU's free
+    memory; on the CPU the *least* of the machine's available memory (``MemAvailable``) and what
+    the process's own limits leave it (:func:`process_limits`: ``RLIMIT_AS`` / ``RLIMIT_DATA``
+    minus what it holds, its cgroup's ``memory.max`` minus the cgroup's usage)."""
     dev = torch.device(device) if device is not None else torch.device("cpu")
     if dev.type == "cuda" and torch.cuda.is_available():
         free, _ = torch.cuda.mem_get_info(dev)
         return float(free), f"free memory on {dev}"
+    return min([machine_available(), *process_limits()], key=lambda c: c[0])
+
+
+def machine_available(proc: str = "/proc") -> tuple[float, str]:
+    """``(bytes, description)`` of the memory the machine has available (``MemAvailable``)."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
+        with open(f"{proc}/meminfo", encoding="ascii") as fh:
             for line in fh:
                 if line.startswith("MemAvailable:"):
                     return float(line.split()[1]) * 1024, "available memory on cpu"
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     try:
         return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")), "free memory on cpu"
     except (ValueError, OSError, AttributeError):
         return math.inf, "no limit (memory size unknown)"
+
+
+#: a cgroup v1 limit at or above this means "no limit" (the kernel writes 2**63 - 4096 rounded)
+_V1_UNLIMITED = 2 ** 60
+
+
+def process_limits(proc: str = "/proc") -> list[tuple[float, str]]:
+    """``[(bytes left, description), ...]`` for each limit on this process's memory besides the
+    machine's: the soft ``RLIMIT_AS`` minus the address space it maps now (``VmSize``), the soft
+    ``RLIMIT_DATA`` minus its data segment (``VmData``), and its cgroup's limit minus the cgroup's
+    usage -- v2 ``memory.max`` / ``memory.current``, v1 ``memory.limit_in_bytes`` /
+    ``memory.usage_in_bytes`` -- at every level from its own cgroup up to the mount's root (a parent's
+    limit binds too).  Unreadable files and absent limits are skipped; ``proc`` is for tests."""
+    out: list[tuple[float, str]] = []
+    status = _status(proc)
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        resource = None
+    for name, field, what in (("RLIMIT_AS", "VmSize", "address-space"), ("RLIMIT_DATA", "VmData", "data-segment")):
+        if resource is None or not hasattr(resource, name):
+            continue
+        soft, _ = resource.getrlimit(getattr(resource, name))
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            continue
+        used = status.get(field, 0)
+        out.append((max(0.0, float(soft - used)), f"the process's {what} limit {name} of "
+                    f"{human_bytes(soft)}, {human_bytes(used)} of it in use"))
+    out.extend(cgroup_limits(proc))
+    return out
+
+
+def _status(proc: str) -> dict[str, int]:
+    """``/proc/self/status`` sizes in bytes (``VmSize``, ``VmData``, ...)."""
+    sizes = {}
+    try:
+        with open(f"{proc}/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
+                    sizes[key] = int(parts[0]) * 1024
+    except OSError:
+        pass
+    return sizes
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii") as fh:
+            text = fh.read(64).strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max" (v2: no limit) -> None
+
+
+def cgroup_limits(proc: str = "/proc") -> list[tuple[float, str]]:
+    """The cgroup part of :func:`process_limits` (v2 and v1, from ``/proc/self/cgroup`` and the
+    mounts in ``/proc/self/mountinfo``; where the files are is found once per process, the limits
+    and usage are read at every call)."""
+    if proc not in _CGROUP_FILES:
+        _CGROUP_FILES[proc] = _cgroup_files(proc)
+    out = []
+    for here, version, (limit_file, used_file) in _CGROUP_FILES[proc]:
+        limit, used = _read_int(os.path.join(here, limit_file)), _read_int(os.path.join(here, used_file))
+        if limit is not None and (version == 2 or limit < _V1_UNLIMITED):
+            out.append((max(0.0, float(limit - (used or 0))),
+                        f"the cgroup's memory limit ({limit_file}, cgroup v{version}) of "
+                        f"{human_bytes(limit)}, {human_bytes(used or 0)} of it in use"))
+    return out
+
+
+_CGROUP_FILES: dict[str, list] = {}
+
+
+def _cgroup_files(proc: str) -> list[tuple[str, int, tuple[str, str]]]:
+    """``[(folder, version, (limit file, usage file)), ...]``: this process's memory cgroup and
+    each of its parents up to the mount point."""
+    try:
+        with open(f"{proc}/self/cgroup", encoding="utf-8", errors="replace") as fh:
+            groups = [line.rstrip("\n").split(":", 2) for line in fh]
+        with open(f"{proc}/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            mounts = [line.split() for line in fh]
+    except OSError:
+        return []
+    out = []
+    for hid, controllers, path in (g for g in groups if len(g) == 3):
+        if hid == "0" and controllers == "":
+            version, files = 2, ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):
+            version, files = 1, ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        for m in mounts:
+            if "-" not in m:
+                continue
+            dash = m.index("-")
+            fstype, opts = m[dash + 1] if dash + 1 < len(m) else "", m[-1].split(",")
+            if len(m) < 5 or not ((version == 2 and fstype == "cgroup2")
+                                  or (version == 1 and fstype == "cgroup" and "memory" in opts)):
+                continue
+            root, point = m[3], m[4]
+            rel = os.path.relpath(path, root) if (path + "/").startswith(root.rstrip("/") + "/") else "."
+            here = os.path.normpath(os.path.join(point, rel))
+            while True:
+                out.append((here, version, files))
+                if os.path.normpath(here) == os.path.normpath(point) or here in ("/", ""):
+                    break
+                here = os.path.dirname(here)
+            break
+    return out
 
 
 @dataclass(frozen=True)
