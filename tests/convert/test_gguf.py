@@ -306,6 +306,60 @@ def test_convert_cli_then_run_and_the_template_travels(tmp_path):
                                                      "pad_token": "<unk>"}
 
 
+def test_the_chat_template_is_one_dict_on_every_path(tmp_path):
+    """from_gguf, `zoo convert` + zoo.load, and zoo.load of a checkpoint saved again all give
+    model.chat_template as the same dict (it was a dict after from_gguf and missing after zoo.load)."""
+    from click.testing import CliRunner
+
+    from zoo.cli import cli
+
+    write_gguf(tmp_path / "m.gguf", "llama", hf_model("llama"), Q.Q8_0)
+    direct = from_gguf(tmp_path / "m.gguf")
+    assert CliRunner().invoke(cli, ["convert", str(tmp_path / "m.gguf"), str(tmp_path / "a")]).exit_code == 0
+    loaded = zoo.load(tmp_path / "a")
+    zoo.save(loaded, tmp_path / "b")
+    again = zoo.load(tmp_path / "b", verify=True)
+    want = {"template": TEMPLATE, "special_tokens": {"bos_token": "<s>", "eos_token": "<|im_end|>",
+                                                     "pad_token": "<unk>"}}
+    for m in (direct, loaded, again):
+        assert type(m.chat_template) is dict and m.chat_template == want
+
+
+def test_a_stored_chat_template_that_is_not_one_is_refused_at_load(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    write_gguf(tmp_path / "m.gguf", "llama", hf_model("llama"), Q.Q8_0)
+    file = zoo.save(from_gguf(tmp_path / "m.gguf"), tmp_path / "a.safetensors")
+    meta = zoo.read_metadata(file)
+    for bad in ('["not", "an", "object"]', '{"template": 5}', "{nope"):
+        save_file(load_file(file), tmp_path / "bad.safetensors", metadata={**meta, "zoo.extra.chat_template": bad})
+        with pytest.raises(zoo.CheckpointError, match="zoo.extra.chat_template") as e:
+            zoo.load(tmp_path / "bad.safetensors")
+        assert e.value.fix
+
+
+@pytest.mark.parametrize("file_type", [None, 7])
+def test_the_card_of_a_gguf_conversion_says_where_it_came_from(tmp_path, file_type):
+    """Not "converted from transformers": the GGUF file, its architecture and quantisation, and that
+    no parity certificate exists (zoo convert, zoo check and the UI's card print this line)."""
+    from click.testing import CliRunner
+
+    from zoo.cli import cli
+    from zoo.convert import certificate_text
+
+    extra = {"general.file_type": (file_type, gguf.GGUFValueType.UINT32)} if file_type else None
+    write_gguf(tmp_path / "m.gguf", "llama", hf_model("llama"), Q.Q8_0, extra=extra)
+    r = CliRunner().invoke(cli, ["convert", str(tmp_path / "m.gguf"), str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    text = certificate_text(zoo.read_metadata(tmp_path / "out"))
+    assert text.startswith('Converted from the GGUF file m.gguf ("zoo test"; architecture llama; ')
+    assert ("quantised Q8_0: Q8_0 x" if file_type else "stored as Q8_0 x") in text
+    assert "without a parity certificate" in text and "transformers folder" in text
+    assert "from transformers" not in text and text in r.output
+    r = CliRunner().invoke(cli, ["check", str(tmp_path / "out"), "--no-digest"])
+    assert r.exit_code == 0 and text in r.output
+
+
 def test_the_chat_prompt_equals_transformers_gguf_tokenizer_apply_chat_template(tmp_path):
     import zoo.run.chat
 

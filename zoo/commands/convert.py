@@ -55,10 +55,7 @@ def command(hf_dir, out_dir, attention, dtype, no_tokenizer, certify, allow_nonf
     if info["dropped"]:
         click.echo(f"dropped (unused by the outputs): {', '.join(info['dropped'])}")
     parity = info.get("parity")
-    if gguf:
-        click.echo("no parity certificate: a GGUF file has no transformers folder to compare with "
-                   "(tests/convert/test_gguf.py compares with transformers' gguf_file= loading)")
-    elif isinstance(parity, str):
+    if isinstance(parity, str) and not gguf:
         click.echo(parity)
-    else:
+    else:  # the model card's line: the certificate, or where the model came from and that none exists
         click.echo(certificate_text(zoo.read_metadata(path)))

@@ -704,9 +704,39 @@ def certificate_text(meta: Mapping[str, str]) -> str | None:
                 f"{100 * cert.get('top1_agreement', 0):.1f}% ({cert.get('dtype')}, {cert.get('probe')}; "
                 f"zoo {cert.get('zoo')}, torch {cert.get('torch')}, {cert.get('date')})")
     if "zoo.extra.converted_from" in meta:
+        gguf = gguf_source(meta)
+        if gguf is not None:
+            return (f"Converted from {gguf} without a parity certificate (a GGUF file has no "
+                    "transformers folder to compare with)")
         return ("Converted from transformers without a parity certificate (the source model was not "
                 "available at conversion: run `zoo convert --certify`)")
     return None
+
+
+def gguf_source(meta: Mapping[str, str]) -> str | None:
+    """Where a GGUF conversion came from, for a model card -- ``the GGUF file NAME ("general.name";
+    architecture ARCH; quantised Q4_1: Q4_1 x 210, F32 x 61, Q8_0 x 1 tensors)`` -- read from
+    ``zoo.extra.converted_from`` (:func:`zoo.convert.from_gguf`'s ``convert_info``); None for any
+    other checkpoint."""
+    try:
+        info = json.loads(meta.get("zoo.extra.converted_from") or "null")
+    except (ValueError, RecursionError):
+        return None
+    archs = info.get("architectures") if isinstance(info, dict) else None
+    if not (isinstance(archs, list) and archs and str(archs[0]).startswith("gguf:")):
+        return None
+    parts = [f"architecture {str(archs[0])[5:]}"]
+    counts = info.get("quant_types")
+    counts = {str(q): n for q, n in counts.items() if isinstance(n, int)} if isinstance(counts, dict) else {}
+    tensors = ", ".join(f"{q} x {n}" for q, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    kind = info.get("file_type")
+    if isinstance(kind, str):
+        parts.append(f"quantised {kind[:40]}" + (f": {tensors} tensors" if tensors else ""))
+    elif tensors:
+        parts.append(f"stored as {tensors} tensors")
+    name = info.get("gguf_name")
+    label = f'"{name[:80]}"; ' if isinstance(name, str) and name else ""
+    return f"the GGUF file {str(info.get('source', '?'))[:120]} ({label}{'; '.join(parts)})"
 
 
 # ---------------------------------------------------------------------- the reverse direction

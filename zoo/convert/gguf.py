@@ -687,6 +687,18 @@ def _merges(g: GGUFFile, merges, tokens: list[str], order: list[float] | None = 
     return [(a, b) for a, b, _ in found]
 
 
+def file_type(g: GGUFFile) -> str | None:
+    """The file's quantisation as llama.cpp names it (``general.file_type``: ``Q4_K_M``, ``Q4_1``,
+    ``F16``...), or None when the file does not say (or says a number this gguf library lacks)."""
+    from gguf import LlamaFileType
+
+    n = g.get("general.file_type", int, None, lo=0)
+    try:
+        return None if n is None else LlamaFileType(n).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return None
+
+
 def special_names(g: GGUFFile) -> dict[str, str]:
     """``{"bos_token": "<s>", ...}`` from the ids the file names (for the ``hf`` tokenizer)."""
     tokens = g.meta.get("tokenizer.ggml.tokens") or []
@@ -757,7 +769,7 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
         counts[q] = counts.get(q, 0) + 1
     model.convert_info = {"source": Path(g.path).name, "model_type": config["model_type"],
                           "architectures": [f"gguf:{arch}"], "dropped": dropped, "quant_types": counts,
-                          "gguf_name": g.get("general.name", str, None),
+                          "gguf_name": g.get("general.name", str, None), "file_type": file_type(g),
                           **({"nonfinite": nonfinite} if nonfinite else {})}
     if tokenizer:
         text = tokenizer_json(g, arch)
