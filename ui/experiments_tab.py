@@ -240,12 +240,12 @@ def shipped_report(name: str, lang: str = "en") -> tuple[str, list]:
     import zoo.experiment as ze
     from PIL import Image
 
-    from zoo.experiment.spec import _shipped_dir
+    from zoo.experiment.spec import shipped_dir
 
     if name not in ze.list_shipped():
         raise ze.ExperimentError(f"no shipped experiment named '{str(name)[:80]}'", where="experiment",
                                  options=ze.list_shipped(), fix="pick one from the list")
-    report = _shipped_dir() / name / "report"
+    report = shipped_dir() / name / "report"
     md = report / "results.md"
     if not md.is_file():
         return t("exp.no_report", lang, name=name), []

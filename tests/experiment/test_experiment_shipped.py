@@ -7,7 +7,7 @@ import pytest
 
 import zoo
 import zoo.experiment as ze
-from zoo.experiment.spec import _shipped_dir
+from zoo.experiment.spec import shipped_dir
 
 pytestmark = pytest.mark.slow
 NAMES = ["attn_scale", "pos_extrapolation", "norm_depth", "lookahead_mask", "norm_padding", "mqar_linear"]
@@ -39,7 +39,7 @@ def test_quick_version_runs_and_reports(name, tmp_path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_full_report_is_committed(name):
-    d = _shipped_dir() / name / "report"
+    d = shipped_dir() / name / "report"
     for f in ("results.md", "results.csv", "report.html", "figures/curves.png"):
         assert (d / f).is_file(), f"{name}: run `zoo experiment run {name}` and copy its report"
     md = (d / "results.md").read_text(encoding="utf-8")

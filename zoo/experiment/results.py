@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ..errors import ZooError
+from ..inside import plots
+from ..inside.trace import trace
+from ..io.loading import load as load_model
+from ..train.metrics import read_metrics
+from .spec import GENERAL_METRICS, parse, task_metrics
 from .stats import mean_ci, paired, verdict
+from .tasks import get_task
 from .trial import EXPERIMENT, RESULT, Trial
 
 REPORT_FILES = ("results.md", "results.csv", "report.html")
@@ -69,8 +78,6 @@ class Results:
 
     @classmethod
     def from_dir(cls, out: str | os.PathLike) -> "Results":
-        from ..errors import ZooError
-
         f = Path(out) / EXPERIMENT
         if not f.is_file():
             raise ZooError("no experiment results in this folder", where=str(Path(out).name),
@@ -79,8 +86,6 @@ class Results:
 
     def refresh(self) -> "Results":
         """Re-read every trial's files (cheap: call it to poll a running experiment)."""
-        from ..train.metrics import read_metrics
-
         self.trials = []
         for t in self.trial_plans:
             d = t.folder(self.out)
@@ -130,14 +135,9 @@ class Results:
                 if t.variant == variant and t.result and t.result["metrics"].get(metric) is not None}
 
     def _exp(self):
-        from .spec import parse
-
         return parse(self.experiment, quick=self.plan.get("quick", False))
 
     def _directions(self) -> dict:
-        from .spec import GENERAL_METRICS, task_metrics
-        from .tasks import get_task
-
         t0 = self.trial_plans[0]
         task = get_task(t0.task, t0.task_params)
         return {**GENERAL_METRICS, **task_metrics(task)}
@@ -211,8 +211,6 @@ class Results:
         ``curves`` (train loss per variant, mean line, seeds' range shaded), ``metrics`` (each
         metric's mean and 95% interval per variant), and ``attention_<variant>`` (the inside view,
         finished trials only)."""
-        from ..inside import plots
-
         folder = Path(folder) if folder is not None else self.out / "figures"
         folder.mkdir(parents=True, exist_ok=True)
         out = {"curves": plots.save_figure(self.curves_figure(), folder / "curves.png")}
@@ -226,11 +224,9 @@ class Results:
     def curves_figure(self):
         """Training loss against steps: per variant the mean over seeds, the seeds' min-max shaded
         (partial curves of running trials included)."""
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # matplotlib only when a figure is drawn (zoo stays light)
 
-        from ..inside.plots import cjk_font
-
-        _font(cjk_font())
+        _font(plots.cjk_font())
         fig = Figure(figsize=(7.5, 4.2), layout="constrained")
         ax = fig.add_subplot()
         for i, v in enumerate(self.variants):
@@ -258,11 +254,9 @@ class Results:
         return fig
 
     def metrics_figure(self):
-        from matplotlib.figure import Figure
+        from matplotlib.figure import Figure  # matplotlib only when a figure is drawn
 
-        from ..inside.plots import cjk_font
-
-        _font(cjk_font())
+        _font(plots.cjk_font())
         ms = self.metrics
         fig = Figure(figsize=(3.2 * max(1, len(ms)), 3.6), layout="constrained")
         axes = fig.subplots(1, max(1, len(ms)), squeeze=False)[0]
@@ -287,12 +281,6 @@ class Results:
     def attention_figures(self) -> dict[str, Any]:
         """Per variant, its first finished seed's attention (last layer, mean over heads) on the
         probe input, drawn by :func:`zoo.inside.plots.attention_heatmap`."""
-        import torch
-
-        from ..inside import plots
-        from ..inside.trace import trace
-        from ..io.loading import load
-
         figs = {}
         exp = self.experiment
         for v in self.variants:
@@ -300,7 +288,7 @@ class Results:
             if t is None:
                 continue
             try:
-                model = load(t.folder)
+                model = load_model(t.folder)
                 tok = model.tokenizer
                 texts = exp.get("probe") or []
                 if isinstance(texts, str):
@@ -316,8 +304,6 @@ class Results:
         return figs
 
     def _task_probe(self) -> list[int]:
-        from .tasks import get_task
-
         t0 = self.trial_plans[0]
         return get_task(t0.task, t0.task_params).probe()
 
@@ -370,14 +356,14 @@ class Results:
 
 
 def _font(name):
-    import matplotlib
+    import matplotlib  # matplotlib only when a figure is drawn
 
     matplotlib.rcParams["font.family"] = ([name] if name else []) + ["DejaVu Sans"]
     matplotlib.rcParams["axes.unicode_minus"] = False
 
 
 def _message_figure(text: str):
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # matplotlib only when a figure is drawn
 
     fig = Figure(figsize=(4, 1.2))
     fig.text(0.02, 0.5, text, fontsize=7, wrap=True)

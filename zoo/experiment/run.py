@@ -35,8 +35,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
 from ..errors import ZooError
-from .spec import Experiment, ExperimentError, _merge, load, load_plugins
+from ..inside.costs import forward_cost
+from ..inside.trace import trace
+from ..io.checkpoint import atomic_write
+from ..model.build import build
+from ..model.spec import parse_spec
+from ..train import train as train_model
+from ..train.config import TrainConfig
+from ..train.metrics import read_metrics
+from ..train.state import STATE_FILE
+from .results import Results
+from .spec import Experiment, ExperimentError, deep_merge, load, load_plugins
+from .tasks import get_task
 from .trial import EXPERIMENT, RESULT, TRIAL, Trial  # noqa: F401 - re-exported
 
 
@@ -62,13 +75,11 @@ def _set_path(d: dict, key: str, value: Any, where: str) -> None:
 def resolve_spec(exp: Experiment, overrides: dict, where: str):
     """The variant's model spec: the base (a preset plus fields, or a full spec) with the
     variant's dotted spec overrides applied, validated by the spec parser."""
-    from ..model.spec import parse_spec
-
     base = exp.base_dict()
     preset = base.pop("preset", None)
     try:
         d = parse_spec(preset).to_dict() if preset else {}
-        d = _merge(d, base)
+        d = deep_merge(d, base)
         for k, v in overrides.items():
             _set_path(d, k, v, where)
         return parse_spec(d)
@@ -82,10 +93,6 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
     the budget: ``steps`` as given; ``tokens`` / (batch_size x sequence length); ``flops`` /
     training FLOPs per step (3 x the forward FLOPs of :func:`zoo.inside.costs.forward_cost`: the
     backward pass costs about twice the forward), so equal-FLOPs is one line."""
-    from ..inside.costs import forward_cost
-    from ..train.config import TrainConfig
-    from .tasks import get_task
-
     exp = load(exp, quick=quick)
     load_plugins(exp.plugins)
     trials: list[Trial] = []
@@ -129,10 +136,6 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
 def attention_entropy(model, ids: list[int]) -> float:
     """Mean entropy (nats) of the attention rows of every layer and head on ``ids``: ``log(T)``
     would be uniform attention, 0 one-hot (saturated softmax)."""
-    import torch
-
-    from ..inside.trace import trace
-
     tr = trace(model, torch.tensor([ids]))
     w = tr.attention_stack()  # (L, B, h, Tq, Tk)
     ent = -(w.clamp_min(1e-30).log() * w).sum(-1)  # (L, B, h, Tq)
@@ -141,16 +144,6 @@ def attention_entropy(model, ids: list[int]) -> float:
 
 def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) -> dict:
     """Train one trial in ``out`` (resuming a killed one), score it, write ``result.json``."""
-    import torch
-
-    from ..model.build import build
-    from ..io.checkpoint import atomic_write
-    from ..model.spec import parse_spec
-    from ..train import train
-    from ..train.config import TrainConfig
-    from ..train.state import STATE_FILE
-    from .tasks import get_task
-
     out = Path(out)
     if threads:
         torch.set_num_threads(threads)
@@ -164,7 +157,7 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
         _, _, fitted, _ = task.prepare_objective(cfg, spec, None, fit_vocab=True)
         extra["entropy_init"] = attention_entropy(build(fitted, seed=trial.seed), task.probe())
     resume = (out / STATE_FILE).is_file()
-    res = train(spec, task, out=out, steps=trial.steps, seed=trial.seed, resume=resume,
+    res = train_model(spec, task, out=out, steps=trial.steps, seed=trial.seed, resume=resume,
                 overwrite=not resume, fit_vocab=True, tokenizer=task.tokenizer(), **knobs)
     if res.interrupted:
         raise KeyboardInterrupt(f"trial {trial.id} stopped at step {res.step}")
@@ -220,8 +213,6 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
     ``id``, ``variant``, ``seed``, ``step``, ``steps``, ``loss``, ``eta_s``; overall ``finished``,
     ``total``, ``eta_s``.  ``report=False`` skips writing the report files.
     """
-    from .results import Results
-
     exp = load(experiment, quick=quick)
     trials = plan(exp)
     out = Path(out) if out is not None else Path("runs") / "experiments" / (exp.name + ("-quick" if quick else ""))
@@ -264,8 +255,6 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
 
 def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
     """Record the experiment in ``out`` (or check that ``out`` holds this very experiment)."""
-    from ..io.checkpoint import atomic_write
-
     f = out / EXPERIMENT
     rec = {"name": exp.name, "fingerprint": exp.fingerprint(), "quick": exp.quick,
            "experiment": json.loads(exp.raw), "trials": [t.to_dict() for t in trials]}
@@ -284,8 +273,6 @@ def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
 
 
 def _write_trial(t: Trial, out: Path) -> Path:
-    from ..io.checkpoint import atomic_write
-
     d = t.folder(out)
     d.mkdir(parents=True, exist_ok=True)
     text = json.dumps(t.to_dict(), indent=1, ensure_ascii=False)
@@ -309,8 +296,6 @@ def worker_env(threads: int) -> dict:
 
 def trial_status(t: Trial, out: Path) -> dict:
     """Step, last train loss and an ETA for a (running) trial, read from its ``metrics.jsonl``."""
-    from ..train.metrics import read_metrics
-
     recs = read_metrics(t.folder(out))
     logs = [r for r in recs if "loss" in r]
     last = logs[-1] if logs else {}
@@ -405,7 +390,7 @@ def submitit_job(trial_json: str, threads: int) -> str:
 
 
 def _run_submitit(todo, trials, out, jobs, threads, emit, poll_s, kind, exp) -> dict:
-    try:
+    try:  # an optional cluster scheduler, imported only when an experiment asks for it
         import submitit
     except ImportError as exc:
         raise ZooError("the submitit executor needs the submitit package", where="executor",

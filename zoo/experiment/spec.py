@@ -36,7 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ZooError, closest
+from ..errors import ZooError, closest, did_you_mean
+from ..guard.files import load_yaml, read_text, short
+from ..registry import get_registry
+from ..train.config import TrainConfig
+from .tasks import get_task
+
+try:  # installed, the shipped experiments are package data of zoo.checkpoints
+    import zoo.checkpoints as _checkpoints
+except ImportError:  # pragma: no cover - a source tree run without the package mapping
+    _checkpoints = None
 
 SHIPPED_DIR = Path(__file__).resolve().parents[1] / "checkpoints" / "experiments"
 #: metrics every trial records besides its task's own: direction ("min", "max", or None: neither
@@ -51,16 +60,12 @@ class ExperimentError(ZooError):
     """An experiment file (or its run folder) is not valid; ``where`` names the field."""
 
 
-def _shipped_dir() -> Path:
+def shipped_dir() -> Path:
     """Where shipped experiments live: ``checkpoints/experiments`` (installed: zoo.checkpoints)."""
-    try:
-        import zoo.checkpoints as ck
-
-        d = Path(ck.__file__).resolve().parent / "experiments"
+    if _checkpoints is not None:
+        d = Path(_checkpoints.__file__).resolve().parent / "experiments"
         if d.is_dir():
             return d
-    except ImportError:  # pragma: no cover
-        pass
     return SHIPPED_DIR
 
 
@@ -157,8 +162,6 @@ class Experiment:
 def load(source: Any, *, quick: bool = False) -> Experiment:
     """An :class:`Experiment` from a shipped name, a path to a YAML file, YAML text, a dict, or an
     Experiment.  ``quick`` merges the file's ``quick:`` block over it.  Errors name the field."""
-    from ..guard.files import load_yaml, read_text
-
     if isinstance(source, Experiment):
         if quick and not source.quick:
             return load(json.loads(source.raw), quick=True)
@@ -184,7 +187,7 @@ def _find(name: str) -> Path:
     p = Path(name)
     if p.suffix in (".yaml", ".yml") and p.is_file():
         return p
-    for cand in (_shipped_dir() / f"{name}.yaml", _shipped_dir() / name / "experiment.yaml"):
+    for cand in (shipped_dir() / f"{name}.yaml", shipped_dir() / name / "experiment.yaml"):
         if cand.is_file():
             return cand
     if p.is_file():
@@ -196,16 +199,16 @@ def _find(name: str) -> Path:
 
 def list_shipped() -> list[str]:
     """Names of the shipped experiments (``checkpoints/experiments/<name>/experiment.yaml``)."""
-    d = _shipped_dir()
+    d = shipped_dir()
     return sorted(p.parent.name for p in d.glob("*/experiment.yaml")) if d.is_dir() else []
 
 
-def _merge(a: Any, b: Any) -> Any:
+def deep_merge(a: Any, b: Any) -> Any:
     """``b`` deep-merged over ``a`` (mappings merge, everything else replaces)."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = dict(a)
         for k, v in b.items():
-            out[k] = _merge(a.get(k), v) if k in a else v
+            out[k] = deep_merge(a.get(k), v) if k in a else v
         return out
     return copy.deepcopy(b)
 
@@ -217,8 +220,6 @@ def _bad(where: str, msg: str, fix: str | None = None, options=None):
 
 def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     """Validate a mapping into an :class:`Experiment` (``quick``: apply its ``quick:`` block)."""
-    from ..guard.files import short
-
     if not isinstance(data, dict):
         _bad("", f"an experiment must be a mapping of fields, got {type(data).__name__}",
              fix="start the file with `name: ...`")
@@ -235,7 +236,7 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
             _bad("quick", "must be a mapping of overrides", fix="e.g. quick: {seeds: 2, budget: {steps: 50}}")
         if q and "quick" in q:
             _bad("quick.quick", "a quick block cannot nest another")
-        data = _merge({k: v for k, v in data.items() if k != "quick"}, q or {})
+        data = deep_merge({k: v for k, v in data.items() if k != "quick"}, q or {})
     for req in ("name", "base", "task", "budget"):
         if req not in data:
             raise ExperimentError.of("experiment.missing_field", where=f"experiment.{req}", field=req)
@@ -379,15 +380,11 @@ def _parse_task(task: Any) -> tuple[str, tuple]:
 
 
 def _parse_train(train: Any, where: str) -> tuple:
-    from ..train.config import TrainConfig
-
     if not isinstance(train, dict):
         _bad(where, "must be a mapping of trainer options", fix="e.g. train: {lr: 3e-3, batch_size: 32}")
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     for k in train:
         if k not in names:
-            from ..errors import did_you_mean
-
             _bad(f"{where}.{k}", f"unknown trainer option {k!r}", options=names, fix=did_you_mean(k, names))
         if k in ("steps", "seed", "objective", "progress"):
             _bad(f"{where}.{k}", f"'{k}' is set by the experiment (budget, seeds, task)", fix="remove it")
@@ -430,8 +427,6 @@ def _parse_budget(b: Any) -> Budget:
 
 def _check_against_registry(exp: Experiment) -> None:
     """Task kind and parameters, trainer options of variants, and metric names, checked now."""
-    from .tasks import get_task
-
     load_plugins(exp.plugins)
     task = get_task(exp.task, dict(exp.task_params), where="experiment.task")
     for i, v in enumerate(exp.variants):
@@ -453,8 +448,6 @@ def task_metrics(task) -> dict:
 def load_plugins(names) -> None:
     """Load the named plugin entry points (``plugins: [linear_attention]``) if not loaded yet; a
     missing one is an error saying what to install."""
-    from ..registry import get_registry
-
     reg = get_registry()
     for n in names:
         if n in reg.plugins and reg.plugins[n].ok:

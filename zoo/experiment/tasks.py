@@ -26,6 +26,8 @@ tokenizer, so a trial's checkpoint decodes its own inputs and the Inspect tab la
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from typing import Any, ClassVar
 
@@ -33,6 +35,10 @@ import torch
 
 from ..components import Task
 from ..errors import ZooError
+from ..io.tokenizers import tokenizer
+from ..model.spec import make_config
+from ..registry import get_registry
+from ..train.objectives import Objective, ce_sum
 
 IGNORE = -100
 #: symbols tasks write with (distinct characters; Greek and Cyrillic extend the Latin set)
@@ -76,8 +82,6 @@ class SyntheticTask(Task):
 
     def __init__(self, config):
         super().__init__(config)
-        from ..io.tokenizers import tokenizer
-
         self.tok = tokenizer("char", text=self.alphabet)
         self.sym2id = torch.tensor([self.tok.stoi[c] for c in self.alphabet])  # symbol -> token id
 
@@ -151,8 +155,6 @@ class SyntheticTask(Task):
 
     def prepare_objective(self, cfg, spec, tok=None, *, fit_vocab: bool = False):
         """The trainer's data source hook (:func:`zoo.train.prepare.prepare`)."""
-        from ..train.objectives import Objective, ce_sum
-
         task = self
         if fit_vocab and spec.vocab_size != self.tok.vocab_size:
             spec = spec.replace(vocab_size=self.tok.vocab_size)
@@ -241,9 +243,6 @@ class SyntheticTask(Task):
 
 
 def fingerprint(name: str, config: dict) -> str:
-    import hashlib
-    import json
-
     return hashlib.sha256(json.dumps([name, config], sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -282,9 +281,6 @@ def generation_exact(model, b: dict, start: torch.Tensor, length: torch.Tensor |
 def get_task(kind: str, params: dict | None = None, *, where: str = "task") -> Task:
     """Build the registered task ``kind`` with ``params`` (validated by its config dataclass; an
     unknown name lists the registered ones)."""
-    from ..registry import get_registry
-    from ..model.spec import make_config
-
     if not isinstance(kind, str):
         raise ZooError(f"a task kind must be a name, got {type(kind).__name__}", where=f"{where}.kind",
                        options=get_registry().names("task"))
@@ -297,7 +293,5 @@ def get_task(kind: str, params: dict | None = None, *, where: str = "task") -> T
 
 def list_tasks() -> list[dict[str, Any]]:
     """``[{"name", "doc", "params", "metrics", "arch"}]`` for every registered task."""
-    from ..registry import get_registry
-
     return [{"name": c.name, "doc": c.doc, "params": c.params(), "metrics": dict(c.cls.metrics),
              "arch": c.cls.arch} for c in get_registry().list("task")]

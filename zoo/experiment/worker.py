@@ -7,11 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from ..errors import ZooError
+from .run import Trial, run_trial
+
 
 def main(argv=None) -> int:
-    from ..errors import ZooError
-    from .run import Trial, run_trial
-
     args = list(sys.argv[1:] if argv is None else argv)
     path = Path(args[0])
     threads = int(args[1]) if len(args) > 1 else None
