@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 
 from .core import ConvertError, Converter, Source, lm_head, linears, norm_entry, register
-from .llama import _mscale, context_len, hf_max_positions, rope, rope_parameters
+from .llama import context_len, hf_max_positions, rope, rope_parameters, yarn_mscale
 from .mixtral import experts
 
 TOPK_METHODS = ("greedy", "group_limited_greedy")
@@ -74,7 +74,7 @@ def _read(src: Source, attention: str, name: str, moe: dict, interleaved: bool):
     scale = (dn + dr) ** -0.5  # transformers' yarn_apply_mscale: mscale_all_dim squared, on the scores
     rp = {**src.mapping("rope_parameters"), **src.mapping("rope_scaling")}
     if (rp.get("rope_type") or rp.get("type") or "default") != "default" and rp.get("mscale_all_dim"):
-        scale *= _mscale(pos["factor"], float(rp["mscale_all_dim"])) ** 2
+        scale *= yarn_mscale(pos["factor"], float(rp["mscale_all_dim"])) ** 2
     E, k = src.int("n_routed_experts"), src.int("first_k_dense_replace", 0, lo=0)
     entry = {"kind": "moe", "experts": E, "top_k": src.int("num_experts_per_tok", hi=E),
              "shared_d_ff": src.int("moe_intermediate_size") * src.int("n_shared_experts"), "shared_gate": False,

@@ -16,8 +16,9 @@ from .llama import decoder_config, read_decoder
 KINDS = ("sliding_attention", "full_attention")
 
 
-def _pattern(src: Source, L: int):
-    """``layer_types`` as the shortest repeating cycle of zoo masks."""
+def mask_pattern(src: Source, L: int):
+    """``layer_types`` as the shortest repeating cycle of zoo masks: the spec's ``mask_pattern``
+    (Gemma 2 and 3, the Qwen families with sliding layers)."""
     types = src.get("layer_types") or ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)]
     if not isinstance(types, list) or len(types) != L or any(t not in KINDS for t in types):
         src.refuse("layer_types", types, f"zoo maps one of {list(KINDS)} per layer ({L} layers)",
@@ -38,7 +39,7 @@ def read(src: Source, attention: str):
                             scale_embeddings=True,
                             attn_scale=src.float("query_pre_attn_scalar", positive=True) ** -0.5,
                             logit_softcap=src.float("final_logit_softcapping", None, positive=True),
-                            mask_pattern=_pattern(src, src.int("num_hidden_layers")))
+                            mask_pattern=mask_pattern(src, src.int("num_hidden_layers")))
     spec["norm"]["placement"] = "sandwich"
     if cap is not None:
         spec["attention"] = {"kind": "softcap", "cap": cap}

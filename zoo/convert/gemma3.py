@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from .core import Converter, Source, register
 from .gemma import GELUS
-from .gemma2 import _pattern, sandwich_norms
+from .gemma2 import mask_pattern, sandwich_norms
 from .llama import decoder_config, read_decoder, rope_parameters
 
 LOCAL, GLOBAL = "sliding_attention", "full_attention"
@@ -57,7 +57,7 @@ def read(src: Source, attention: str):
     if src.get("layer_types") is None:  # 4.x configs: every sliding_window_pattern-th layer is global
         every = src.int("sliding_window_pattern", 6)
         src.config["layer_types"] = [LOCAL if (i + 1) % every else GLOBAL for i in range(L)]
-    pattern = _pattern(src, L)
+    pattern = mask_pattern(src, L)
     spec, st = read_decoder(src, attention, "gemma3_text", norm="rmsnorm_plus1", ffn="geglu", act_key=key,
                             scale_embeddings=True, qk_norm=True,
                             attn_scale=src.float("query_pre_attn_scalar", positive=True) ** -0.5,

@@ -54,7 +54,7 @@ def _rope_entry(src: Source, sub: Source, p: dict, kind: str, where: str, fracti
         att = sub.float("attention_factor", None, positive=True)
         ms, ms_all = sub.float("mscale", None), sub.float("mscale_all_dim", None)
         if att is None and ms and ms_all:  # DeepSeek's ratio of two mscales
-            att = _mscale(factor, ms) / _mscale(factor, ms_all)
+            att = yarn_mscale(factor, ms) / yarn_mscale(factor, ms_all)
         out.update(scaling="yarn", factor=factor, original_max_len=orig,
                    beta_fast=sub.float("beta_fast", 32.0, positive=True),
                    beta_slow=sub.float("beta_slow", 1.0, positive=True), attention_factor=att,
@@ -106,7 +106,9 @@ def hf_max_positions(spec) -> int:
     return pc.config.original_max_len if pc.kind == "rope" and pc.config.scaling == "dynamic" else spec.max_len
 
 
-def _mscale(factor: float, m: float = 1.0) -> float:
+def yarn_mscale(factor: float, m: float = 1.0) -> float:
+    """YaRN's attention factor for a context stretched ``factor`` times, ``0.1 m ln(factor) + 1``
+    (1 when not stretched): transformers' ``get_mscale``."""
     return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
 
 

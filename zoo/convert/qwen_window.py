@@ -6,7 +6,7 @@ the spec's ``mask_pattern``: one mask per layer, ``[causal, {kind: sliding_windo
 from __future__ import annotations
 
 from .core import Source
-from .gemma2 import _pattern
+from .gemma2 import mask_pattern
 
 
 def layer_masks(src: Source, family: str) -> dict:
@@ -24,7 +24,7 @@ def layer_masks(src: Source, family: str) -> dict:
     if all(t == "full_attention" for t in src.config["layer_types"]):
         return {}
     src.int("sliding_window")  # required, and a positive integer
-    return {"mask_pattern": _pattern(src, L)}
+    return {"mask_pattern": mask_pattern(src, L)}
 
 
 def window_config(spec) -> dict:
