@@ -40,7 +40,7 @@ FAST_LANE = {
     "inside": ("test_hooks", "test_trace", "test_lens", "test_patching", "test_costs_plots"),
     "guard": ("test_trust_paths", "test_trust_arguments", "test_trust_numeric", "test_trust_integrity",
               "test_trust_tokenizer_files", "test_outputs", "test_run_budget", "test_hostile",
-              "test_transaction", "test_process_budget"),
+              "test_transaction", "test_process_budget", "test_sandbox"),
     "convert": ("test_convert", "test_convert_parts", "test_convert_hardening", "test_convert_presets",
                 "test_gguf"),
     "train": ("test_train", "test_train_state_typed", "test_train_health", "test_numerals"),

@@ -184,6 +184,7 @@ ALLOWED = {
     ("zoo/guard/run_budget.py", "_status"): "reads /proc/self/status, not a user's path",
     ("zoo/guard/run_budget.py", "_cgroup_files"): "reads /proc/self/cgroup and mountinfo",
     ("zoo/guard/run_budget.py", "_read_int"): "reads a cgroup's memory limit under /sys/fs/cgroup",
+    ("zoo/guard/sandbox.py", "_serve"): "the template worker reads its own /proc/self/status",
     ("zoo/guard/build_budget.py", "_meminfo"): "reads /proc/meminfo, not a user's path",
     ("zoo/commands/threads.py", "_cgroup_quota"): "reads the cgroup's CPU quota (cpu.max, cfs files)",
     ("zoo/train/data.py", "read_text"): "ground floor (below zoo.guard.files): stat-checked just before",

@@ -6,7 +6,8 @@ commit per save, readers that trust only the commit), the rules a tokenizer file
 (``tokenizer_files``), the checks on what a plugin component returns (``outputs``), which
 components can work together (``compat``), the memory budget of a build (``build_budget``) and the
 memory and work budget of a forward or a generation (``run_budget``, the process's own limits
-included), and the numeric health of decoding (``health``).
+included), the numeric health of decoding (``health``), and the box foreign chat templates render
+in (``sandbox``: a worker process bounded in memory, time and output).
 
 May import: the front door's ground floor (``zoo.errors``, ``zoo.components``, ``zoo.deprecation``,
 ``zoo.version``) and ``zoo.registry``.  Never the model, io, run or inside wings: a guard takes what
@@ -19,7 +20,7 @@ import importlib
 #: The modules of this wing, reachable as ``zoo.guard.NAME`` after ``import zoo`` (imported on
 #: first use, so ``import zoo`` stays light).
 MODULES = ('files', 'transaction', 'tokenizer_files', 'outputs', 'compat', 'health', 'build_budget',
-           'run_budget')
+           'run_budget', 'sandbox')
 
 
 def __getattr__(name: str):

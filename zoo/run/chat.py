@@ -18,8 +18,11 @@ five real families): the same Jinja settings (``trim_blocks``, ``lstrip_blocks``
 keeps non-ASCII and does not escape HTML), the special-token strings (``bos_token``, ``eos_token``,
 ...) as variables.  A template is code written by someone else, so it runs in Jinja's
 *immutable sandbox* (no attribute access to Python internals, no mutation of the values passed in,
-ranges bounded), and any failure -- a syntax error, ``raise_exception("Conversation roles must
-alternate")`` in the template, a sandbox violation -- is a :class:`ChatError` naming the template.
+ranges bounded) inside a worker process bounded in memory, time, recursion and output
+(:mod:`zoo.guard.sandbox`), and any failure -- a syntax error, ``raise_exception("Conversation roles
+must alternate")`` in the template, a sandbox violation, a division by zero, a loop that never ends,
+a billion-character prompt, a function printed as text -- is a :class:`ChatError` naming the
+template.
 
 A checkpoint keeps its template: ``zoo.save`` stores ``model.chat_template`` in the metadata
 (``zoo.extra.chat_template``) and :func:`template_of` finds it again after ``zoo.load``.
@@ -28,11 +31,11 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import ZooError
+from ..guard import sandbox
 from ..guard.files import clip, read_text, short
 
 from ..io.chat_templates import (END_OF_TURN, MAX_TEMPLATE_CHARS, META_EXTRA, SPECIAL_NAMES,  # noqa: F401
@@ -41,90 +44,29 @@ from ..io.chat_templates import (END_OF_TURN, MAX_TEMPLATE_CHARS, META_EXTRA, SP
 
 
 # ---------------------------------------------------------------------- rendering
-def _environment():
-    """Jinja's immutable sandbox with transformers' settings and helpers (one per process)."""
-    global _ENV
-    if _ENV is not None:
-        return _ENV
-    try:
-        import jinja2
-        from jinja2.ext import Extension, loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError as exc:  # torch depends on jinja2, so this is rare
-        raise ChatError("chat templates need jinja2", where="chat", fix="pip install jinja2") from exc
-
-    class Generation(Extension):
-        """``{% generation %}...{% endgeneration %}`` marks the assistant's tokens for training
-        masks; rendering a prompt just outputs its body (as transformers does without tracking)."""
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller):
-            return caller()
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        # Jinja's own tojson escapes <, >, & for HTML; a prompt must keep them
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    class Namespace(jinja2.utils.Namespace):
-        """``namespace(...)`` without underscore attributes (no route to Python internals)."""
-
-        def __init__(*args, **kwargs):
-            self, args = args[0], args[1:]
-            attrs = dict(*args, **kwargs)
-            for name in attrs:
-                Namespace._check(name)
-            jinja2.utils.Namespace.__init__(self, attrs)
-
-        def __setitem__(self, name, value):
-            Namespace._check(name)
-            jinja2.utils.Namespace.__setitem__(self, name, value)
-
-        @staticmethod
-        def _check(name):
-            if isinstance(name, str) and name.startswith("_"):
-                raise jinja2.exceptions.SecurityError(f"a namespace attribute may not start with '_': {name!r}")
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[Generation, loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals.update(raise_exception=raise_exception, namespace=Namespace,
-                       strftime_now=lambda fmt: datetime.now().strftime(fmt),
-                       dict=lambda *a, **k: dict(*a, **k))
-    _ENV = env
-    return env
+# A template runs in zoo.guard.sandbox's worker process: Jinja's immutable sandbox with transformers'
+# settings and helpers, bounded in memory, time, recursion and output.
 
 
-_ENV = None
-_COMPILED: dict[str, Any] = {}
-
-
-def compile_template(template: str):
-    """The compiled template (cached), or a :class:`ChatError` with the line of a syntax error."""
+def compile_template(template: str) -> str:
+    """``template``, checked to compile in the box (:mod:`zoo.guard.sandbox`, which caches it), or
+    a :class:`ChatError` with the line of a syntax error."""
     if not isinstance(template, str) or not template:
         raise ChatError(f"a chat template is a non-empty string, got {short(template)}", where="chat_template",
                         fix="pass the chat_template text of tokenizer_config.json")
     if len(template) > MAX_TEMPLATE_CHARS:
         raise ChatError(f"the template has {len(template):,} characters, more than {MAX_TEMPLATE_CHARS:,}",
                         where="chat_template", fix="pass the model's own chat template")
-    if template not in _COMPILED:
-        import jinja2
+    import jinja2
 
-        try:
-            _COMPILED[template] = _environment().from_string(template)
-        except jinja2.exceptions.TemplateSyntaxError as exc:
-            raise ChatError(f"the template does not parse: {clip(exc.message or exc, 160)} (line {exc.lineno})",
-                            where="chat_template", fix="fix the template's Jinja syntax") from exc
-        if len(_COMPILED) > 64:
-            _COMPILED.pop(next(iter(_COMPILED)))
-    return _COMPILED[template]
+    try:
+        sandbox.render(template, compile_only=True)
+    except jinja2.exceptions.TemplateSyntaxError as exc:
+        raise ChatError(f"the template does not parse: {clip(exc.message or exc, 160)} (line {exc.lineno})",
+                        where="chat_template", fix="fix the template's Jinja syntax") from exc
+    except sandbox.Stopped as exc:  # nested too deeply for Python's compiler, or worse
+        raise ChatError(exc.what, where="chat_template", fix=exc.fix) from exc
+    return template
 
 
 def check_messages(messages: Any) -> list[dict]:
@@ -151,11 +93,13 @@ def render(template: str, messages: Sequence[Mapping], *, add_generation_prompt:
     (``bos_token="<s>"``) and any extra the template reads (``enable_thinking=False``)."""
     import jinja2
 
-    compiled = compile_template(template)
+    compile_template(template)
     msgs = check_messages(messages)
-    try:
-        return compiled.render(messages=msgs, tools=tools, documents=documents,
-                               add_generation_prompt=add_generation_prompt, **variables)
+    try:  # in the box: what the template raised comes back as Jinja's or Python's exception
+        return sandbox.render(template, dict(messages=msgs, tools=tools, documents=documents,
+                                             add_generation_prompt=add_generation_prompt, **variables))
+    except sandbox.Stopped as exc:  # time, memory, output size, recursion, what it printed, ...
+        raise ChatError(exc.what, where="chat_template", fix=exc.fix) from exc
     except jinja2.exceptions.SecurityError as exc:
         raise ChatError.of("chat.sandbox", where="chat_template", detail=clip(exc, 160)) from exc
     except jinja2.exceptions.TemplateError as exc:  # raise_exception(...) in the template, undefined calls
