@@ -261,10 +261,16 @@ def forward_bytes(p: Plan, B: int, T: int, T_src: int | None = None, *, keep: bo
     return total + B * T * p.vocab * 4, score_bytes
 
 
-def _budget(p: Plan) -> tuple[float, str]:
+def budget(device: Any = None) -> tuple[float, str]:
+    """``(bytes, how it was chosen)``: what work on ``device`` is held against -- :data:`BUDGET`
+    when set, else the memory available there now (the UI holds a checkpoint's weights to it too)."""
     if BUDGET is not None:
         return float(BUDGET), "zoo.guard.run_budget.BUDGET"
-    return available_bytes(p.device)
+    return available_bytes(device)
+
+
+def _budget(p: Plan) -> tuple[float, str]:
+    return budget(p.device)
 
 
 def refuse_if_over(p: Plan, nbytes: int, what: str, where: str, detail: str, fix: str) -> None:
