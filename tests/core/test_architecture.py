@@ -8,7 +8,11 @@ function to dodge a circle is still an arrow) is read with ``ast`` and checked a
 - no upward import: a module imports only modules on its own floor or below;
 - the engine never imports a plugin module (``zoo.plugins`` / ``plugins``) nor the UI (only the
   ``zoo ui`` command starts it); the registry loads the built-ins *by name*, like entry points;
-- every module of ``zoo/`` stands on a declared floor, so a new module is placed on purpose.
+- every module of ``zoo/`` stands on a declared floor, so a new module is placed on purpose;
+- no module (engine, UI or plugin) imports another module's private ``_names``: a name another
+  module needs is public where it belongs;
+- ``zoo.experiment`` imports the rest of zoo at module level, never inside a function (only heavy
+  optional third-party libraries -- matplotlib, submitit -- wait until they are used).
 
 A name taken from a package face (``from zoo import __version__``, ``from .. import data``) is
 charged to the module the face got it from, or to the submodule of that name.
@@ -62,6 +66,18 @@ def read_sources(root: Path = ZOO) -> dict[str, tuple[Path, ast.Module]]:
             for p in sorted(root.rglob("*.py"))}
 
 
+def _package(mod: str, path: Path) -> str:
+    return mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+
+
+def _from_base(package: str, node: ast.ImportFrom) -> str:
+    """The module a ``from X import ...`` reads from, relative dots resolved against ``package``."""
+    if node.level:
+        base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+    return node.module or ""
+
+
 def _face_names(tree: ast.Module, package: str) -> dict[str, str]:
     """``name -> module`` for what a package face (``__init__``) imports from its submodules."""
     out = {}
@@ -80,17 +96,13 @@ def import_graph(sources: dict[str, tuple[Path, ast.Module]]) -> dict[str, dict[
     faces = {m: _face_names(tree, m) for m, (p, tree) in sources.items() if p.name == "__init__.py"}
     graph: dict[str, dict[str, int]] = {m: {} for m in modules}
     for mod, (path, tree) in sources.items():
-        package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+        package = _package(mod, path)
         for node in ast.walk(tree):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[:len(package.split(".")) - (node.level - 1)]
-                    base_mod = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    base_mod = node.module or ""
+                base_mod = _from_base(package, node)
                 for a in node.names:
                     sub = f"{base_mod}.{a.name}"
                     if sub in modules or sub.startswith(PLUGIN_PACKAGES + UI_PACKAGES + DATA_PACKAGES):
@@ -154,6 +166,44 @@ def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return out
 
 
+def private_imports(sources: dict[str, tuple[Path, ast.Module]]) -> list[str]:
+    """``"a:LINE from b import _name"`` for every private name (one underscore, not a dunder) that a
+    module takes from another module of zoo, the UI or the plugins."""
+    bad = []
+    for mod, (path, tree) in sorted(sources.items()):
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = _from_base(_package(mod, path), node)
+            if base.split(".")[0] not in ("zoo", "plugins", "ui") or base == mod:
+                continue
+            bad += [f"{mod}:{node.lineno} from {base} import {a.name}" for a in node.names
+                    if a.name.startswith("_") and not (a.name.startswith("__") and a.name.endswith("__"))]
+    return bad
+
+
+def function_level_imports(sources: dict[str, tuple[Path, ast.Module]], under: str) -> list[str]:
+    """``"a:LINE in f: import ..."`` for every import of a zoo module made inside a function of a
+    module at or below ``under``."""
+    bad = []
+    for mod, (path, tree) in sorted(sources.items()):
+        if mod != under and not mod.startswith(under + "."):
+            continue
+        seen: set[int] = set()
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if id(node) in seen or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                seen.add(id(node))
+                targets = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                           else [_from_base(_package(mod, path), node)])
+                if any(t.split(".")[0] == "zoo" for t in targets):
+                    bad.append(f"{mod}:{node.lineno} in {fn.name}: {ast.unparse(node)}")
+    return bad
+
+
 def upward(graph: dict[str, dict[str, int]], floors=FLOORS) -> list[str]:
     """``"a:LINE -> b"`` for every import from a lower floor to a higher one."""
     bad = []
@@ -193,6 +243,21 @@ def test_the_engine_never_imports_a_plugin_or_the_ui(graph):
     assert not bad, "the engine imports a plugin (or the UI):\n" + "\n".join(bad)
 
 
+def test_no_module_imports_another_modules_private_names():
+    sources = {**read_sources(), **read_sources(ROOT / "ui"), **read_sources(ROOT / "plugins")}
+    bad = private_imports(sources)
+    assert not bad, "imports of other modules' private names (make the name public where it " \
+                    "belongs):\n" + "\n".join(bad)
+
+
+def test_the_experiment_tools_import_zoo_at_module_level():
+    """zoo.experiment once held 43 imports of zoo inside its functions; the one import order
+    (module level, checked for circles above) is the whole story now."""
+    bad = function_level_imports(read_sources(), "zoo.experiment")
+    assert not bad, "imports of zoo inside functions of zoo.experiment (move them to the top):\n" \
+                    + "\n".join(bad)
+
+
 # ---------------------------------------------------------------------- the checker itself
 def _write(tmp_path: Path, files: dict[str, str]) -> dict[str, tuple[Path, ast.Module]]:
     for rel, text in files.items():
@@ -210,6 +275,22 @@ def test_the_checker_sees_a_circle_made_inside_a_function(tmp_path):
         "b.py": "def f():\n    from .a import g\n    return g\n", "c.py": "from .b import f\n"}))
     assert circles(g) == [["zoo.a", "zoo.b"]]
     assert g["zoo.c"] == {"zoo.b": 1}
+
+
+def test_the_checker_sees_private_names_and_imports_inside_functions(tmp_path):
+    sources = _write(tmp_path, {
+        "__init__.py": "from .version import __version__\n", "version.py": "__version__ = '1'\n",
+        "a.py": "_x = 1\ndef _f():\n    return _x\n",
+        "b.py": "from . import __version__\nfrom .a import _x\ndef g():\n    from .a import _f\n    return _f\n",
+        "tool/__init__.py": "", "tool/c.py": "import math\nfrom ..a import _x as y\n",
+        "tool/d.py": "def f():\n    import matplotlib\n    from ..a import g\n    import zoo.b\n"
+                     "    def inner():\n        from . import c\n    return g\n"})
+    assert private_imports(sources) == ["zoo.b:2 from zoo.a import _x", "zoo.b:4 from zoo.a import _f",
+                                        "zoo.tool.c:2 from zoo.a import _x"]
+    assert function_level_imports(sources, "zoo.tool") == [
+        "zoo.tool.d:3 in f: from ..a import g", "zoo.tool.d:4 in f: import zoo.b",
+        "zoo.tool.d:6 in f: from . import c"]
+    assert function_level_imports(sources, "zoo.b") == ["zoo.b:4 in g: from .a import _f"]
 
 
 def test_the_checker_sees_upward_imports_and_face_names(tmp_path):
