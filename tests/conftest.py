@@ -45,7 +45,7 @@ FAST_LANE = {
                 "test_gguf"),
     "train": ("test_train", "test_train_state_typed", "test_train_health", "test_numerals"),
     "experiment": ("test_experiment_spec", "test_experiment_stats", "test_task_generators"),
-    "ui": ("test_ui_handlers", "test_ui_switch", "test_ui_paths", "test_ui_messages"),
+    "ui": ("test_ui_handlers", "test_ui_switch", "test_ui_paths", "test_ui_budget", "test_ui_messages"),
     "docs": ("test_catalogue_docs", "test_plugin_guide"),
 }
 LANES = ("full", "fast")

@@ -11,11 +11,13 @@ template's end-of-turn tokens), and shows the rendered prompt, so a learner sees
 really reads: the special tokens, the role headers, the generation prompt at the end.
 
 The sampling settings are the tab's own controls (max new tokens, temperature, top-k / top-p,
-seed, ...).  A conversation longer than the model's ``max_len`` loses its oldest turns (a system
-message stays) until the reply has room, and the panel says how many messages the model no longer
-sees; they stay on screen.  A checkpoint without a template shows why there is no chat and how to
-get one (convert an instruct model's folder or a GGUF file).  Every error is a message in the
-panel's own box, in the page's language, never a traceback.
+seed, ...).  A conversation longer than the model's ``max_len`` -- or, for a long one, than this
+UI's tokens per request (``ui/budget.py``) -- loses its oldest turns (a system message stays) until
+the reply has room, and the panel says how many messages the model no longer sees and why; they stay
+on screen.  The note names the end-of-turn token the template writes after each turn (ChatML's
+``<|im_end|>``, Gemma's ``<end_of_turn>``), where the reply stops.  A checkpoint without a template
+shows why there is no chat and how to get one (convert an instruct model's folder or a GGUF file).
+Every error is a message in the panel's own box, in the page's language, never a traceback.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from typing import Any
 import zoo
 from zoo.run.chat import ChatError
 
+from . import budget
 from .common import (LIMITS, check_value, checkpoint_path, error_box, error_outputs, inline_errors,
                      load_checkpoint, safe_markdown)
 from .controls import control_values
@@ -57,9 +60,26 @@ def stop_token_texts(model) -> list[str]:
     return out
 
 
+def end_of_turn(model, stops: list[str]) -> str | None:
+    """The stop token the template writes right after an assistant's turn (ChatML's ``<|im_end|>``,
+    Gemma's ``<end_of_turn>``): a two-message conversation rendered, the first of ``stops`` that
+    follows the reply's text.  None when the template writes none of them there."""
+    reply = "zoo-reply-7"
+    try:
+        text = zoo.run.chat.prompt(model, [{"role": "user", "content": "hi"},
+                                           {"role": "assistant", "content": reply}],
+                                   add_generation_prompt=False)
+    except zoo.ZooError:
+        return None
+    after = text[text.rfind(reply) + len(reply):] if reply in text else ""
+    found = [(after.find(s), s) for s in stops if s and after.find(s) >= 0]
+    return min(found)[1] if found else None
+
+
 def note(name: Any, lang: str = "en") -> str:
-    """The panel's first line: how chat works with this checkpoint, or why it has no chat mode and
-    how to get one.  Empty for a name that is no checkpoint."""
+    """The panel's first line: how chat works with this checkpoint -- the end-of-turn token its
+    template writes, the tokens the reply stops at --, or why it has no chat mode and how to get one.
+    Empty for a name that is no checkpoint; a checkpoint that does not fit the budget says so."""
     if not name:
         return ""
     try:
@@ -69,16 +89,27 @@ def note(name: Any, lang: str = "en") -> str:
     if not has_template(name):
         return t("chat.none", lang)
     try:
-        stops = ", ".join(f"`{s}`" for s in stop_token_texts(load_checkpoint(name, lang))) or "—"
-    except zoo.ZooError:
-        stops = "—"
-    return safe_markdown(t("chat.ready", lang, stops=stops))
+        model = load_checkpoint(name, lang)
+    except zoo.ZooError as exc:  # e.g. weights over the budget: the reason, not a silent "—"
+        from .i18n import error_text
+
+        return safe_markdown(t("chat.unavailable", lang, why=error_text(exc, lang)[0]))
+    texts = stop_token_texts(model)
+    turn = end_of_turn(model, texts)
+    stops = ", ".join(f"`{s}`" for s in texts) or "—"
+    if turn is None:
+        return safe_markdown(t("chat.ready", lang, stops=stops))
+    others = ", ".join(f"`{s}`" for s in texts if s != turn) or "—"
+    return safe_markdown(t("chat.ready_turn", lang, turn=f"`{turn}`", others=others))
 
 
 def dropped_line(kept: dict | None, lang: str = "en") -> str:
-    """The line under the conversation after a reply: how many old messages the model no longer saw."""
+    """The line under the conversation after a reply: how many old messages the model no longer saw
+    (and, for a long max_len, that this UI's tokens per request is what they passed)."""
     if not kept or not kept.get("dropped"):
         return ""
+    if kept.get("cap"):
+        return "⚠ " + t("chat.dropped_capped", lang, n=kept["dropped"], cap=kept["cap"], max_len=kept["max_len"])
     return "⚠ " + t("chat.dropped", lang, n=kept["dropped"], max_len=kept["max_len"])
 
 
@@ -90,16 +121,19 @@ def conversation(history: Any, message: str, system: str = "") -> list[dict]:
     return msgs + [dict(m) for m in (history or [])] + [{"role": "user", "content": message}]
 
 
-def window(model, messages: list[dict], max_new_tokens: int, lang: str = "en") -> tuple[list[dict], int]:
-    """The part of ``messages`` the model reads, and how many messages were left out.
+def window(model, messages: list[dict], max_new_tokens: int, lang: str = "en") -> tuple[list[dict], int, int]:
+    """The part of ``messages`` the model reads, how many messages were left out, and the room
+    left for the reply.
 
-    The rendered prompt plus the reply must fit in ``max_len`` (a decoder: ``max_len - prompt + 1``
-    new tokens).  While the reply would have less room than ``min(max_new_tokens, max_len / 4)``,
-    the oldest turn (a user message and the replies after it) is dropped; a system message always
-    stays, and whole turns keep the user/assistant alternation templates insist on.  A last user
-    message that does not fit on its own is a :class:`~zoo.run.chat.ChatError`."""
+    The rendered prompt plus the reply must fit in ``max_len`` -- capped per request by this UI
+    (:func:`budget.room`) -- (a decoder: ``max_len - prompt + 1`` new tokens).  While the reply
+    would have less room than ``min(max_new_tokens, max_len / 4)``, the oldest turn (a user message
+    and the replies after it) is dropped; a system message always stays, and whole turns keep the
+    user/assistant alternation templates insist on.  A last user message that does not fit on its
+    own is a :class:`~zoo.run.chat.ChatError`."""
     tok = model.tokenizer
-    max_len = model.spec.max_len
+    r = budget.room(model)
+    max_len = r.tokens  # the model's max_len, or this UI's tokens per request when that is less
     want = max(1, min(int(max_new_tokens), max_len // REPLY_SHARE))
     head = [m for m in messages[:1] if m["role"] == "system"]
     turns = messages[len(head):]
@@ -112,10 +146,13 @@ def window(model, messages: list[dict], max_new_tokens: int, lang: str = "en") -
             break
         dropped += later[0]
         turns = turns[later[0]:]
+    if room < 1 and r.capped:  # this UI's tokens per request, not the model's max_len
+        raise ui_error(ChatError, "chat.too_long_capped", fix="chat.too_long_fix", where="chat.message", n=n,
+                       cap=max_len, max_len=model.spec.max_len)
     if room < 1:
         raise ui_error(ChatError, "chat.too_long", fix="chat.too_long_fix", where="chat.message", n=n,
                        max_len=max_len)
-    return head + turns, dropped
+    return head + turns, dropped, room
 
 
 def _message(message: Any, lang: str) -> str:
@@ -147,9 +184,11 @@ def send(name, message, system, history, lang, *values):
     if max_new < 1:
         raise ui_error(ChatError, "chat.no_room", fix="chat.no_room_fix", where="max_new_tokens")
     check_value("max_new_tokens", max_new, lang=lang)
-    seen, dropped = window(model, conversation(history, message, system), max_new, lang)
+    seen, dropped, room = window(model, conversation(history, message, system), max_new, lang)
+    max_new = min(max_new, room)  # the reply stays inside one request's tokens
     shown_prompt = zoo.run.chat.prompt(model, seen)
-    kept = {"dropped": dropped, "max_len": model.spec.max_len}
+    r = budget.room(model)
+    kept = {"dropped": dropped, "max_len": model.spec.max_len, "cap": r.tokens if r.capped else None}
     user = {"role": "user", "content": message}
     reply = ""
     yield shown(history + [user, {"role": "assistant", "content": ""}]), gr.skip(), "", shown_prompt, \

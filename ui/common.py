@@ -8,7 +8,9 @@ Safety rules of the UI (a browser is untrusted input):
   ``/etc/passwd``, ``a/b``) is refused before the file system is touched, and the resolved file must
   lie inside one of those folders.
 - **Sizes are bounded** (:data:`LIMITS`): a spec typed into the browser cannot ask for 10,000 layers,
-  a 1M-token context or 10,000 new tokens.
+  a 1M-token context or 10,000 new tokens.  A *stored* checkpoint is held to memory and work instead
+  of its shape (``ui/budget.py``): it opens when its weights fit the process's budget, and a long
+  ``max_len`` is capped per request (prompt + new tokens).
 - **Errors are messages**: :func:`handler` turns a ``ZooError`` into ``gr.Error`` with the field and the
   fix; any other exception becomes a short "something went wrong" (the traceback goes to the server
   log, never to the page).
@@ -33,7 +35,9 @@ from .paths import ABS_PATH, runs_dir, shown_path, shown_paths  # noqa: F401 - t
 log = logging.getLogger("zoo.ui")
 
 #: Upper bounds on what a browser may ask for.  Generous for the tiny and small models this UI is for,
-#: small enough that no single request can exhaust a laptop.
+#: small enough that no single request can exhaust a laptop.  The shape limits (layers, widths,
+#: max_len, parameters) hold for a spec typed into the browser; a stored checkpoint is held to its
+#: weights' size against the budget and to the per-request limits (``request_*``; ``ui/budget.py``).
 LIMITS: dict[str, float] = {
     "num_layers": 24,
     "d_model": 1024,
@@ -51,6 +55,9 @@ LIMITS: dict[str, float] = {
     "calc_dim": 8,
     "compare_seq_len": 1024,
     "text_chars": 4000,
+    "request_tokens": 2048,  # prompt + new tokens of one request: a longer max_len is capped to this
+    "request_flops": 1e12,  # work of one request (2 x parameters per token through the model)
+    "interp_tokens": 256,  # Interpret's heatmaps: layers x tokens cells (the old cap: a tiny model's max_len)
     "runs": 50,  # models saved from the browser (overwriting one of them is always allowed)
 }
 
@@ -252,24 +259,35 @@ def check_value(field: str, value: Any, limit_key: str | None = None, lang: str 
                        limit=limit)
 
 
-def check_spec_limits(spec: "zoo.ModelSpec", lang: str = "en") -> int:
+def check_spec_limits(spec: "zoo.ModelSpec", lang: str = "en", base: "zoo.ModelSpec | None" = None) -> int:
     """Check a parsed spec against :data:`LIMITS`; returns its parameter count (built on the meta
-    device, so nothing is allocated)."""
+    device, so nothing is allocated).  ``base``: the stored checkpoint a typed-in change starts from
+    (Compare's overrides): a value no larger than the checkpoint's own passes, so only what was
+    typed is held to the limits, never the released model's shape."""
+    def check(field, value, key, base_value):
+        if base_value is None or value > base_value:
+            check_value(field, value, key, lang)
+
     for key in ("d_model", "vocab_size", "max_len"):
-        check_value(key, getattr(spec, key), lang=lang)
+        check(key, getattr(spec, key), key, getattr(base, key, None))
     for role in spec.roles:
         st = spec.stack(role)
+        was = base.stack(role) if base is not None and role in base.roles else None
         prefix = f"{role}." if spec.arch == "encoder_decoder" else ""
-        check_value(f"{prefix}num_layers", st.num_layers, "num_layers", lang)
-        check_value(f"{prefix}num_heads", st.num_heads, "num_heads", lang)
-        check_value(f"{prefix}d_ff", st.d_ff, "d_ff", lang)
-        check_value(f"{prefix}head_dim", st.head_dim * st.num_heads, "d_model", lang)
+        for field, value, key in (("num_layers", st.num_layers, "num_layers"), ("num_heads", st.num_heads, "num_heads"),
+                                  ("d_ff", st.d_ff, "d_ff"), ("head_dim", st.head_dim * st.num_heads, "d_model")):
+            before = None if was is None else (was.head_dim * was.num_heads if field == "head_dim"
+                                               else getattr(was, field))
+            check(prefix + field, value, key, before)
     import torch
 
-    with torch.device("meta"):  # shapes only: no memory, no initialisation
-        model = zoo.build(spec, init=False)
-    n = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-    check_value("parameters", n, lang=lang)
+    def count(s):
+        with torch.device("meta"):  # shapes only: no memory, no initialisation
+            model = zoo.build(s, init=False)
+        return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+    n = count(spec)
+    check("parameters", n, "parameters", None if base is None else count(base))
     return n
 
 
@@ -349,16 +367,33 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 4
 
 
+def _free_cache() -> bool:
+    """Let go of every cached model (a checkpoint that does not fit asks for their memory back);
+    True when there was one."""
+    import gc
+
+    with _CACHE_LOCK:
+        held = bool(_CACHE)
+        _CACHE.clear()
+    if held:
+        gc.collect()
+    return held
+
+
 def load_checkpoint(name: Any, lang: str = "en"):
-    """Load (and cache) checkpoint ``name``.  The stored spec is checked against :data:`LIMITS` before
-    any tensor is read.  Returns an eval-mode model; treat it as read-only (it is shared)."""
+    """Load (and cache) checkpoint ``name``.  Its stored weights are held against the process's
+    memory budget (``ui/budget.py``: the figure from the file's header, before any tensor is read;
+    the cache lets go of its models first), never its shape.  Returns an eval-mode model; treat it
+    as read-only (it is shared)."""
+    from .budget import check_fits
+
     path = checkpoint_path(name, lang)
     key = (str(path), path.stat().st_mtime_ns)
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-    check_spec_limits(zoo.load_spec(path), lang)
+    check_fits(check_name(name, lang), path, free=_free_cache)
     model = zoo.load(path)
     with _CACHE_LOCK:
         _CACHE[key] = model

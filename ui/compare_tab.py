@@ -7,6 +7,10 @@ model A's weights wherever a tensor has the same name and shape, so a difference
 from the change in architecture, not from a different random initialisation (eager vs sdpa then
 agree to float rounding).  Shown: the spec diff, parameter counts, median forward time and the
 largest output difference.
+
+A checkpoint opens here as it is when its weights fit the budget (``ui/budget.py``); overrides are
+typed-in values and keep the UI's limits where they grow the checkpoint's shape.  The forward's
+length is capped per request (a long ``max_len`` does not make a long forward) and the table says so.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import torch
 import zoo
 from zoo.errors import SpecError, ZooError
 
+from . import budget
 from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, error_box,
                      error_outputs, error_record, handler, inline_errors, load_checkpoint, raw)
 from .i18n import t, ui_error
@@ -51,7 +56,7 @@ def make_model(source: str, overrides: str, where: str, lang: str = "en", seed: 
         if not over:
             return base
         spec = base.spec.replace(**over)
-        check_spec_limits(spec, lang)
+        check_spec_limits(spec, lang, base=base.spec)  # what was typed, not the stored shape
         model = zoo.build(spec, seed=seed)
         model.copied_from_checkpoint = _copy_matching(base, model)  # the checkpoint's own weights
         if getattr(base, "tokenizer", None) is not None:
@@ -88,10 +93,11 @@ def _text_output(model, prompt: str, lang: str) -> dict:
         if model.spec.arch == "encoder":
             return {"text": "; ".join(", ".join(repr(c.get("text", c["id"])) for c in cands)
                                       for cands in zoo.fill_mask(model, prompt, top_k=3))}
-        from zoo.commands.run import new_token_room, prompt_tokens
+        from zoo.commands.run import prompt_tokens
 
-        # 24 new tokens, or what the model's max_len leaves after the prompt
-        return {"text": repr(model.generate(prompt, min(24, new_token_room(model, prompt_tokens(model, prompt)))))}
+        # 24 new tokens, or what the model's max_len (capped per request) leaves after the prompt
+        room = budget.new_token_room(model, prompt_tokens(model, prompt))
+        return {"text": repr(model.generate(prompt, min(24, room)))}
     except ZooError as exc:
         return {"error": error_record(exc)}
 
@@ -142,7 +148,8 @@ def measure(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
         copied = b.copied_from_checkpoint  # a count of B's own checkpoint tensors
     else:
         copied = "—"
-    T = min(seq_len, a.spec.max_len, b.spec.max_len)
+    room_a, room_b = budget.room(a), budget.room(b)
+    T = min(seq_len, room_a.tokens, room_b.tokens)  # max_len, capped per request
     V = min(a.spec.vocab_size, b.spec.vocab_size)
     ids = torch.randint(1, max(V, 2), (1, T), generator=torch.Generator().manual_seed(0))
     out_a, ms_a = _timed(a, ids)
@@ -163,6 +170,7 @@ def measure(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
         ["compare.row.components", comps(a), comps(b)],
         ["compare.row.params", f"{sum(p.numel() for p in a.parameters()):,}",
          f"{sum(p.numel() for p in b.parameters()):,}"],
+        ["compare.row.tokens", _tokens(T, seq_len, room_a), _tokens(T, seq_len, room_b)],
         ["compare.row.ms", f"{ms_a:.2f}", f"{ms_b:.2f}"],
         ["compare.row.out", str(tuple(out_a.shape)), str(tuple(out_b.shape))],
         ["compare.row.diff", diff, diff],
@@ -173,9 +181,25 @@ def measure(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
     return {"rows": rows, "copied": copied, "texts": texts, "diff": diff_lines}
 
 
+def _tokens(T: int, asked: int, r: "budget.Room") -> dict:
+    """The forward's length for one side, as data (:func:`_tokens_shown` words it)."""
+    return {"T": T, "asked": asked, "room": [r.tokens, r.max_len, r.by, r.kv_bytes]}
+
+
+def _tokens_shown(cell: dict, lang: str) -> str:
+    """The forward's length for one side: the tokens, and why fewer than asked when this side's room
+    (its max_len, or this UI's cap per request) is what cut it."""
+    T, asked, r = cell["T"], cell["asked"], budget.Room(*cell["room"])
+    if T >= asked or T < r.tokens:  # as asked, or the other side's room cut it
+        return str(T)
+    return t("compare.tokens_capped", lang, T=T, asked=asked, max_len=r.max_len) \
+        + (" " + budget.cap_text(r, lang) if r.capped else "")
+
+
 def shown(data: dict, lang: str = "en") -> tuple[list[list], str]:
     """A comparison (:func:`measure`) in ``lang``: rows ``[metric, A, B]`` and the spec diff."""
-    rows = [[t(key, lang), a, b] for key, a, b in data["rows"]]
+    rows = [[t(key, lang), *(_tokens_shown(x, lang) if isinstance(x, dict) else x for x in (a, b))]
+            for key, a, b in data["rows"]]
     copied = data["copied"]
     rows.append([t("compare.row.shared", lang), "—",
                  t("compare.from_own", lang, n=copied) if isinstance(copied, int) else copied])

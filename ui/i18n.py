@@ -52,6 +52,31 @@ STRINGS: dict[str, tuple[str, str]] = {
                   "{field} = {value} 超过了界面允许的上限 {limit}"),
     "err.limit_fix": ("use a smaller value (the limits keep one browser from exhausting the machine)",
                       "请改用更小的值（上限用来防止单个浏览器耗尽本机资源）"),
+    # ------------------------------------------------------------------ a stored checkpoint's budget (ui/budget.py)
+    "budget.weights": ("checkpoint '{name}' needs {need} for its weights, more than the budget of {limit} ({why})",
+                       "检查点 '{name}' 的权重需要 {need}，超过了预算 {limit}（{why}）"),
+    "budget.weights_fix": ("pick a checkpoint that fits (the valid options), free memory on the server, or start "
+                           "the UI on a machine with more memory",
+                           "请选择放得下的检查点（见可选值），释放服务器内存，或在内存更大的机器上启动界面"),
+    "budget.card": ("size: weights {weights} (budget {limit}, {why}); one request holds at most {n} tokens "
+                    "(prompt + new) of max_len {max_len}, a KV cache of {kv}.",
+                    "大小：权重 {weights}（预算 {limit}，{why}）；每次请求最多 {n} 个 token（提示 + 生成），"
+                    "模型的 max_len 为 {max_len}，KV 缓存 {kv}。"),
+    "budget.cap_tokens": ("The model's max_len {max_len} is capped per request at {n} tokens by this UI, not refused.",
+                          "本界面把每次请求限制在 {n} 个 token（模型的 max_len 为 {max_len}），而不是拒绝它。"),
+    "budget.cap_work": ("The model's max_len {max_len} is capped per request at {n} tokens by this UI: a request "
+                        "does at most {flops} FLOPs of work (2 × parameters per token).",
+                        "本界面把每次请求限制在 {n} 个 token（模型的 max_len 为 {max_len}）：每次请求的计算量最多 "
+                        "{flops} FLOPs（每个 token 约 2 × 参数量）。"),
+    "budget.prompt_too_long": ("the prompt is {n} tokens; one request holds at most {cap} here (the model's "
+                               "max_len is {max_len})",
+                               "提示有 {n} 个 token；这里每次请求最多 {cap} 个（模型的 max_len 为 {max_len}）"),
+    "budget.too_many_fix": ("give a shorter text", "请给出更短的文本"),
+    "budget.inspect_copy": ("the Inspect tab's private copy of the model (a trace swaps kernels for its run) needs "
+                            "about {need}, more than the budget of {limit} ({why})",
+                            "观察页的模型私有副本（追踪时会临时替换注意力实现）大约需要 {need}，超过了预算 {limit}（{why}）"),
+    "budget.inspect_copy_fix": ("free memory on the server, or inspect a smaller checkpoint",
+                                "请释放服务器内存，或观察更小的检查点"),
     "err.bad_name": ("'{name}' is not a checkpoint name", "'{name}' 不是检查点名称"),
     "err.bad_name_fix": ("pick a name from the list; paths are not accepted",
                          "请从列表中选择名称；不接受路径"),
@@ -213,6 +238,19 @@ STRINGS: dict[str, tuple[str, str]] = {
                    "{stops}. The generation settings above apply here too.",
                    "该检查点带有对话模板：每条消息都按模型自己的对话格式写入提示（展开“模型读到的提示”即可看到），"
                    "回复在 {stops} 处停止。上面的生成设置同样适用于对话。"),
+    "chat.ready_turn": ("This checkpoint carries a chat template: each message is written into the model's own "
+                        "conversation format (open \"Prompt the model reads\" to see it), which ends every turn "
+                        "with the end-of-turn token {turn}; the reply stops there (or at {others}). The generation "
+                        "settings above apply here too.",
+                        "该检查点带有对话模板：每条消息都按模型自己的对话格式写入提示（展开“模型读到的提示”即可看到），"
+                        "模板在每轮结尾写下结束标记 {turn}；回复在那里停止（或在 {others} 处）。上面的生成设置同样适用于对话。"),
+    "chat.unavailable": ("This checkpoint carries a chat template, but it cannot be opened here: {why}",
+                         "该检查点带有对话模板，但这里无法打开它：{why}"),
+    "chat.dropped_capped": ("the {n} oldest messages no longer fit in the {cap} tokens this UI gives one request "
+                            "(the model's max_len is {max_len}) with room for a reply: the model did not see them "
+                            "(they stay on screen)",
+                            "最早的 {n} 条消息已放不进本界面每次请求的 {cap} 个 token（模型的 max_len 为 {max_len}）"
+                            "并给回复留出空间：模型没有看到它们（它们仍显示在屏幕上）"),
     "chat.none": ("No chat mode: this checkpoint carries no chat template (the conversation format an "
                   "instruct model was tuned on), so it cannot hold a conversation. To get one, convert an "
                   "instruct model whose folder has tokenizer_config.json or chat_template.jinja "
@@ -242,6 +280,9 @@ STRINGS: dict[str, tuple[str, str]] = {
                              "转换一个指令模型（`zoo convert HF_DIR runs/NAME`）或 GGUF 文件，或用上面的输入框续写文本"),
     "chat.too_long": ("the message needs {n} tokens in the template's format, the model reads at most {max_len}",
                       "这条消息按模板格式需要 {n} 个 token，而模型最多读 {max_len} 个"),
+    "chat.too_long_capped": ("the message needs {n} tokens in the template's format; one request holds at most "
+                             "{cap} here (the model's max_len is {max_len})",
+                             "这条消息按模板格式需要 {n} 个 token；这里每次请求最多 {cap} 个（模型的 max_len 为 {max_len}）"),
     "chat.too_long_fix": ("write a shorter message", "请写一条更短的消息"),
     "chat.full": ("the conversation already has {n} messages, the most this page keeps",
                   "对话已有 {n} 条消息，达到本页面保存的上限"),
@@ -330,6 +371,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "compare.row.arch": ("architecture", "架构"),
     "compare.row.params": ("parameters", "参数量"),
     "compare.row.components": ("components", "组件"),
+    "compare.row.tokens": ("tokens in the forward", "前向的 token 数"),
+    "compare.tokens_capped": ("{T} of the {asked} asked (max_len {max_len})", "{T}（要求 {asked}，max_len 为 {max_len}）"),
     "compare.row.ms": ("forward time (ms, median of 5)", "前向耗时（毫秒，5 次中位数）"),
     "compare.row.out": ("output shape", "输出形状"),
     "compare.row.diff": ("max |A − B| of outputs", "输出最大绝对差 |A − B|"),
@@ -426,6 +469,24 @@ STRINGS: dict[str, tuple[str, str]] = {
                          "lens 与修补只读取一条残差流，而编码器-解码器有两条"),
     "interp.same_length": ("the clean prompt has {a} tokens, the corrupted one {b}",
                            "干净提示有 {a} 个词元，被破坏的提示有 {b} 个"),
+    "interp.length_capped": ("{n} tokens: give between 2 and {max} (this tab reads at most {max} of the model's "
+                             "max_len {max_len} tokens: per request, and a wider heatmap is unreadable)",
+                             "{n} 个词元：请给出 2 到 {max} 个（本页最多读取 {max} 个 token，模型的 max_len 为 "
+                             "{max_len}：按每次请求计，而且更宽的热力图也看不清）"),
+    "interp.lens_over": ("the logit lens of {L} rows × {T} tokens × {V} vocabulary entries needs about {need}, more "
+                         "than the budget of {limit} ({why})",
+                         "{L} 行 × {T} 个 token × {V} 个词表项的 logit lens 大约需要 {need}，超过了预算 {limit}（{why}）"),
+    "interp.patch_work": ("patching {L} layers × {T} positions runs {forwards} forwards of {T} tokens, about {flops} "
+                          "FLOPs, more than this UI's {limit} per request: patching takes at most {n} tokens for "
+                          "this checkpoint",
+                          "修补 {L} 层 × {T} 个位置要运行 {forwards} 次前向、每次 {T} 个 token，约 {flops} FLOPs，"
+                          "超过了本界面每次请求的 {limit}：对这个检查点，修补最多 {n} 个 token"),
+    "interp.patch_fix": ("give shorter prompts (the line under the checkpoint says how many tokens patching takes)",
+                         "请给出更短的提示（检查点下方的说明写着修补最多能取多少个 token）"),
+    "interp.room": ("{name}: {L} layers, max_len {max_len}. Here a text holds 2 to {cap} tokens; patching runs "
+                    "layers × tokens forwards, so it takes at most {patch} tokens for this checkpoint.",
+                    "{name}：{L} 层，max_len 为 {max_len}。这里文本可以有 2 到 {cap} 个 token；修补要运行"
+                    "“层数 × token 数”次前向，所以对这个检查点最多 {patch} 个 token。"),
     "interp.same_length_fix": ("change tokens without adding or removing any", "只替换词元，不要增删"),
     # ------------------------------------------------------------------ experiments
     "exp.intro": ("Which variant is better, and why: pick a shipped experiment or edit its YAML (checked as "

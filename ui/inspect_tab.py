@@ -24,6 +24,7 @@ import torch
 import zoo
 from zoo.errors import ZooError
 
+from . import budget
 from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
                      inline_errors, load_checkpoint, raw, safe_markdown)
 from .i18n import t, ui_error
@@ -212,8 +213,11 @@ def inspect(name: str, text: str, stack: str | None = None, layer: int = 0, head
 
     from zoo.inside import plots
 
-    # tracing swaps kernels for one run: work on a private copy, the cached model is shared
-    model = copy.deepcopy(load_checkpoint(name, lang))
+    # tracing swaps kernels for one run: work on a private copy (held to the budget: it costs the
+    # model's size again), the cached model is shared
+    shared = load_checkpoint(name, lang)
+    budget.refuse_if_over(budget.model_bytes(shared), "budget.inspect_copy", "checkpoint", "budget.inspect_copy_fix")
+    model = copy.deepcopy(shared)
     text = check_text(text, lang)
     tok = getattr(model, "tokenizer", None)
     if tok is None:

@@ -3,7 +3,14 @@
 Thin handlers over :mod:`zoo.inside.lens` and :mod:`zoo.inside.patching`; each returns one HTML heatmap whose
 cells carry their numbers (hover a cell: its ``title`` reads layer, head or position, token and
 value; ``data-*`` attributes hold the same for tests).  Text is encoded with the checkpoint's
-tokenizer; a checkpoint without one (``induction_2l``) takes token ids separated by spaces.
+tokenizer -- mostly unknown characters are refused, as the Run tab refuses them, some are a note
+above the heatmap --; a checkpoint without one (``induction_2l``) takes token ids separated by spaces.
+Choosing another checkpoint puts prompts that checkpoint can read in the boxes (:func:`examples_for`).
+
+Sizes follow the model and the budget (``ui/budget.py``), never its shape: a text holds at most
+``min(max_len capped per request, LIMITS["interp_tokens"])`` tokens, the logit lens's
+``(L + 1) x T x V`` logits must fit the memory budget, and patching (``L x T`` forwards of ``T``
+tokens) the work per request; the line under the picker says what that allows for the checkpoint.
 """
 from __future__ import annotations
 
@@ -12,21 +19,50 @@ from typing import Any
 
 import torch
 
-from .common import (check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
-                     inline_errors, load_checkpoint, raw)
+from . import budget
+from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
+                     inline_errors, load_checkpoint, raw, safe_markdown)
 from .i18n import t, ui_error
 
 KINDS = ("induction", "previous_token", "duplicate_token")
 
+#: prompt pairs (clean, corrupted: one word changed), the first one a checkpoint's tokenizer reads
+#: without unknown characters and in as many tokens for both is what the boxes show for it
+PAIRS = (("The capital of France is", "The capital of Greece is"),
+         ("床前明月光，疑是地上霜。", "床前明月光，疑是天上霜。"))
+#: a checkpoint without a tokenizer reads ids (a repeat, for induction heads)
+IDS = ([5, 17, 42, 8, 33, 5, 17, 42, 8], [5, 17, 42, 8, 34, 5, 17, 42, 8])
+
 
 # ---------------------------------------------------------------------- inputs
-def encode(model, text: Any, lang: str = "en") -> tuple[torch.Tensor, list[str]]:
-    """``(ids (1, T), token labels)`` of ``text``: the tokenizer's, or space-separated ids."""
+def token_cap(model) -> int:
+    """The most tokens a text may have here: the model's max_len capped per request
+    (:func:`budget.room`) and at ``LIMITS["interp_tokens"]`` (a wider heatmap is unreadable)."""
+    return min(budget.room(model).tokens, int(LIMITS["interp_tokens"]))
+
+
+def patch_cap(model) -> int:
+    """The most tokens patching may take: ``L x T + 3`` forwards of ``T`` tokens within the work
+    per request (:func:`budget.check_work`), and :func:`token_cap`."""
+    P, L = budget.parameters(model), model.spec.num_layers
+    T = 1
+    while T < token_cap(model) and budget.work(P, L * (T + 1) + 3, T + 1) <= LIMITS["request_flops"]:
+        T += 1
+    return T
+
+
+def encode(model, text: Any, lang: str = "en", notes: list | None = None) -> tuple[torch.Tensor, list[str]]:
+    """``(ids (1, T), token labels)`` of ``text``: the tokenizer's, or space-separated ids.  Mostly
+    unknown characters are refused (:func:`zoo.run.input_contract.admit`, as the Run tab does); the
+    note on some of them goes to ``notes``."""
     from zoo.errors import ZooError
+    from zoo.run.input_contract import admit, route_notes
 
     text = check_text(text, lang)
     tok = getattr(model, "tokenizer", None)
     if tok is not None:
+        with route_notes((notes if notes is not None else []).append):
+            text = admit(model, tok, text, where="text", contract=False)
         ids = tok.encode(text)
         labels = [tok.decode([i]) for i in ids]
     else:
@@ -37,8 +73,12 @@ def encode(model, text: Any, lang: str = "en") -> tuple[torch.Tensor, list[str]]
         if any(not 0 <= i < model.spec.vocab_size for i in ids):
             raise ui_error(ZooError, "interp.ids_range", where="text", v=model.spec.vocab_size)
         labels = [str(i) for i in ids]
-    if len(ids) < 2 or len(ids) > model.spec.max_len:
-        raise ZooError(t("interp.length", lang, n=len(ids), max=model.spec.max_len), where="text")
+    cap = token_cap(model)
+    if len(ids) < 2 or len(ids) > cap:
+        if cap == model.spec.max_len:
+            raise ui_error(ZooError, "interp.length", where="text", n=len(ids), max=cap)
+        raise ui_error(ZooError, "interp.length_capped", where="text", n=len(ids), max=cap,
+                       max_len=model.spec.max_len)
     if model.spec.arch == "encoder_decoder":
         raise ui_error(ZooError, "interp.one_stack", where="checkpoint")
     return torch.tensor([ids]), labels
@@ -74,7 +114,12 @@ def lens_view(name: str, text: str, lang: str = "en") -> str:
     from zoo.inside.lens import logit_lens
 
     model = load_checkpoint(name, lang)
-    ids, labels = encode(model, text, lang)
+    notes: list[str] = []
+    ids, labels = encode(model, text, lang, notes)
+    L, T, V = model.spec.num_layers, ids.size(1), model.spec.vocab_size
+    elem = next(model.parameters()).element_size()
+    budget.refuse_if_over((L + 1) * T * V * (elem + 4 + 1), "interp.lens_over", "text", "budget.too_many_fix",
+                          L=L + 1, T=T, V=V)  # logits, probabilities and ranks of every layer
     lens = logit_lens(model, ids, top_k=1)
     tok = getattr(model, "tokenizer", None)
     dec = (lambda i: tok.decode([i])) if tok is not None else str
@@ -82,8 +127,8 @@ def lens_view(name: str, text: str, lang: str = "en") -> str:
     cell = [[dec(i) for i in row] for row in top]
     rows = [t("interp.embed", lang)] + [t("interp.layer", lang, i=i) for i in range(model.spec.num_layers)]
     cols = [f"{j} {lab!r}" for j, lab in enumerate(labels)]
-    return heatmap(lens.top_probs[:, 0, :, 0], rows, cols, cell, elem="interp-lens",
-                   title=t("interp.lens_title", lang))
+    return noted(notes, lang) + heatmap(lens.top_probs[:, 0, :, 0], rows, cols, cell, elem="interp-lens",
+                                        title=t("interp.lens_title", lang))
 
 
 @handler
@@ -93,7 +138,8 @@ def scores_view(name: str, text: str, kind: str, lang: str = "en") -> str:
     from zoo.inside.lens import HEAD_KINDS, head_scores, induction_score
 
     model = load_checkpoint(name, lang)
-    ids, _ = encode(model, text, lang)
+    notes: list[str] = []
+    ids, _ = encode(model, text, lang, notes)
     if kind not in HEAD_KINDS:
         from zoo.errors import ZooError
         raise ZooError(f"unknown kind '{kind}'", where="kind", options=list(HEAD_KINDS))
@@ -105,8 +151,9 @@ def scores_view(name: str, text: str, kind: str, lang: str = "en") -> str:
         scores = head_scores(model, ids, kind)
         title = t("interp.scores_title", lang, kind=kind)
     L, H = scores.shape
-    return heatmap(scores, [t("interp.layer", lang, i=i) for i in range(L)],
-                   [t("interp.head", lang, i=h) for h in range(H)], elem="interp-scores", title=title)
+    return noted(notes, lang) + heatmap(scores, [t("interp.layer", lang, i=i) for i in range(L)],
+                                        [t("interp.head", lang, i=h) for h in range(H)], elem="interp-scores",
+                                        title=title)
 
 
 @handler
@@ -118,11 +165,18 @@ def patch_view(name: str, clean: str, corrupted: str, lang: str = "en") -> str:
     from zoo.inside.patching import patch_layers_positions
 
     model = load_checkpoint(name, lang)
-    a, labels = encode(model, clean, lang)
-    b, labels_b = encode(model, corrupted, lang)
+    notes: list[str] = []
+    a, labels = encode(model, clean, lang, notes)
+    b, labels_b = encode(model, corrupted, lang, notes)
     if a.shape != b.shape:
         raise ui_error(ZooError, "interp.same_length", fix="interp.same_length_fix", where="corrupted",
                        a=a.size(1), b=b.size(1))
+    L, T = model.spec.num_layers, a.size(1)  # L x T patched runs, a clean, a corrupted and a target run
+    flops = budget.work(budget.parameters(model), L * T + 3, T)
+    if flops > LIMITS["request_flops"]:
+        raise ui_error(ZooError, "interp.patch_work", fix="interp.patch_fix", where="text", L=L, T=T,
+                       forwards=L * T + 3, flops=f"{flops:.1e}", limit=f"{LIMITS['request_flops']:.0e}",
+                       n=patch_cap(model))
     with torch.no_grad():
         target = model(a)[0, -1].argmax()
 
@@ -134,9 +188,79 @@ def patch_view(name: str, clean: str, corrupted: str, lang: str = "en") -> str:
     res = patch_layers_positions(model, a, b, metric)
     frac = (res - lo) / (hi - lo) if abs(hi - lo) > 1e-6 else res * 0
     cols = [f"{j} {x!r}" + ("" if x == y else f"/{y!r}") for j, (x, y) in enumerate(zip(labels, labels_b))]
-    return heatmap(frac, [t("interp.layer", lang, i=i) for i in range(model.spec.num_layers)], cols,
-                   elem="interp-patch", signed=True,
-                   title=t("interp.patch_title", lang, lo=lo, hi=hi))
+    return noted(notes, lang) + heatmap(frac, [t("interp.layer", lang, i=i) for i in range(model.spec.num_layers)],
+                                        cols, elem="interp-patch", signed=True,
+                                        title=t("interp.patch_title", lang, lo=lo, hi=hi))
+
+
+def noted(notes: list[str], lang: str = "en") -> str:
+    """The notes on a text (characters read as <unk>) as lines above a heatmap."""
+    return "".join(f"<div class='zoo-interp-note'>⚠ {html.escape(t('run.note', lang))}: {html.escape(n)}</div>"
+                   for n in dict.fromkeys(notes))
+
+
+# ---------------------------------------------------------------------- another checkpoint
+def examples_for(model) -> tuple[str, str]:
+    """Clean and corrupted prompts ``model`` reads: ids for a checkpoint without a tokenizer, else
+    the first of :data:`PAIRS` its tokenizer reads without unknown characters, in as many tokens
+    for both and at least two; else empty boxes (the user types)."""
+    from zoo.run.input_contract import unknown_characters
+
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        V = model.spec.vocab_size
+        return tuple(" ".join(str(i % V) for i in ids) for ids in IDS)
+    cap = token_cap(model)
+    for clean, corrupted in PAIRS:
+        if any(unknown_characters(tok, x)[0] for x in (clean, corrupted)):
+            continue
+        n = len(tok.encode(clean))
+        if n == len(tok.encode(corrupted)) and 2 <= n <= cap:
+            return clean, corrupted
+    return "", ""
+
+
+def room_note(model, name: str, lang: str = "en") -> str:
+    """The line under the picker: what this checkpoint may be asked here (tokens, patching)."""
+    r = budget.room(model)
+    line = t("interp.room", lang, name=name, L=model.spec.num_layers, max_len=model.spec.max_len,
+             cap=token_cap(model), patch=patch_cap(model))
+    return safe_markdown(line + (" " + budget.cap_text(r, lang) if r.capped else ""))
+
+
+@inline_errors(5, kept=True)
+def on_checkpoint(name, lang):
+    """Another checkpoint: prompts it can read in both boxes, its line, and the old heatmap gone
+    (it belonged to the other model).  Outputs: clean, corrupted, line, heatmap, kept view."""
+    import gradio as gr
+
+    if not name:
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+    model = load_checkpoint(name, lang)
+    clean, corrupted = examples_for(model)
+    return clean, corrupted, room_note(model, name, lang), "", None
+
+
+def room_again(lang: str, name) -> str | None:
+    """The line under the picker in ``lang`` (None when the checkpoint cannot be opened: the error
+    box says why)."""
+    from zoo.errors import ZooError
+
+    try:
+        return room_note(load_checkpoint(name, lang), name, lang) if name else None
+    except ZooError:
+        return None
+
+
+def _first(name, lang: str = "en") -> tuple[tuple[str, str], str]:
+    """The boxes and the line for the checkpoint the tab starts on."""
+    from zoo.errors import ZooError
+
+    try:
+        model = load_checkpoint(name, lang)
+        return examples_for(model), room_note(model, name, lang)
+    except ZooError:
+        return tuple(" ".join(map(str, ids)) for ids in IDS), ""
 
 
 #: the views of the tab, by the name kept for a language switch
@@ -157,6 +281,7 @@ CSS = """
 .zoo-interp td.cell:hover { border-color: #f43f5e; }
 .zoo-interp th { font-weight: normal; padding: 2px 6px; white-space: nowrap; }
 .zoo-interp-title { font-weight: 600; margin: 4px 0; }
+.zoo-interp-note { margin: 2px 0; }
 """
 
 
@@ -171,17 +296,18 @@ def build(tr, lang_state) -> dict:
     ui["checkpoint"] = tr.add(gr.Dropdown(names, value=default, label=tr("run.checkpoint"),
                                           elem_id="interp-checkpoint", allow_custom_value=True),
                               label="run.checkpoint")
-    example = " ".join(str(i) for i in [5, 17, 42, 8, 33, 5, 17, 42, 8])
-    ui["text"] = tr.add(gr.Textbox(example, label=tr("interp.text"), elem_id="interp-text"), label="interp.text")
+    (example, corrupted), line = _first(default, tr.lang) if default else (("", ""), "")
+    ui["room"] = gr.Markdown(line, elem_id="interp-room")  # what this checkpoint may be asked here
+    ui["text"] = tr.add(gr.Textbox(example, label=tr("interp.text"), elem_id="interp-text",
+                                   max_length=LIMITS["text_chars"]), label="interp.text")
     with gr.Row():
         ui["lens"] = tr.add(gr.Button(tr("interp.lens"), elem_id="interp-lens-go"), value="interp.lens")
         ui["kind"] = tr.add(gr.Dropdown(list(KINDS), value="induction", label=tr("interp.kind"),
                                         elem_id="interp-kind"), label="interp.kind")
         ui["scores"] = tr.add(gr.Button(tr("interp.scores"), elem_id="interp-scores-go"), value="interp.scores")
     with gr.Row():
-        ui["corrupted"] = tr.add(gr.Textbox(" ".join(str(i) for i in [5, 17, 42, 8, 34, 5, 17, 42, 8]),
-                                            label=tr("interp.corrupted"), elem_id="interp-corrupted"),
-                                 label="interp.corrupted")
+        ui["corrupted"] = tr.add(gr.Textbox(corrupted, label=tr("interp.corrupted"), elem_id="interp-corrupted",
+                                            max_length=LIMITS["text_chars"]), label="interp.corrupted")
         ui["patch"] = tr.add(gr.Button(tr("interp.patch"), variant="primary", elem_id="interp-patch-go"),
                              value="interp.patch")
     ui["error"] = error_box("interp-error", tr)  # a view's error, in the page's language (it follows a switch)
@@ -192,12 +318,19 @@ def build(tr, lang_state) -> dict:
     ui["kept"] = gr.State(None)
     asked = {"lens": [ui["checkpoint"], ui["text"]], "scores": [ui["checkpoint"], ui["text"], ui["kind"]],
              "patch": [ui["checkpoint"], ui["text"], ui["corrupted"]]}
+    views = []
     for view, inputs in asked.items():
         @inline_errors(2, kept=True)
         def shown(lang, *values, _view=view):
             return raw(VIEWS[_view])(*values, lang=lang), {"view": _view, "args": list(values)}
-        ui[view].click(shown, inputs=[lang_state] + inputs, outputs=[ui["out"], ui["kept"],
-                                                                   *error_outputs(ui["error"])],
-                       api_visibility="private")
+        views.append(ui[view].click(shown, inputs=[lang_state] + inputs,
+                                    outputs=[ui["out"], ui["kept"], *error_outputs(ui["error"])],
+                                    api_visibility="private"))
     tr.keep([ui["out"]], redraw, [ui["kept"]])
+    # another checkpoint: prompts it reads, its line, no stale heatmap (a view still running stops)
+    ui["checkpoint"].change(on_checkpoint, inputs=[ui["checkpoint"], lang_state],
+                            outputs=[ui["text"], ui["corrupted"], ui["room"], ui["out"], ui["kept"],
+                                     *error_outputs(ui["error"])],
+                            cancels=views, api_visibility="private")
+    tr.keep([ui["room"]], room_again, [ui["checkpoint"]])
     return ui

@@ -8,9 +8,11 @@
   conversation rendered with the template, the reply streamed, the rendered prompt on demand.
 
 Checkpoints are chosen by name only (``ui.common.checkpoint_path``); sizes are bounded by
-``ui.common.LIMITS``.  Limits come from the model: "max new tokens" is capped by what the model's
-``max_len`` leaves after the prompt (the slider's range follows the chosen checkpoint, and a run
-never asks for more than fits), so every shipped checkpoint runs from its example with one click.
+``ui.common.LIMITS``.  Limits come from the model and the budget (``ui/budget.py``): "max new tokens"
+is capped by what the model's ``max_len`` -- or, for a long one, this UI's tokens per request --
+leaves after the prompt (the slider's range follows the chosen checkpoint, the card says why, and
+a run never asks for more than fits), so every shipped checkpoint runs from its example with one
+click and a released model (30 layers, max_len 8192) opens as it is.
 Errors stay in the tab's error box, with where / problem / fix, until the next run.
 """
 from __future__ import annotations
@@ -22,10 +24,10 @@ from typing import Any, Iterator
 
 import zoo
 
-from zoo.commands.run import DEFAULT_NEW_TOKENS, new_token_room, prompt_tokens
+from zoo.commands.run import DEFAULT_NEW_TOKENS, prompt_tokens
 from zoo.convert import certificate_text
 
-from . import chat_panel
+from . import budget, chat_panel
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
                      default_checkpoint, error_box, error_outputs, handler, inline_errors, load_checkpoint, raw,
                      safe_markdown, shown_paths)
@@ -82,6 +84,7 @@ def model_card(name: str, lang: str = "en") -> str:
             shown = shown_paths(value)
             lines.append(f"- {key[len('zoo.extra.'):]}: {shown}")
     lines.append("- " + t("run.room", lang, n=spec.max_len))
+    lines.append("- " + budget.room_line(path, lang))  # weights against the budget, tokens per request
     if spec.arch == "encoder":
         lines += ["", t("run.mask_hint", lang, mask="`<mask>`")]
     lines = [safe_markdown(line) for line in lines]  # names and metadata are the checkpoint's text
@@ -126,11 +129,12 @@ def fill_mask(model, text: str, top_k: int = 5, lang: str = "en") -> list[list[s
 
 def max_new_tokens_for(name: str | None, lang: str = "en") -> dict:
     """The "max new tokens" slider for checkpoint ``name``: its range ends at what ``max_len``
-    allows (and the UI limit), its value is the default capped the same way."""
+    (capped per request, ``ui/budget.py``) allows and the UI limit, its value is the default capped
+    the same way."""
     top = LIMITS["max_new_tokens"]
     if name:
         try:
-            top = min(top, zoo.load_spec(checkpoint_path(name, lang)).max_len)
+            top = min(top, budget.room_of(checkpoint_path(name, lang))[0].tokens)
         except zoo.ZooError:
             pass
     return {"maximum": max(top, 2), "value": min(DEFAULT_NEW_TOKENS, top)}
@@ -155,7 +159,7 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
         return
     tok = _tokenizer(model, lang)
     check_value("input_tokens", len(tok.encode(text)), lang=lang)
-    max_new_tokens = min(max_new_tokens, new_token_room(model, prompt_tokens(model, text)))
+    max_new_tokens = min(max_new_tokens, budget.new_token_room(model, prompt_tokens(model, text)))
     from zoo.run.generate import stream_text
 
     options = sampling_options(temperature, top_k, top_p, seed, repetition_penalty, more)

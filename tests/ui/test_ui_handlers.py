@@ -239,12 +239,18 @@ def test_shipped_names_cannot_be_overwritten():
     assert "shipped" in info.value.message
 
 
-def test_oversized_checkpoints_are_refused_before_loading(tmp_path):
+def test_a_stored_checkpoint_is_held_to_the_budget_not_its_shape(tmp_path, monkeypatch):
+    """Issue 36: 30 layers and max_len 8192 are a released model's shape, not a reason to refuse it;
+    weights over the budget are, before any tensor is read (tests/ui/test_ui_budget.py has more)."""
     runs = Path(os.environ["ZOO_RUNS"])
     big = zoo.build({"arch": "decoder", "vocab_size": 16, "d_model": 8, "num_layers": 30, "num_heads": 2,
-                     "max_len": 16}, seed=0)
+                     "max_len": 8192}, seed=0)
     zoo.save(big, runs / "deep")
-    with pytest.raises(zoo.SpecError, match="num_layers"):
+    assert common.load_checkpoint("deep").spec.num_layers == 30
+    common._CACHE.clear()
+    monkeypatch.setattr(zoo.guard.run_budget, "BUDGET", 1000)
+    monkeypatch.setattr(zoo, "load", lambda *a, **k: pytest.fail("read before the budget check"))
+    with pytest.raises(zoo.CheckpointError, match=r"needs .* for its weights, more than the budget of 1.0 KB"):
         common.load_checkpoint("deep")
 
 
