@@ -58,7 +58,10 @@ class LayerScale(PreNorm):  # pre-norm's norm and enter, its own exit
         nn.init.constant_(self.gamma, self.init)
 
     def exit(self, x, y):
-        return x + self.gamma * y  # (B, T, D) scaled per channel
+        return x + self.branch(y)
+
+    def branch(self, y):  # what the sub-layer adds to the stream (the inside view's hook_*_out)
+        return self.gamma * y  # (B, T, D) scaled per channel
 
 
 @zoo.hookimpl

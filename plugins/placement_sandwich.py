@@ -26,7 +26,10 @@ class SandwichNorm(Placement):
         return self.norm(x)
 
     def exit(self, x, y):
-        return x + self.post_norm(y)
+        return x + self.branch(y)
+
+    def branch(self, y):  # what the sub-layer adds to the stream (the inside view's hook_*_out)
+        return self.post_norm(y)
 
 
 @zoo.hookimpl

@@ -10,10 +10,12 @@ in exactly one place.)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Literal, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -96,6 +98,26 @@ class BuildContext:
 #: :mod:`zoo.inside.hooks` for that call only; None everywhere else.  A context variable, not an
 #: attribute of the model: a forward of the same model in another thread sees none of them.
 TAPS: ContextVar[Mapping[Any, Any] | None] = ContextVar("zoo_taps", default=None)
+#: how many hooked calls are open in this process, in any thread: while none is, a lookup reads no
+#: context variable (and ``torch.compile``, which never reads it, keeps its graph when one opens)
+_OPEN = 0
+_OPEN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def tapping(var: ContextVar, value: Any) -> Iterator[None]:
+    """``var`` (:data:`TAPS` or :data:`KERNEL_TAPS`) set to ``value`` in this thread's context for
+    the ``with`` block (nested blocks restore the outer value)."""
+    global _OPEN
+    with _OPEN_LOCK:
+        _OPEN += 1
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
+        with _OPEN_LOCK:
+            _OPEN -= 1
 
 
 def taps_for(module: nn.Module) -> Any:
@@ -117,10 +139,10 @@ def taps_for(module: nn.Module) -> Any:
     input per head).  ``tap.begin(stack, cache, **call)`` (the model's taps only): a stack's forward
     starts after ``cache.length`` cached tokens.  The names a module's forward calls are the ones
     its class lists (:func:`zoo.inside.hooks.hook_names`)."""
-    taps = TAPS.get()
-    if taps is None or torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or not _OPEN:  # tracing a graph (no guard on _OPEN); nothing hooked
         return None
-    return taps.get(module)
+    taps = TAPS.get()
+    return None if taps is None else taps.get(module)
 
 
 def _identity_tap(name: str, x: Any, at: int | None = None) -> Any:
@@ -139,6 +161,14 @@ def taps_or_identity(module: nn.Module) -> Callable[..., Any]:
 #: kernels' shared steps (:mod:`zoo.model.kernels`) hand ``hook_attn_scores`` and ``hook_pattern``
 #: to it, so every kernel built from them shows both.  None everywhere else.
 KERNEL_TAPS: ContextVar[Any] = ContextVar("zoo_kernel_taps", default=None)
+
+
+def kernel_taps() -> Any:
+    """The running kernel's view of its layer's taps (:data:`KERNEL_TAPS`), or None: outside a
+    hooked call asking for scores or pattern, and while ``torch.compile`` traces."""
+    if torch.compiler.is_compiling() or not _OPEN:
+        return None
+    return KERNEL_TAPS.get()
 
 
 class AttentionKernel(nn.Module):
@@ -337,6 +367,12 @@ class Placement(nn.Module):
 
     def exit(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+
+    #: Optional, for the inside view: ``branch(y)``, what ``exit`` adds to the stream when ``exit(x,
+    #: y) == x + branch(y)`` and the branch is more than ``y`` (sandwich: ``post_norm(y)``).  A hooked
+    #: call then shows ``hook_attn_out`` / ``hook_mlp_out`` as that -- TransformerLens' meaning, what
+    #: the sub-layer adds to the residual stream -- and an edit changes exactly what is added.
+    branch: ClassVar[Callable[..., torch.Tensor] | None] = None
 
 
 class FeedForward(nn.Module):

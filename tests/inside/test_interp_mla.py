@@ -58,3 +58,28 @@ def test_direct_path_refuses_latent_attention_by_name(pair):
         patch_direct_path(model, ids, ids.flip(1), lambda lg: lg[:, -1, 0].sum(), 0, 0)
     e = info.value
     assert e.where == "patch_direct_path" and "'mla'" in e.what and "patch_heads" in e.options and e.fix
+
+
+@torch.no_grad()
+def test_latent_attention_hook_points_mean_what_transformers_computes():
+    """TransformerLens has no latent attention, so the DeepSeek-V2 model's points are checked against
+    transformers itself, every weight random: the pattern equals its eager attention weights, the
+    residual stream its hidden states, and ``ln1.hook_normalized`` times the norm's weight its
+    ``input_layernorm`` output (the normalised stream *before* the weight, TL's meaning).  A hooked
+    call sees the rebuilt heads (``hook_k (B, Tk, h, d_n + d_r)``), never the absorbed latents."""
+    hf = deepseek_v2_small()
+    hf.set_attn_implementation("eager")
+    from zoo.convert import from_transformers
+
+    model = from_transformers(hf, certify=False)
+    ids = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(1))
+    out = hf(ids, output_attentions=True, output_hidden_states=True)
+    _, cache = run_with_cache(model, ids)
+    for i, layer in enumerate(hf.model.layers):
+        torch.testing.assert_close(cache[f"blocks.{i}.attn.hook_pattern"], out.attentions[i], atol=1e-6, rtol=0)
+        torch.testing.assert_close(cache[f"blocks.{i}.hook_resid_pre"], out.hidden_states[i], atol=1e-5, rtol=0)
+        normed = cache[f"blocks.{i}.ln1.hook_normalized"]
+        torch.testing.assert_close(normed * layer.input_layernorm.weight, layer.input_layernorm(out.hidden_states[i]),
+                                   atol=1e-5, rtol=0)
+        assert (normed - layer.input_layernorm(out.hidden_states[i])).abs().max() > 1e-2  # the weight is not 1
+        assert cache[f"blocks.{i}.attn.hook_k"].shape == (2, 9, 4, 16)

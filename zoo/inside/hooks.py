@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-from ..components import KERNEL_TAPS, TAPS, AttentionKernel, BuildContext, Norm, repeat_kv
+from ..components import KERNEL_TAPS, TAPS, AttentionKernel, BuildContext, Norm, repeat_kv, tapping
 from ..errors import ZooError, did_you_mean
 from ..model.layers import Attention, AttnArgs, Block, call_kernel, kernel_steps
 from ..registry import get_registry
@@ -136,7 +136,7 @@ def edit_positions(positions: int | Iterable[int], fn: Callable[[torch.Tensor], 
     or in the decoding step that computes them (never twice).  A negative position counts from the
     end of the activation, as Python does (``-1``: the last position of the call); generation
     refuses it, since the end moves with every new token."""
-    wanted = [positions] if isinstance(positions, int) else list(positions)
+    wanted = [positions] if isinstance(positions, int) or not isinstance(positions, Iterable) else list(positions)
     bad = [p for p in wanted if isinstance(p, bool) or not isinstance(p, int)]
     if bad:
         raise ZooError(f"positions must be integers, got {bad[:3]!r}", where="edit_positions",
@@ -311,14 +311,11 @@ def _probe(kernel: nn.Module, h: int, h_kv: int, hd: int) -> tuple[str, ...] | N
     q, k, v = (torch.randn(1, n, 3, hd, generator=g).to(dev, dt) for n in (h, h_kv, h_kv))
     a = AttnArgs.make(3, 3, q.device, is_causal=True, fused_causal=kernel.capabilities.fused_causal)
     probe = _Probe()
-    token = KERNEL_TAPS.set(probe)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), tapping(KERNEL_TAPS, probe):
             call_kernel(kernel, q, k, v, a)
     except Exception:  # noqa: BLE001 - a kernel that cannot run on this probe shows nothing here
         return None
-    finally:
-        KERNEL_TAPS.reset(token)
     return tuple(n for n in KERNEL_POINTS if n in probe.seen)
 
 
@@ -419,16 +416,20 @@ def _describe(t) -> str:
 class _Taps:
     """One module's taps in one session: what :func:`zoo.components.taps_for` hands the module."""
 
-    __slots__ = ("session", "prefix", "stack", "names", "layer", "_stacks")
+    __slots__ = ("session", "prefix", "stack", "names", "listed", "layer", "_stacks")
 
-    def __init__(self, session: "Hooks", prefix: str, stack: str, names: Iterable[str], layer=None):
+    def __init__(self, session: "Hooks", prefix: str, stack: str, names: Iterable[str], listed: Iterable[str],
+                 layer=None):
         self.session, self.prefix, self.stack = session, prefix, stack
         self.names = frozenset(names)  # the module's points this session asks for
+        self.listed = frozenset(listed)  # every point the module's class lists
         self.layer = layer
         self._stacks: dict[str, _Taps] = {}
 
     def __call__(self, name: str, x, at: int | None = None):
         if name not in self.names:
+            if name not in self.listed:  # a forward calling what hook_names() does not list: a bug
+                raise RuntimeError(f"'{self.prefix}{name}' is tapped by a forward but not listed by its module")
             return x
         return self.session.emit(self.prefix + name, x, self.stack, at)
 
@@ -444,7 +445,8 @@ class _Taps:
             s.last_call = {"cache": cache, **call}
         if stack not in self._stacks:
             p = _stack_prefix(s.model, stack)
-            self._stacks[stack] = _Taps(s, p, stack, {"hook_tokens"} & {n[len(p):] for n in s.active if n.startswith(p)})
+            self._stacks[stack] = _Taps(s, p, stack, {"hook_tokens"} & {n[len(p):] for n in s.active if n.startswith(p)},
+                                        {"hook_tokens"})
         return self._stacks[stack]
 
     def kernel_call(self, kernel, q, k, v, a) -> tuple[torch.Tensor, None]:
@@ -457,11 +459,8 @@ class _Taps:
             runner = kernel if how == "steps" else self.session.stand_in(kernel, self.layer)
             return _shown_steps(runner, q, k, v, a, self), None
         view = _KernelTap(self, a.empty)
-        token = KERNEL_TAPS.set(view)
-        try:
+        with tapping(KERNEL_TAPS, view):
             out = call_kernel(kernel, q, k, v, a)[0]
-        finally:
-            KERNEL_TAPS.reset(token)
         missed = [n for n in wanted if n not in view.seen]
         if missed:
             raise ZooError(f"attention kernel '{type(kernel).__name__}' did not show {missed} in this call "
@@ -544,6 +543,9 @@ class Hooks:
         self._eager: dict[int, nn.Module] = {}
         self._taps: dict[nn.Module, _Taps] = {}
         stack_of = _stacks_of(model)
+        listed: dict[nn.Module, set[str]] = {}
+        for module, prefix, ns in pts:
+            listed.setdefault(module, set()).update(ns)
         for module, prefix, ns in pts:
             wanted = {n for n in ns if prefix + n in self.active}
             if not wanted or module is model:
@@ -551,13 +553,15 @@ class Hooks:
             t = self._taps.get(module)
             if t is None:
                 layer = module if hasattr(module, "kernel") else None
-                self._taps[module] = _Taps(self, prefix, stack_of.get(module, model.spec.roles[-1]), wanted, layer)
+                self._taps[module] = _Taps(self, prefix, stack_of.get(module, model.spec.roles[-1]), wanted,
+                                           listed[module], layer)
             else:  # one module, several groups of names (a block)
-                self._taps[module] = _Taps(self, prefix, t.stack, t.names | wanted, t.layer)
+                self._taps[module] = _Taps(self, prefix, t.stack, t.names | wanted, t.listed, t.layer)
         # the model itself: where each stack's positions start, and the LM head
-        self._taps[model] = _Taps(self, "", model.spec.roles[-1],
-                                  {n for n in ("unembed.hook_in", "unembed.hook_out") if n in self.active})
-        self._token = None
+        unembed = {"unembed.hook_in", "unembed.hook_out"}
+        self._taps[model] = _Taps(self, "", model.spec.roles[-1], unembed & self.active,
+                                  unembed if getattr(model, "lm_head", None) is not None else ())
+        self._open = None
 
     def _no_match(self, target, names: list[str]) -> None:
         t = target if isinstance(target, str) else getattr(target, "__name__", repr(target))
@@ -616,13 +620,14 @@ class Hooks:
             for module, t in mine.items():
                 merged[module] = _Chain(outer[module], t) if module in outer else t
             mine = merged
-        self._token = TAPS.set(mine)
+        self._open = tapping(TAPS, mine)
+        self._open.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._token is not None:
-            TAPS.reset(self._token)
-            self._token = None
+        if self._open is not None:
+            self._open, open_ = None, self._open
+            open_.__exit__(*exc)
 
 
 class _Chain:

@@ -27,21 +27,21 @@ applies, :func:`weigh` the weights it applies, and :func:`sdpa` -- in a hooked c
 them, and only then -- computes the same attention step by step to show both (the keys
 :func:`prefix_keys` put in front are not shown, as TransformerLens shows an attention sink).  An
 edit of either flows on into the output.  Outside a hooked call :func:`shown` is one context-
-variable read.  A kernel that forms its weights some other way calls :func:`shown` itself.
+global read.  A kernel that forms its weights some other way calls :func:`shown` itself.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from ..components import KERNEL_TAPS, causal_mask, nonfinite_query_rows, repeat_kv
+from ..components import causal_mask, kernel_taps, nonfinite_query_rows, repeat_kv
 
 
 def shown(name: str, x: torch.Tensor) -> torch.Tensor:
     """``x`` handed to the hooked call running this kernel as ``name`` (``hook_attn_scores``: scores
     ``(B, h, Tq, Tk)``, ``-inf`` where masked, as they enter the softmax; ``hook_pattern``: the
     weights applied to the values), and whatever its hooks made of it; ``x`` itself outside one."""
-    tap = KERNEL_TAPS.get()
+    tap = kernel_taps()
     return x if tap is None else tap(name, x)
 
 
@@ -100,7 +100,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor |
 
     In a hooked call that asks for the scores or the pattern the same attention runs step by step
     (:func:`_sdpa_shown`), so that it can show them."""
-    tap = KERNEL_TAPS.get()
+    tap = kernel_taps()
     if tap is not None:
         return _sdpa_shown(q, k, v, mask, bias, scale, dropout_p, training, is_causal, getattr(tap, "prefix", 0))
     attn_mask = sdpa_mask(mask, bias, q.dtype)
@@ -135,7 +135,7 @@ def prefix_keys(mask: torch.Tensor | None, bias: torch.Tensor | None, n: int
     memory slots, a sink): every query may attend to them (mask True) and they get bias 0, so
     ``(…, Tq, Tk) -> (…, Tq, n + Tk)``; None stays None.  (A hooked call is told which keys they
     are, so that it shows the real keys' scores and pattern only.)"""
-    tap = KERNEL_TAPS.get()
+    tap = kernel_taps()
     if tap is not None:
         tap.prefix = n
     if mask is not None:

@@ -409,10 +409,13 @@ class Attention(nn.Module):
         z = self.run_kernel(q, k, v, a, tap).transpose(1, 2)  # (B, T, h, hd)
         if tap is not None:
             z = tap("hook_z", z)
-            if tap.wants("hook_result"):  # each head's write into the stream, summed
-                result = tap("hook_result", head_writes(self.out, z))  # (B, T, h, D)
-                return result.sum(2) if self.out.bias is None else result.sum(2) + self.out.bias
-        return self.out(z.reshape(*z.shape[:2], h * hd))  # merge heads: (B, T, h * hd) -> (B, T, D)
+        y = self.out(z.reshape(*z.shape[:2], h * hd))  # merge heads: (B, T, h * hd) -> (B, T, D)
+        if tap is not None and tap.wants("hook_result"):  # each head's write into the stream
+            result = head_writes(self.out, z)  # (B, T, h, D), summing to y less the bias
+            shown = tap("hook_result", result)
+            if shown is not result:  # an edit moves the stream by exactly what it changed
+                y = y + (shown - result).sum(2)
+        return y
 
     def per_head_qkv(self, q_in: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -463,20 +466,21 @@ class Block(nn.Module):
         if self.parallel:  # GPT-J / GPT-NeoX: x + attn(n1(x)) + ffn(n2(x)), both read the same x
             y = self.attn(self.attn_input(x, tap), a, cache)
             f = self.ffn(self.ffn_res.enter(x if tap is None else tap("hook_mlp_in", x)))
-            if tap is not None:
-                y, f = tap("hook_attn_out", y), tap("hook_mlp_out", f)
-            return _tapped(tap, "hook_resid_post", self.ffn_res.exit(self.attn_res.exit(x, drop(y)), drop(f)))
+            if tap is None:
+                return self.ffn_res.exit(self.attn_res.exit(x, drop(y)), drop(f))
+            x = _exit(self.attn_res, x, drop(y), tap, "hook_attn_out")
+            return tap("hook_resid_post", _exit(self.ffn_res, x, drop(f), tap, "hook_mlp_out"))
         y = self.attn(self.attn_input(x, tap), a, cache)
-        x = self.attn_res.exit(x, drop(y if tap is None else tap("hook_attn_out", y)))
-        if tap is not None:
-            x = tap("hook_resid_mid", x)
+        x = self.attn_res.exit(x, drop(y)) if tap is None else tap(
+            "hook_resid_mid", _exit(self.attn_res, x, drop(y), tap, "hook_attn_out"))
         if self.cross is not None:
             y = self.cross(self.cross_res.enter(x), cross, cache)
-            x = self.cross_res.exit(x, drop(y if tap is None else tap("hook_cross_out", y)))
-            if tap is not None:
-                x = tap("hook_resid_mid_cross", x)
+            x = self.cross_res.exit(x, drop(y)) if tap is None else tap(
+                "hook_resid_mid_cross", _exit(self.cross_res, x, drop(y), tap, "hook_cross_out"))
         y = self.ffn(self.ffn_res.enter(x if tap is None else tap("hook_mlp_in", x)))
-        return _tapped(tap, "hook_resid_post", self.ffn_res.exit(x, drop(y if tap is None else tap("hook_mlp_out", y))))
+        if tap is None:
+            return self.ffn_res.exit(x, drop(y))
+        return tap("hook_resid_post", _exit(self.ffn_res, x, drop(y), tap, "hook_mlp_out"))
 
     def attn_input(self, x: torch.Tensor, tap=None) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """What self-attention reads: the placement's way in (pre-norm: ``ln1(x)``).  A hooked call
@@ -506,8 +510,12 @@ def _identity(x):
     return x
 
 
-def _tapped(tap, name: str, x: torch.Tensor) -> torch.Tensor:
-    return x if tap is None else tap(name, x)
+def _exit(res: nn.Module, x: torch.Tensor, y: torch.Tensor, tap, name: str) -> torch.Tensor:
+    """``res.exit(x, y)`` in a hooked call, the sub-layer's output shown as ``name``: what the
+    placement adds to the stream (its ``branch``, where it has one: sandwich's post-norm)."""
+    if res.branch is None:
+        return res.exit(x, tap(name, y))
+    return x + tap(name, res.branch(y))
 
 
 def head_writes(out: nn.Module, z: torch.Tensor) -> torch.Tensor:
