@@ -3,8 +3,8 @@
 
 PyTorch starts one intra-op thread per physical core it sees, whatever else runs on the machine
 and whatever the process is allowed.  On a 2-core machine that is busy, two OpenMP threads spin on
-each other and on the other work: decoding and training ran 5-19x slower than with one thread
-(issue 36; the measured table is in docs/PERFORMANCE.md).  So the default is the CPUs this process
+each other and on the other work: training ran 11x and decoding 8-53x slower than with one thread
+(issue 36; docs/PERFORMANCE.md, "Threads"), while a quiet machine's second core gains at most ~1.5x.  So the default is the CPUs this process
 may use (:func:`usable_cpus`: its affinity mask, lowered to the cgroup's CPU quota) less the ones
 already busy (the 1-minute load average, :func:`default_threads`), at least one.  ``--threads N``
 sets it; more than :func:`usable_cpus` is refused (a thread beyond the CPUs you have only waits).
