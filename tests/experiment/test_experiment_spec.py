@@ -143,3 +143,27 @@ def test_shipped_experiments_parse_and_plan():
     pos = ze.plan("pos_extrapolation")
     kinds = {zoo.parse_spec(t.spec).stack("decoder").positions.kind for t in pos}
     assert kinds == {"none", "sinusoidal", "learned", "rope", "alibi", "t5_relative"}
+
+
+def test_experiment_list_lists_every_shipped_experiment_when_a_plugin_is_missing(monkeypatch):
+    """Issue 34: ``zoo experiment list`` exited 2 halfway (after two of six) when linear_attention was
+    not installed.  It lists every experiment and marks the one that needs the plugin, with the
+    install line, and exits 0."""
+    import types
+
+    from click.testing import CliRunner
+
+    import zoo.experiment.spec as es
+    from zoo.cli import cli
+
+    monkeypatch.setattr(es.md, "entry_points", lambda group=None: [])  # nothing installed
+    monkeypatch.setattr(es, "get_registry", lambda: types.SimpleNamespace(plugins={}))
+    result = CliRunner().invoke(cli, ["experiment", "list"])
+    assert result.exit_code == 0, result.output
+    names = es.list_shipped()
+    assert len(names) >= 6
+    for name in names:
+        assert any(line.startswith(f"{name}  ") for line in result.output.splitlines()), name
+    assert "needs the plugin 'linear_attention', not installed: pip install zoo-linear-attention" \
+           " (in the zoo repository: pip install ./plugins/zoo-linear-attention)" in result.output
+    assert result.output.count("needs the plugin") == 1  # only mqar_linear needs one

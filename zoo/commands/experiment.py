@@ -61,12 +61,14 @@ def command():
 
 @command.command("list")
 def list_cmd():
-    """The shipped experiments, one per line: name, then its title."""
-    import zoo.experiment as ze
+    """The shipped experiments, one per line: name, then its title; one that needs a plugin that is
+    not installed is marked, with the line that installs it (listing never fails halfway)."""
+    from zoo.experiment.spec import install_hint, shipped_listing
 
-    for name in ze.list_shipped():
-        exp = ze.load(name)
-        click.echo(f"{name}  {exp.title}")
+    for name, title, missing in shipped_listing():
+        click.echo(f"{name}  {title}")
+        for plugin in missing:
+            click.echo(f"    needs the plugin {plugin!r}, not installed: {install_hint(plugin)}")
 
 
 @command.command("run")

@@ -203,6 +203,35 @@ def list_shipped() -> list[str]:
     return sorted(p.parent.name for p in d.glob("*/experiment.yaml")) if d.is_dir() else []
 
 
+def missing_plugins(names) -> list[str]:
+    """The plugin entry points among ``names`` that are not installed (nothing is loaded)."""
+    installed = {ep.name for ep in md.entry_points(group="zoo")}
+    reg = get_registry()
+    return [n for n in names if n not in installed and not (n in reg.plugins and reg.plugins[n].ok)]
+
+
+def install_hint(name: str) -> str:
+    """How to install the plugin ``name`` (its package is ``zoo-NAME``, shipped in ``plugins/``)."""
+    pkg = "zoo-" + name.replace("_", "-")
+    return f"pip install {pkg} (in the zoo repository: pip install ./plugins/{pkg})"
+
+
+def shipped_listing() -> list[tuple[str, str, list[str]]]:
+    """``(name, title, missing plugins)`` of every shipped experiment, read from its file without
+    loading a plugin or checking it against the registry -- so ``zoo experiment list`` lists all of
+    them even when one needs a plugin that is not installed."""
+    rows = []
+    for name in list_shipped():
+        path = shipped_dir() / name / "experiment.yaml"
+        data = load_yaml(read_text(path, where=path.name, error=ExperimentError), where=path.name,
+                         error=ExperimentError)
+        data = data if isinstance(data, dict) else {}
+        plugins = data.get("plugins") or []
+        plugins = [p for p in plugins if isinstance(p, str)] if isinstance(plugins, list) else []
+        rows.append((name, str(data.get("title") or ""), missing_plugins(plugins)))
+    return rows
+
+
 def deep_merge(a: Any, b: Any) -> Any:
     """``b`` deep-merged over ``a`` (mappings merge, everything else replaces)."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -458,8 +487,5 @@ def load_plugins(names) -> None:
             reg.load_entry_points(only=[n])
         info = reg.plugins.get(n)
         if info is None or not info.ok:
-            pkg = "zoo-" + n.replace("_", "-")
             raise ExperimentError(f"this experiment needs the plugin {n!r}, which is not installed",
-                                  where="experiment.plugins",
-                                  fix=f"pip install {pkg} (in the zoo repository: pip install "
-                                      f"plugins/{pkg})")
+                                  where="experiment.plugins", fix=install_hint(n))
