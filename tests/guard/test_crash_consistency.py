@@ -83,6 +83,7 @@ class Saver:
 
     def __init__(self, d: Path, first: int, *, kill_at: str | None = None, count: int = 10 ** 6):
         self.r, w = os.pipe()
+        self.done: list[int] = []
         self.pid = os.fork()
         if self.pid == 0:  # pragma: no cover - the child
             os.close(self.r)
@@ -95,7 +96,6 @@ class Saver:
             finally:
                 os._exit(0)
         os.close(w)
-        self.done: list[int] = []
 
     def poll(self) -> None:
         while select.select([self.r], [], [], 0)[0]:
@@ -105,13 +105,17 @@ class Saver:
             self.done += [int(x) for x in block.decode().split()]
 
     def kill(self) -> None:
-        os.kill(self.pid, signal.SIGKILL)
-        self.wait()
+        if self.r is not None:
+            os.kill(self.pid, signal.SIGKILL)
+            self.wait()
 
     def wait(self) -> None:
+        if self.r is None:
+            return
         os.waitpid(self.pid, 0)
         self.poll()
         os.close(self.r)
+        self.r = None
 
 
 def test_a_save_killed_at_every_step_of_its_commit_leaves_the_old_or_the_new_version(tmp_path):
@@ -120,7 +124,7 @@ def test_a_save_killed_at_every_step_of_its_commit_leaves_the_old_or_the_new_ver
     old = 0
     for i, step in enumerate(STEPS):
         new = old + 1
-        s = Saver(d, new, kill_at=step)
+        s = Saver(d, new, kill_at=step, count=1)  # one save: a step never reached cannot hang
         s.wait()
         assert s.done == []  # it died inside its first save
         seen = read_version(d)
@@ -142,15 +146,17 @@ def test_savers_killed_at_random_instants_while_readers_read_see_no_torn_state(t
     until = time.monotonic() + 25
     while kills < 40 and time.monotonic() < until:
         s = Saver(d, last + 1)
-        stop = time.monotonic() + rng.uniform(0.0, 0.6)
-        floor = last
-        while time.monotonic() < stop:  # read while it saves
-            s.poll()
-            k = read_version(d)
-            reads += 1
-            assert k >= floor, "a reader went back to an older version"
-            floor = k
-        s.kill()
+        try:
+            stop = time.monotonic() + rng.uniform(0.0, 0.6)
+            floor = last
+            while time.monotonic() < stop:  # read while it saves
+                s.poll()
+                k = read_version(d)
+                reads += 1
+                assert k >= floor, "a reader went back to an older version"
+                floor = k
+        finally:
+            s.kill()
         kills += 1
         k = read_version(d)
         reads += 1
@@ -186,16 +192,18 @@ def test_trainers_killed_at_random_instants_leave_one_step_s_files(tmp_path, war
     until = time.monotonic() + 25
     while kills < 8 and time.monotonic() < until:
         pid = _trainer(out, data, 10 ** 6, resume=step > 0)
-        t_end = time.monotonic() + rng.uniform(0.3, 2.0)
-        while time.monotonic() < t_end:
-            if (out / txn.MANIFEST).exists():
-                s = read_run(out)
-                reads += 1
-                assert s >= step
-                step = s
-            time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        try:
+            t_end = time.monotonic() + rng.uniform(0.3, 2.0)
+            while time.monotonic() < t_end:
+                if (out / txn.MANIFEST).exists():
+                    s = read_run(out)
+                    reads += 1
+                    assert s >= step
+                    step = s
+                time.sleep(0.01)
+        finally:  # a failed check must not leave a trainer running
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         kills += 1
         if (out / txn.MANIFEST).exists():
             s = read_run(out)
@@ -218,15 +226,19 @@ def test_two_writers_at_once_while_a_reader_reads(tmp_path):
     zoo.save(model(0), d)
     a, b = Saver(d, 1, count=6), Saver(d, 100, count=6)
     reads, until = 0, time.monotonic() + 40
-    while time.monotonic() < until:
-        read_version(d)
-        reads += 1
-        a.poll()
-        b.poll()
-        if len(a.done) == 6 and len(b.done) == 6:
-            break
-    a.wait()
-    b.wait()
+    try:
+        while time.monotonic() < until:
+            read_version(d)
+            reads += 1
+            a.poll()
+            b.poll()
+            if len(a.done) == 6 and len(b.done) == 6:
+                break
+        a.wait()
+        b.wait()
+    finally:
+        a.kill()
+        b.kill()
     assert a.done == list(range(1, 7)) and b.done == list(range(100, 106))
     assert read_version(d) in (6, 105) and reads > 0
     print(f"\nconcurrent writers: 12 saves, {reads} reads, 0 torn")
