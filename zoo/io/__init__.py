@@ -2,8 +2,9 @@
 
 ``checkpoint`` (:func:`zoo.save`, the safetensors metadata, strict reading), ``loading``
 (:func:`zoo.load`: rebuild the exact model, verify it), ``tokenizers`` (:func:`zoo.tokenizer` and
-the tokenizer contract) and ``chat_templates`` (a model's template as stored data; rendering it is
-``zoo.run.chat``).
+the tokenizer contract), ``chat_templates`` (a model's template as stored data; rendering it is
+``zoo.run.chat``) and ``generation_config`` (a converted model's generation settings as stored
+data; applying them is ``zoo.run.options``).
 
 May import: the front door, ``zoo.registry``, ``zoo.guard`` and ``zoo.model``.
 """
@@ -15,7 +16,7 @@ from ..deprecation import warn
 
 #: The modules of this wing, reachable as ``zoo.io.NAME`` after ``import zoo`` (imported on
 #: first use, so ``import zoo`` stays light).
-MODULES = ('checkpoint', 'loading', 'tokenizers', 'chat_templates')
+MODULES = ('checkpoint', 'loading', 'tokenizers', 'chat_templates', 'generation_config')
 
 
 def __getattr__(name: str):
