@@ -75,6 +75,7 @@ NAMES: dict[str, dict[str, str]] = {
                          "warp": "zoo.run.sampling", "penalize_repeats": "zoo.run.sampling",
                          "left_pad": "zoo.run.arguments",
                          "cli_options": "zoo.commands:generation_options"},
+    "zoo.run.beam": {"banned_ngram_tokens": "zoo.run.sampling"},
 }
 
 

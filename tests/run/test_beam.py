@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.run.beam import banned_ngram_tokens
+from zoo.run.sampling import banned_ngram_tokens
 
 pytest.importorskip("transformers")
 from convert_cases import CASES, marian, padded  # noqa: E402
@@ -75,7 +75,8 @@ def test_beam_search_equals_transformers(case):
                                   forced_eos_token_id=None, **kw)
                 out = z.generate(src, max_new_tokens=NEW, num_beams=K, length_penalty=lp,
                                  early_stopping=early, no_repeat_ngram_size=ngram,
-                                 num_return_sequences=R, stop_tokens=eos, decoder_start_id=start)
+                                 num_return_sequences=R, stop_tokens=eos, decoder_start_id=start,
+                                 forced_bos_id=None, forced_eos_id=None)  # off, as on HF's side
             assert out.shape[0] == src.size(0) * R
             assert out.shape[1] == ref.shape[1], (K, lp, early, ngram, R, eos)
             assert torch.equal(out[:, :L0], ref[:, :L0])

@@ -21,7 +21,7 @@ def test_every_field_is_declared_with_help_kind_and_range():
     for f in FIELDS:
         opt = f.metadata["option"]
         assert isinstance(opt, Option) and opt.help, f.name
-        assert opt.kind in {"int", "float", "bool", "token", "tokens"}, f.name
+        assert opt.kind in {"int", "float", "bool", "token", "tokens", "token_lists"}, f.name
         if opt.kind in {"int", "float"}:
             assert opt.low is not None and opt.high is not None, f.name
         GenerationOptions(**{f.name: f.default})  # every default is valid
@@ -85,3 +85,24 @@ def test_zoo_run_has_one_flag_per_cli_field_and_passes_them_through(monkeypatch)
     assert result.exit_code == 0, result.output
     assert seen["do_sample"] is True and seen["temperature"] == 0.7 and seen["top_k"] == 5
     assert seen["use_cache"] is False and seen["seed"] == 4 and seen["max_new_tokens"] == 3
+
+
+def test_zoo_run_leaves_the_checkpoints_generation_settings_in_force_unless_a_flag_is_given(monkeypatch):
+    """A flag whose option a converted model's generation config sets (Option.hf) is not passed when
+    it is not on the command line, so the checkpoint's setting applies; given, it overrides it."""
+    sourced = {f.name for f in FIELDS if f.metadata["option"].cli and f.metadata["option"].hf}
+    assert {"no_repeat_ngram_size", "length_penalty", "early_stopping", "repetition_penalty"} <= sourced
+    seen = []
+    real = zoo.run.generate.generate
+
+    def spy(model, ids, max_new_tokens=32, **options):
+        seen.append(options)
+        return real(model, ids, max_new_tokens, **options)
+
+    monkeypatch.setattr("zoo.run.generate.generate", spy)
+    for args in ([], ["--no-repeat-ngram-size", "2", "--no-early-stopping", "--length-penalty", "0.5"]):
+        result = CliRunner().invoke(run_command, ["gpt_tiny", "-p", "hi", "-n", "3", *args])
+        assert result.exit_code == 0, result.output
+    assert not sourced & set(seen[0])
+    assert seen[1]["no_repeat_ngram_size"] == 2 and seen[1]["early_stopping"] is False
+    assert seen[1]["length_penalty"] == 0.5 and "repetition_penalty" not in seen[1]

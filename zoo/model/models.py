@@ -163,15 +163,18 @@ class ZooModel(nn.Module):
                  if m is not self and isinstance(getattr(m, "aux_loss", None), torch.Tensor)]
         return torch.stack(found).sum() if found else None
 
-    def generate(self, ids, max_new_tokens: int = 32, *, fwd_hooks=None, return_cache: bool = False,
-                 names_filter=None, **options):
+    def generate(self, ids, max_new_tokens: int | None = None, *, fwd_hooks=None,
+                 return_cache: bool = False, names_filter=None, **options):
         """Generate with a KV cache (greedy, sampling, stop tokens, streaming, text in/out); see
-        :func:`zoo.run.generate.generate` for the options.  ``fwd_hooks`` apply at every decoding step
-        and ``return_cache=True`` returns ``(ids, cache)`` (see :func:`zoo.inside.hooks.generate`)."""
+        :func:`zoo.run.generate.generate` for the options (``max_new_tokens`` None: what the
+        model's generation config's ``max_length`` leaves, else 32).  ``fwd_hooks`` apply at every
+        decoding step and ``return_cache=True`` returns ``(ids, cache)`` (see
+        :func:`zoo.inside.hooks.generate`)."""
+        n = () if max_new_tokens is None else (max_new_tokens,)  # None: the door's own default
         if fwd_hooks or return_cache:
-            return door("hooks.generate")(self, ids, max_new_tokens, fwd_hooks=fwd_hooks or (),
+            return door("hooks.generate")(self, ids, *n, fwd_hooks=fwd_hooks or (),
                                             return_cache=return_cache, names_filter=names_filter, **options)
-        return door("generate")(self, ids, max_new_tokens, **options)
+        return door("generate")(self, ids, *n, **options)
 
     def chat(self, messages, max_new_tokens: int = 256, **options):
         """The reply to a conversation, in the model's chat template (:func:`zoo.run.chat.chat`;

@@ -23,8 +23,10 @@ step for step, so that the same model gives the same tokens (tests/run/test_beam
 - at ``max_new_tokens`` every running beam is a hypothesis;
 - a prompt is done when no running beam can beat its worst kept hypothesis, judged at the current
   length (``early_stopping=False``, HF's default heuristic), or as soon as it has ``K`` hypotheses
-  (``early_stopping=True``);
-- ``no_repeat_ngram_size = n`` forbids any token that would repeat an n-gram of the sequence.
+  (``early_stopping=True``).
+
+What may be chosen at all (no repeated n-gram, banned or forced tokens, the repetition penalty) is
+the caller's ``process``: :func:`zoo.run.sampling.beam_processor`, the rules greedy decoding uses.
 
 Shapes: ``B`` prompts, ``K`` beams, ``V`` vocabulary, ``L`` tokens so far.
 """
@@ -34,30 +36,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..deprecation import moved
+
 #: The score of a candidate that may not be chosen (Hugging Face's value, kept for equal ties).
 NEG = -1.0e9
-
-
-def banned_ngram_tokens(seq: torch.Tensor, real: torch.Tensor | None, n: int, vocab: int
-                        ) -> torch.Tensor:
-    """``(N, V)`` bool: the tokens that would complete an ``n``-gram already in ``seq (N, L)``.
-
-    Without a loop over rows: every window of ``n`` tokens whose first ``n - 1`` tokens equal the
-    row's last ``n - 1`` tokens bans its ``n``-th token.  ``real (N, L)`` (True = a real token):
-    windows touching padding do not count.  For ``n = 1`` every token already present is banned."""
-    N, L = seq.shape
-    if n < 1 or L < n:  # nothing is banned before the sequence holds one n-gram
-        return torch.zeros(N, vocab, dtype=torch.bool, device=seq.device)
-    win = seq.unfold(1, n, 1)  # (N, W, n) every n-gram, W = L - n + 1
-    ok = torch.ones(win.shape[:2], dtype=torch.bool, device=seq.device)
-    if real is not None:
-        ok = real.unfold(1, n, 1).all(-1)  # (N, W) windows of real tokens only
-    if n > 1:
-        tail = seq[:, L - n + 1:]  # (N, n - 1) the tokens the next one would follow
-        ok = ok & (win[..., :-1] == tail[:, None, :]).all(-1)
-    idx = win[..., -1].masked_fill(~ok, vocab)  # (N, W) a window that does not count: column V
-    banned = torch.zeros(N, vocab + 1, dtype=torch.bool, device=seq.device)  # (N, V + 1)
-    return banned.scatter_(1, idx, True)[:, :vocab]
 
 
 @dataclass
@@ -73,14 +55,14 @@ class BeamResult:
 
 def search(steps, seq: torch.Tensor, real: torch.Tensor | None, *, num_beams: int,
            max_new_tokens: int, stops: torch.Tensor, pad: int, length_penalty: float = 1.0,
-           early_stopping: bool = False, no_repeat_ngram_size: int = 0,
-           num_return_sequences: int = 1, process=None, sample=None) -> BeamResult:
+           early_stopping: bool = False, num_return_sequences: int = 1, process=None,
+           sample=None) -> BeamResult:
     """Run beam search over the logits coroutine ``steps`` (not yet started).
 
     ``seq (B*K, L0)``: the starting tokens, each prompt repeated ``K`` times (row ``b*K + k``);
     ``real (B*K, L0)`` bool or None: which of them are real (not padding).  ``stops (S,)``: stop
     token ids.  ``process(log_probs (B*K, V), seq (B*K, L), real) -> log_probs``: the caller's
-    processors (vocabulary limit, repetition penalty).  ``sample(scores (B, K*V), m) -> (B, m)``
+    processors (vocabulary limit, repetition penalty, no repeated n-gram, forced tokens...).  ``sample(scores (B, K*V), m) -> (B, m)``
     indices: beam *sampling* instead of the top ``m`` (None: deterministic beam search)."""
     K, N = num_beams, max_new_tokens
     BK, L0 = seq.shape
@@ -111,9 +93,6 @@ def search(steps, seq: torch.Tensor, real: torch.Tensor | None, *, num_beams: in
             V = lp.size(-1)
             if process is not None:
                 lp = process(lp, flat, flat_real)
-            if no_repeat_ngram_size:
-                lp = lp.masked_fill(banned_ngram_tokens(flat, flat_real, no_repeat_ngram_size, V),
-                                    float("-inf"))
             total = (lp.view(B, K, V) + run_scores[:, :, None]).view(B, K * V)
             if sample is None:
                 top_scores, top_idx = total.topk(keep, dim=-1)  # (B, 2K)
@@ -163,3 +142,6 @@ def search(steps, seq: torch.Tensor, real: torch.Tensor | None, *, num_beams: in
     n = int(lengths.max()) if N else 0
     seqs = done_seq[:, :R, :L0 + n].reshape(B * R, L0 + n)
     return BeamResult(seqs, done_scores[:, :R].reshape(B * R), lengths)
+
+
+__getattr__ = moved(__name__)  # banned_ngram_tokens: zoo.run.sampling (zoo.deprecation)

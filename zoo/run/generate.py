@@ -28,6 +28,7 @@ Entry points: ``model.generate(...)`` (a method on every zoo model), :func:`gene
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -35,7 +36,7 @@ import torch
 from . import beam
 from .arguments import prompt_batch, zoo_model
 from .input_contract import admit
-from .options import GenerationOptions
+from .options import GenerationOptions, model_defaults
 from .sampling import Chooser, beam_processor, beam_sampler
 from .seq2seq import seq2seq_logits, start_id
 from .steps import decoder_logits, make_head
@@ -47,20 +48,29 @@ from ..guard.health import finite_steps
 from ..guard.run_budget import check_generate
 from ..io.tokenizers import check_fits, get_tokenizer
 
+#: New tokens when neither max_new_tokens nor max_length says how many.
+DEFAULT_NEW_TOKENS = 32
+
 
 # ---------------------------------------------------------------------- the decoding loop
-def stream(model, ids, max_new_tokens: int = 32, *, attention_mask: torch.Tensor | None = None,
-           tokenizer=None, **options: Any) -> Iterator[torch.Tensor]:
+def stream(model, ids, max_new_tokens: int | None = None, *,
+           attention_mask: torch.Tensor | None = None, tokenizer=None,
+           **options: Any) -> Iterator[torch.Tensor]:
     """Yield the next token of every row, ``(B,)`` per step, as soon as it is chosen.
 
     ``ids``: the prompt (decoder-only) or the source (encoder-decoder), as a ``(B, T)`` tensor (with
     an optional left-padded ``attention_mask``), a list of ids, or a list of lists (left-padded
     here).  ``options``: the fields of :class:`GenerationOptions` (sampling, stop tokens, cache...),
     checked before any work is done.  Rows that have produced a stop token yield ``pad_id``
-    afterwards; the iterator ends when every row has stopped or after ``max_new_tokens`` steps.
+    afterwards; the iterator ends when every row has stopped or after ``max_new_tokens`` steps
+    (None: what ``max_length`` leaves, else 32).  A converted model's generation config
+    (``model.generation_config``) gives the defaults of the options it sets -- its eos ids, pad and
+    decoder start ids, forced and banned tokens, ``max_length`` -- and a call's own options override
+    them, an explicit ``None`` or ``[]`` switching one off (:func:`zoo.run.options.model_defaults`).
     ``prefix_length`` (prefix LMs): how many leading tokens attend bidirectionally; default the
     whole (padded) prompt.  ``decoder_start_id`` (encoder-decoder): the first decoder token;
-    default the tokenizer's bos, else ``pad_id`` (as in T5).  ``vocab_limit``: only ids below it
+    default the model's ``decoder_start_token_id``, else the tokenizer's bos, else ``pad_id`` (as in
+    T5).  ``vocab_limit``: only ids below it
     may be chosen (the text helpers set it to the tokenizer's size when the model's vocabulary is
     larger).  ``repetition_penalty`` (> 1 to use it): make every token already in the sequence (the
     prompt's real tokens, or an encoder-decoder's decoder tokens, and what was generated) less
@@ -85,10 +95,15 @@ def _prepare(model, ids, max_new_tokens, attention_mask, tokenizer, options: dic
     zoo_model(model, "generate.model")
     if model.spec.arch == "encoder":
         raise ZooError.of("generate.encoder_only", where="model.arch")
-    o = GenerationOptions.from_kwargs(max_new_tokens=max_new_tokens, **options)
+    options = {**model_defaults(model), **options}  # the model's generation config, then the call's
+    o = GenerationOptions.from_kwargs(max_new_tokens=DEFAULT_NEW_TOKENS if max_new_tokens is None
+                                      else max_new_tokens, **options)
     o.check_vocab(model.spec.vocab_size)
     pad = _pad_id(model, tokenizer) if o.pad_id is None else o.pad_id
     ids, padding = prompt_batch(model, ids, attention_mask, pad)
+    if max_new_tokens is None and o.max_length is not None:  # what max_length leaves, as in HF
+        used = ids.size(1) if model.spec.arch == "decoder" else 1
+        o = dataclasses.replace(o, max_new_tokens=max(o.max_length - used, 0))
     if o.use_cache:
         require(model.spec, "supports_kv_cache", "generation with a KV cache")
     if o.compile:
@@ -145,8 +160,8 @@ def _beam_search(model, ids, padding, o: GenerationOptions, start: int | None, p
                                 stops=torch.as_tensor(o.stop_list(), dtype=torch.long, device=ids.device),
                                 pad=pad, length_penalty=float(o.length_penalty),
                                 early_stopping=o.early_stopping,
-                                no_repeat_ngram_size=o.no_repeat_ngram_size,
-                                num_return_sequences=o.num_return_sequences, process=beam_processor(o),
+                                num_return_sequences=o.num_return_sequences,
+                                process=beam_processor(o, model.spec.vocab_size, ids.device, seq.size(1)),
                                 sample=beam_sampler(o, ids.device))
     finally:
         if was_training:
@@ -188,7 +203,7 @@ def _run(model, steps, choose, stops, B, max_new_tokens, pad, device) -> Iterato
 
 
 @torch.no_grad()
-def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = False,
+def generate(model, ids, max_new_tokens: int | None = None, *, stream_tokens: bool = False,
              tokenizer=None, skip_special: bool = True, **options: Any):
     """Generate from ``ids`` (see :func:`stream` for the options); also accepts text.
 
@@ -201,6 +216,7 @@ def generate(model, ids, max_new_tokens: int = 32, *, stream_tokens: bool = Fals
     ``stream_tokens=True`` returns an iterator instead: of ``(B,)`` id tensors, or of text pieces.
     """
     zoo_model(model, "generate.model")
+    options = {**model_defaults(model), **options}  # the model's generation config, then the call's
     if isinstance(ids, str) or (isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], str)):
         texts = [ids] if isinstance(ids, str) else list(ids)
         if stream_tokens:
@@ -278,20 +294,22 @@ def _encode_prompt(model, tok, text: str) -> list[int]:
 
 
 def _stops(tok, options: dict) -> dict:
+    """Text stops at the tokenizer's eos, unless the call (or the model's generation config) says
+    where."""
     if "stop_tokens" not in options and tok.eos_id is not None:
         options = {**options, "stop_tokens": [tok.eos_id]}
     return options
 
 
-def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32, *, tokenizer=None,
-                  skip_special: bool = True, **options: Any) -> str | list[str]:
+def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int | None = None, *,
+                  tokenizer=None, skip_special: bool = True, **options: Any) -> str | list[str]:
     """Text in, text out: the continuation of each prompt (stops at the tokenizer's eos by default)."""
     _check_prompts(prompts)
     tok = get_tokenizer(model, tokenizer)
     check_fits(tok, model.spec.vocab_size)
     single = isinstance(prompts, str)
     rows = [_encode_prompt(model, tok, p) for p in ([prompts] if single else prompts)]
-    options = _stops(tok, options)
+    options = _stops(tok, {**model_defaults(model), **options})
     options.setdefault("vocab_limit", tok.vocab_size)
     new = list(stream(model, rows, max_new_tokens, tokenizer=tok, **options))
     o = GenerationOptions.from_kwargs(**options)
@@ -310,7 +328,7 @@ def generate_text(model, prompts: str | Sequence[str], max_new_tokens: int = 32,
     return texts[0] if single else texts
 
 
-def stream_text(model, prompt: str, max_new_tokens: int = 32, *, tokenizer=None,
+def stream_text(model, prompt: str, max_new_tokens: int | None = None, *, tokenizer=None,
                 skip_special: bool = True, **options: Any) -> Iterator[str]:
     """Yield the continuation of ``prompt`` piece by piece as it is generated.
 
@@ -319,7 +337,7 @@ def stream_text(model, prompt: str, max_new_tokens: int = 32, *, tokenizer=None,
     tokenizers stream Chinese correctly."""
     tok = get_tokenizer(model, tokenizer)
     check_fits(tok, model.spec.vocab_size)
-    options = _stops(tok, options)
+    options = _stops(tok, {**model_defaults(model), **options})
     options.setdefault("vocab_limit", tok.vocab_size)
     stops = set(GenerationOptions.from_kwargs(**options).stop_list())
     out: list[int] = []

@@ -29,6 +29,8 @@ MIN_TEMPERATURE = 1e-4
 MIN_TOP_P = 1e-6
 #: Most beams: the cache and the candidates grow with them (translation models use 4 to 6).
 MAX_BEAMS = 64
+#: Most ids in one token-list option (stop tokens, suppressed tokens, one banned sequence).
+MAX_IDS = 1000
 #: Largest repetition penalty: beyond it a repeat is all but forbidden, and a float32 logit
 #: multiplied by it could overflow.
 MAX_REPETITION_PENALTY = 10.0
@@ -43,13 +45,15 @@ class Option:
     """What one generation option is, for every front door that shows or checks it.
 
     ``kind``: ``"int"``, ``"float"``, ``"bool"``, ``"token"`` (a token id, checked against the
-    vocabulary) or ``"tokens"`` (one id or a list of them).  ``low`` / ``high``: the valid range
+    vocabulary), ``"tokens"`` (one id or a list of them) or ``"token_lists"`` (a list of id
+    sequences).  ``low`` / ``high``: the valid range
     (``high`` inclusive for floats, exclusive for ints; ``low_open``: ``low`` itself is not valid).
     ``optional``: ``None`` is valid (and means "off" / "the model's default").  ``cli``: the ``zoo
     run`` flag (``"--sample/--greedy"`` for an on/off pair), ``None`` for API-only options;
     ``short``: its one-letter alias.  ``ui_low`` / ``ui_high`` / ``step``: a slider's range, for
     options a person sets by hand (``ui_high`` is a sensible top, not the hard limit).  ``fix``: the
-    advice an out-of-range value gets."""
+    advice an out-of-range value gets.  ``hf``: the field of a transformers ``generation_config``
+    that gives the option its default for a converted model (:func:`model_defaults`)."""
     help: str
     kind: str
     low: float | None = None
@@ -62,6 +66,7 @@ class Option:
     ui_high: float | None = None
     step: float | None = None
     fix: str | None = None
+    hf: str | None = None
 
 
 def _opt(default, **meta):
@@ -102,7 +107,8 @@ class GenerationOptions:
                                      "(greedy too); 1 is off.", kind="float", low=1.0,
                                      high=MAX_REPETITION_PENALTY, cli="--repetition-penalty",
                                      ui_low=1.0, ui_high=2.0, step=0.05,
-                                     fix="1 is off; 1.1 to 1.3 discourage repeats gently")
+                                     fix="1 is off; 1.1 to 1.3 discourage repeats gently",
+                                     hf="repetition_penalty")
     seed: int | None = _opt(None, help="Sampling seed (a sampled run with a seed is reproducible).",
                             kind="int", low=-2**63, high=2**64, optional=True, cli="--seed", step=1)
     use_cache: bool = _opt(True, help="Keep each layer's keys and values (off: recompute "
@@ -112,16 +118,19 @@ class GenerationOptions:
                          "torch.compile (static KV cache, one graph for every step; the first "
                          "call compiles, later calls reuse it).", kind="bool",
                          cli="--compile/--no-compile")
-    stop_tokens: int | Sequence[int] | None = _opt(None, help="Token id(s) that end a row.",
-                                                   kind="tokens", optional=True)
+    stop_tokens: int | Sequence[int] | None = _opt(None, help="Token id(s) that end a row (a "
+                                                   "converted model's default: its eos ids; [] for "
+                                                   "none).", kind="tokens", optional=True,
+                                                   hf="eos_token_id")
     prefix_length: int | None = _opt(None, help="Prefix LMs: how many leading tokens attend "
                                      "bidirectionally (default: the whole prompt).", kind="int",
                                      low=0, high=2**63, optional=True)
     decoder_start_id: int | None = _opt(None, help="Encoder-decoder: the first decoder token "
-                                        "(default: the tokenizer's bos, else pad_id).",
-                                        kind="token", optional=True)
+                                        "(default: the model's decoder_start_token_id, else the "
+                                        "tokenizer's bos, else pad_id).", kind="token",
+                                        optional=True, hf="decoder_start_token_id")
     pad_id: int | None = _opt(None, help="The id of padding and of rows that stopped.",
-                              kind="token", optional=True)
+                              kind="token", optional=True, hf="pad_token_id")
     vocab_limit: int | None = _opt(None, help="Only ids below it may be chosen.", kind="int", low=1,
                                    high=2**63, optional=True)
     num_beams: int = _opt(1, help="Beam search: keep this many candidate sequences (1: one, as "
@@ -130,16 +139,41 @@ class GenerationOptions:
     length_penalty: float = _opt(1.0, help="Beam search: a finished sequence scores sum(log p) / "
                                  "length ** this; > 0 favours longer, < 0 shorter outputs.",
                                  kind="float", low=-10.0, high=10.0, cli="--length-penalty",
-                                 ui_low=-2.0, ui_high=3.0, step=0.1)
+                                 ui_low=-2.0, ui_high=3.0, step=0.1, hf="length_penalty")
     early_stopping: bool = _opt(False, help="Beam search: stop a prompt as soon as num_beams "
                                 "sequences have finished (off: while a running beam could still "
-                                "beat them).", kind="bool", cli="--early-stopping/--no-early-stopping")
+                                "beat them).", kind="bool", cli="--early-stopping/--no-early-stopping",
+                                hf="early_stopping")
     no_repeat_ngram_size: int = _opt(0, help="Never repeat an n-gram of this size (0: off).",
                                      kind="int", low=0, high=2**63, cli="--no-repeat-ngram-size",
-                                     ui_low=0, ui_high=6, step=1)
+                                     ui_low=0, ui_high=6, step=1, hf="no_repeat_ngram_size")
     num_return_sequences: int = _opt(1, help="Beam search: return this many of the best sequences "
                                      "per prompt (at most num_beams).", kind="int", low=1,
                                      high=MAX_BEAMS + 1)
+    # the rules a converted model's generation config sets (zoo.io.generation_config), per call too
+    max_length: int | None = _opt(None, help="When max_new_tokens is not given: at most this many "
+                                  "tokens in all (a decoder's prompt and new tokens; an encoder-"
+                                  "decoder's start token and new tokens).", kind="int", low=1,
+                                  high=2**63, optional=True, hf="max_length")
+    forced_bos_id: int | None = _opt(None, help="The first new token when the sequence so far is one "
+                                     "token (an encoder-decoder's start token): forced to this id "
+                                     "(BART).", kind="token", optional=True, hf="forced_bos_token_id")
+    forced_eos_id: int | Sequence[int] | None = _opt(None, help="The last new token (at "
+                                                     "max_new_tokens): forced to this id, or one of "
+                                                     "these (BART, Marian).", kind="tokens",
+                                                     optional=True, hf="forced_eos_token_id")
+    bad_words: Sequence[Sequence[int]] | None = _opt(None, help="Id sequences never generated: a "
+                                                     "one-id entry is never chosen (a stop token "
+                                                     "excepted), a longer one never completed "
+                                                     "(Marian bans its pad id).", kind="token_lists",
+                                                     optional=True, hf="bad_words_ids")
+    suppress_tokens: int | Sequence[int] | None = _opt(None, help="Ids never chosen.",
+                                                       kind="tokens", optional=True,
+                                                       hf="suppress_tokens")
+    begin_suppress_tokens: int | Sequence[int] | None = _opt(None, help="Ids never chosen as the "
+                                                             "first new token.", kind="tokens",
+                                                             optional=True,
+                                                             hf="begin_suppress_tokens")
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -164,17 +198,44 @@ class GenerationOptions:
 
     def stop_list(self) -> list:
         """``stop_tokens`` as a list (one id, a list of ids, or none)."""
-        s = self.stop_tokens
-        return [] if s is None else [s] if _is_int(s) else list(s)
+        return id_list(self.stop_tokens)
 
     def check_vocab(self, vocab_size: int) -> None:
         """Every token-id option lies inside a vocabulary of ``vocab_size`` ids."""
-        ids = {"decoder_start_id": self.decoder_start_id, "pad_id": self.pad_id}
-        ids.update({f"stop_tokens[{i}]": s for i, s in enumerate(self.stop_list())})
+        ids = {"decoder_start_id": self.decoder_start_id, "pad_id": self.pad_id,
+               "forced_bos_id": self.forced_bos_id}
+        for name in ("stop_tokens", "forced_eos_id", "suppress_tokens", "begin_suppress_tokens"):
+            ids.update({f"{name}[{i}]": s for i, s in enumerate(id_list(getattr(self, name)))})
+        for i, seq in enumerate(self.bad_words or ()):
+            ids.update({f"bad_words[{i}][{j}]": s for j, s in enumerate(seq)})
         for name, v in ids.items():
             if v is not None and not 0 <= v < vocab_size:
                 _bad(name, f"{v} is outside the vocabulary [0, {vocab_size})",
                      "use an id the model's tokenizer produces")
+
+
+def id_list(v) -> list:
+    """A ``tokens`` option as a list (one id, a list of ids, or none)."""
+    return [] if v is None else [v] if _is_int(v) else list(v)
+
+
+def model_defaults(model) -> dict:
+    """The options a converted model's generation config sets (``model.generation_config``, a dict
+    in transformers' field names, :mod:`zoo.io.generation_config`), under their option names (each
+    option's ``Option.hf``): the defaults of a call, which the call's own options override (an
+    explicit ``None`` or ``[]`` included).  As transformers does, a model without a pad id pads with
+    its first eos id; ``top_k``-like strategy fields are never among them (the strategy is the
+    caller's)."""
+    cfg = getattr(model, "generation_config", None)
+    if not isinstance(cfg, dict) or not cfg:
+        return {}
+    out = {f.name: cfg[f.metadata["option"].hf] for f in dataclasses.fields(GenerationOptions)
+           if f.metadata["option"].hf is not None and cfg.get(f.metadata["option"].hf) is not None}
+    if "pad_id" not in out and model.spec.pad_id is None and id_list(out.get("stop_tokens")):
+        out["pad_id"] = id_list(out["stop_tokens"])[0]
+    if model.spec.arch != "encoder_decoder":
+        out.pop("decoder_start_id", None)
+    return out
 
 
 def _bad(name, what, fix=None):
@@ -203,11 +264,20 @@ def _check_option(name: str, v, opt: Option) -> None:
             _bad(name, f"must be a token id (an integer), got {short(v)}")
     elif opt.kind == "tokens":
         stops = [v] if _is_int(v) or not isinstance(v, (list, tuple)) else list(v)
-        if len(stops) > 1000:
-            _bad(name, f"lists {len(stops)} ids; at most 1000")
+        if len(stops) > MAX_IDS:
+            _bad(name, f"lists {len(stops)} ids; at most {MAX_IDS}")
         for i, s in enumerate(stops):
             if not _is_int(s):
                 _bad(f"{name}[{i}]", f"must be a token id (an integer), got {short(s)}")
+    elif opt.kind == "token_lists":
+        if not isinstance(v, (list, tuple)) or len(v) > MAX_IDS:
+            _bad(name, f"must be a list of id sequences (at most {MAX_IDS}), got {short(v)}")
+        for i, seq in enumerate(v):
+            if not isinstance(seq, (list, tuple)) or not seq or len(seq) > MAX_IDS:
+                _bad(f"{name}[{i}]", f"must be a non-empty list of token ids, got {short(seq)}")
+            for j, s in enumerate(seq):
+                if not _is_int(s):
+                    _bad(f"{name}[{i}][{j}]", f"must be a token id (an integer), got {short(s)}")
 
 
 def _num(x) -> str:

@@ -5,8 +5,11 @@
   ``top_k`` keeps the k most likely tokens, ``top_p`` (nucleus sampling, Holtzman et al., 2020) the
   smallest set whose probability reaches p (:func:`warp`).  ``seed`` makes a sampled run
   reproducible;
-- before either: ``vocab_limit`` (only ids below it may be chosen) and the repetition penalty of
-  CTRL (:func:`penalize_repeats`), in Hugging Face's order.
+- before either: ``vocab_limit`` (only ids below it may be chosen), the repetition penalty of
+  CTRL (:func:`penalize_repeats`) and the :class:`TokenRules` a converted model's generation config
+  sets (or a call): no repeated n-gram (:func:`banned_ngram_tokens`), banned id sequences, a forced
+  first or last token, suppressed ids -- in Hugging Face's order, so greedy and beam tokens are
+  its ``generate``'s.
 
 One row per sequence (greedy decoding, sampling, streaming) goes through a :class:`Chooser`, which
 keeps the record of the tokens seen so far; beam search (:mod:`zoo.run.beam`) gets the same
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from .options import GenerationOptions
+from .options import GenerationOptions, id_list
+
+NEG_INF = float("-inf")
 
 
 def pick_next(logits: torch.Tensor, *, do_sample: bool = False, temperature: float = 1.0,
@@ -58,9 +63,101 @@ def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -
 
 
 
+def banned_ngram_tokens(seq: torch.Tensor, real: torch.Tensor | None, n: int, vocab: int
+                        ) -> torch.Tensor:
+    """``(N, V)`` bool: the tokens that would complete an ``n``-gram already in ``seq (N, L)``.
+
+    Without a loop over rows: every window of ``n`` tokens whose first ``n - 1`` tokens equal the
+    row's last ``n - 1`` tokens bans its ``n``-th token.  ``real (N, L)`` (True = a real token):
+    windows touching padding do not count.  For ``n = 1`` every token already present is banned."""
+    N, L = seq.shape
+    if n < 1 or L < n:  # nothing is banned before the sequence holds one n-gram
+        return torch.zeros(N, vocab, dtype=torch.bool, device=seq.device)
+    win = seq.unfold(1, n, 1)  # (N, W, n) every n-gram, W = L - n + 1
+    ok = torch.ones(win.shape[:2], dtype=torch.bool, device=seq.device)
+    if real is not None:
+        ok = real.unfold(1, n, 1).all(-1)  # (N, W) windows of real tokens only
+    if n > 1:
+        tail = seq[:, L - n + 1:]  # (N, n - 1) the tokens the next one would follow
+        ok = ok & (win[..., :-1] == tail[:, None, :]).all(-1)
+    idx = win[..., -1].masked_fill(~ok, vocab)  # (N, W) a window that does not count: column V
+    banned = torch.zeros(N, vocab + 1, dtype=torch.bool, device=seq.device)  # (N, V + 1)
+    return banned.scatter_(1, idx, True)[:, :vocab]
+
+
+class TokenRules:
+    """Which tokens may come next, by the rules of a generation config (Hugging Face's logits
+    processors of the same names, in its order): no repeated ``no_repeat_ngram_size``-gram;
+    ``bad_words`` (a one-id entry never chosen unless it is a stop token, a longer one never
+    completed); ``forced_bos_id`` the first new token when the sequence so far is one token;
+    ``forced_eos_id`` the token of the last step; ``suppress_tokens`` never; and
+    ``begin_suppress_tokens`` not as the first new token (the second, after a forced bos).
+
+    ``steps``: the new tokens of the call (the last step is ``steps - 1``); ``short_start``: the
+    sequence starts as one token (an encoder-decoder's start token, or a one-token prompt).
+    ``rules(scores (N, V), seq (N, L), real (N, L) or None, step) -> scores``, where ``seq`` is the
+    sequence so far (only read when :attr:`needs_seq`)."""
+
+    def __init__(self, o: GenerationOptions, vocab: int, device, *, steps: int, short_start: bool):
+        stops = set(o.stop_list())
+        words = [list(w) for w in (o.bad_words or ()) if not (len(w) == 1 and w[0] in stops)]
+        self.ngram = o.no_repeat_ngram_size
+        self.banned = _mask([w[0] for w in words if len(w) == 1], vocab, device)  # (V,) or None
+        self.sequences = [(torch.tensor(w[:-1], device=device), w[-1]) for w in words if len(w) > 1]
+        self.forced_bos = o.forced_bos_id if short_start else None
+        self.forced_eos = id_list(o.forced_eos_id) or None
+        self.last = steps - 1
+        self.suppressed = _mask(id_list(o.suppress_tokens), vocab, device)
+        self.begin = _mask(id_list(o.begin_suppress_tokens), vocab, device)
+        self.begin_step = 1 if short_start and o.forced_bos_id is not None else 0
+        self.needs_seq = bool(self.ngram or self.sequences)
+        self.active = self.needs_seq or any(x is not None for x in (
+            self.banned, self.forced_bos, self.forced_eos, self.suppressed, self.begin))
+
+    def __call__(self, scores: torch.Tensor, seq: torch.Tensor | None, real: torch.Tensor | None,
+                 step: int) -> torch.Tensor:
+        V = scores.size(-1)
+        if self.ngram:
+            scores = scores.masked_fill(banned_ngram_tokens(seq, real, self.ngram, V), NEG_INF)
+        if self.banned is not None:
+            scores = scores.masked_fill(self.banned, NEG_INF)
+        for prefix, last in self.sequences:  # (P,) ids whose next token would complete a bad word
+            n = prefix.numel()
+            if seq.size(1) >= n:
+                hit = (seq[:, -n:] == prefix).all(-1)  # (N,) rows ending with the prefix
+                scores = scores.clone()
+                scores[hit, last] = NEG_INF
+        if step == 0 and self.forced_bos is not None:
+            scores = _forced(scores, [self.forced_bos])
+        if step == self.last and self.forced_eos is not None:
+            scores = _forced(scores, self.forced_eos)
+        if self.suppressed is not None:
+            scores = scores.masked_fill(self.suppressed, NEG_INF)
+        if step == self.begin_step and self.begin is not None:
+            scores = scores.masked_fill(self.begin, NEG_INF)
+        return scores
+
+
+def _mask(ids: list[int], vocab: int, device) -> torch.Tensor | None:
+    """``(V,)`` bool, True at ``ids``; None for no ids."""
+    if not ids:
+        return None
+    m = torch.zeros(vocab, dtype=torch.bool, device=device)
+    m[torch.tensor(ids, dtype=torch.long, device=device)] = True
+    return m
+
+
+def _forced(scores: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """Every score -inf but those of ``ids``, which become 0 (a forced token)."""
+    out = torch.full_like(scores, NEG_INF)
+    out[:, ids] = 0.0
+    return out
+
+
 class Chooser:
     """Logits ``(B, V)`` -> the next ids ``(B,)``: the vocabulary limit, the repetition penalty
-    (with its record of the tokens seen so far), then greedy or sampling (:func:`pick_next`)."""
+    (with its record of the tokens seen so far), the :class:`TokenRules` (with the sequence so
+    far, when a rule reads it), then greedy or sampling (:func:`pick_next`)."""
 
     def __init__(self, model, o: GenerationOptions, ids: torch.Tensor, padding, start: int | None):
         self.o, self.temperature = o, float(o.temperature)  # an int like 2**64 would overflow torch
@@ -77,36 +174,55 @@ class Chooser:
             else:  # an encoder-decoder: its start token
                 seen[:, start] = 1
             self.seen = seen > 0
+        self.rules = TokenRules(o, model.spec.vocab_size, ids.device, steps=o.max_new_tokens,
+                                short_start=start is not None or ids.size(1) == 1)
+        self.step, self.seq, self.real = 0, None, None  # the sequence so far, for the rules that read it
+        if self.rules.needs_seq:
+            if start is None:  # a decoder: the prompt (its padding marked)
+                self.seq, self.real = ids, padding
+            else:  # an encoder-decoder: its start token
+                self.seq = torch.full((ids.size(0), 1), start, dtype=torch.long, device=ids.device)
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         o, limit = self.o, self.o.vocab_limit
         if limit is not None and limit < logits.size(-1):
             logits = logits.clone()
-            logits[..., limit:] = float("-inf")
+            logits[..., limit:] = NEG_INF
         if self.seen is not None:
             logits = penalize_repeats(logits, self.seen, float(o.repetition_penalty))
+        if self.rules.active:
+            logits = self.rules(logits, self.seq, self.real, self.step)
         nxt = pick_next(logits, do_sample=o.do_sample, temperature=self.temperature, top_k=o.top_k,
                         top_p=o.top_p, generator=self.gen)
         if self.seen is not None:
             self.seen.scatter_(1, nxt[:, None], True)  # what was just chosen counts from now on
+        if self.seq is not None:
+            self.seq = torch.cat([self.seq, nxt[:, None]], dim=1)  # (B, L + 1)
+            if self.real is not None:
+                self.real = torch.cat([self.real, torch.ones_like(nxt, dtype=torch.bool)[:, None]], dim=1)
+        self.step += 1
         return nxt
 
 
-def beam_processor(o: GenerationOptions):
+def beam_processor(o: GenerationOptions, vocab: int, device, start_len: int):
     """Beam search's reshaping of its log-probabilities, as Hugging Face's processors do:
     ``process(lp (B*K, V), seq (B*K, L), real (B*K, L) or None) -> lp`` applies the vocabulary
-    limit, the repetition penalty (counted over the real tokens of ``seq``) and, for beam sampling,
+    limit, the repetition penalty (counted over the real tokens of ``seq``), the
+    :class:`TokenRules` (``seq`` began as ``start_len`` tokens) and, for beam sampling,
     temperature / top-k / top-p."""
     limit, penalty = o.vocab_limit, float(o.repetition_penalty)
+    rules = TokenRules(o, vocab, device, steps=o.max_new_tokens, short_start=start_len == 1)
 
     def process(lp, seq, real):  # (B*K, V) log-probabilities
         if limit is not None and limit < lp.size(-1):
             lp = lp.clone()
-            lp[..., limit:] = float("-inf")
+            lp[..., limit:] = NEG_INF
         if penalty != 1.0:
             counts = torch.zeros(lp.shape, dtype=torch.int32, device=lp.device)
             counts.scatter_add_(1, seq, real.int() if real is not None else torch.ones_like(seq, dtype=torch.int32))
             lp = penalize_repeats(lp, counts > 0, penalty)
+        if rules.active:
+            lp = rules(lp, seq, real, seq.size(1) - start_len)
         if o.do_sample:
             lp = warp(lp, float(o.temperature), o.top_k, o.top_p)
         return lp
