@@ -72,16 +72,18 @@ def maxdiff(a, b, mask):
 
 def greedy(kind, hf, z, start_id=0, new=6):
     """Greedy tokens of transformers' ``generate`` and of zoo's, from the same left-padded prompts
-    (decoders) or sources (encoder-decoders)."""
+    (decoders) or sources (encoder-decoders), with the generation config's stop and forced tokens
+    switched off on both sides (each model's own settings: tests/convert/test_generation_config.py)."""
     kw = dict(max_new_tokens=new, do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=0)
     if kind == "decoder":
         src, am, _ = padded(left=True)
         ref = hf.generate(input_ids=src, attention_mask=am, **kw)
-        return ref, z.generate(src, max_new_tokens=new, attention_mask=am)
+        return ref, z.generate(src, max_new_tokens=new, attention_mask=am, stop_tokens=[])
     src = padded()[0]  # unpadded sources (padding is checked by run(); BART's positions ignore it)
     ref = hf.generate(input_ids=src, decoder_start_token_id=start_id, forced_bos_token_id=None,
                       forced_eos_token_id=None, **kw)
-    return ref, z.generate(src, max_new_tokens=new, decoder_start_id=start_id)
+    return ref, z.generate(src, max_new_tokens=new, decoder_start_id=start_id, stop_tokens=[],
+                           forced_bos_id=None, forced_eos_id=None)
 
 
 def same(m):

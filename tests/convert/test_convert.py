@@ -332,10 +332,10 @@ def test_batched_greedy_generation_matches_transformers(family):
     kw = dict(max_new_tokens=6, do_sample=False, eos_token_id=None, pad_token_id=0)
     if family == "t5":
         ref = hf.generate(input_ids=src, attention_mask=am, decoder_start_token_id=0, **kw)
-        out = z.generate(src, max_new_tokens=6, attention_mask=am, decoder_start_id=0)
+        out = z.generate(src, max_new_tokens=6, attention_mask=am, decoder_start_id=0, stop_tokens=[])
     else:
         ref = hf.generate(input_ids=src, attention_mask=am, **kw)
-        out = z.generate(src, max_new_tokens=6, attention_mask=am)
+        out = z.generate(src, max_new_tokens=6, attention_mask=am, stop_tokens=[])  # eos off, as HF's
     assert len(set(ref[:, -6:].flatten().tolist())) > 3  # not a degenerate repetition
     assert torch.equal(out, ref)
 
@@ -353,7 +353,8 @@ def test_repetition_penalty_matches_transformers(family):
     kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
     if family == "t5":
         kw["decoder_start_token_id"] = 0
-    mine = dict(max_new_tokens=12, **({"decoder_start_id": 0} if family == "t5" else {}))
+    mine = dict(max_new_tokens=12, stop_tokens=[],  # eos off on both sides
+                **({"decoder_start_id": 0} if family == "t5" else {}))
     ref = hf.generate(input_ids=src, attention_mask=torch.ones_like(src), repetition_penalty=1.8,
                       **kw)
     out = z.generate(src, repetition_penalty=1.8, **mine)

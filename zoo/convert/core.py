@@ -25,6 +25,7 @@ from ..deprecation import moved
 from ..errors import CheckpointError, ZooError
 from ..io.checkpoint import conversion_metadata  # noqa: F401 - re-exported: zoo.convert.conversion_metadata
 from ..io.checkpoint import read_header
+from ..io import generation_config as gen_config
 from ..model.spec import parse_spec
 from ..io.tokenizers import tokenizer as make_tokenizer
 from ..guard.files import confine, open_read, read_bytes, read_text, safetensors_open, short, user_path
@@ -351,6 +352,9 @@ def from_transformers(hf_model: Any, *, attention: str = "sdpa", dtype: Any = No
     model = assemble(spec, st, resolve_dtype(dtype))
     model.convert_info = {"source": type(hf_model).__name__, "model_type": cfg["model_type"],
                           "dropped": dropped}
+    gc = getattr(hf_model, "generation_config", None)  # None for a model that cannot generate
+    if gc is not None and hasattr(gc, "to_diff_dict"):
+        keep_generation_config(model, gc.to_diff_dict(), derived=bool(getattr(gc, "_from_model_config", False)))
     if certify:
         model.convert_info["parity"] = certify_parity(hf_model, model)
     return model
@@ -373,6 +377,52 @@ def read_config(d: Path) -> dict:
         raise ConvertError(f"config.json must be a JSON object, got {type(config).__name__}",
                            where="config.json", fix="pass the config.json written by save_pretrained")
     return config
+
+
+def folder_generation_config(d: Path, config: dict) -> tuple[dict, bool]:
+    """``(settings, derived)`` of a folder: its ``generation_config.json`` (size-limited, confined to
+    the folder) when there is one, else -- as transformers derives it -- the generation fields of
+    ``config.json`` (``derived``)."""
+    f = d / "generation_config.json"
+    if not (f.exists() or f.is_symlink()):
+        return {k: config[k] for k in gen_config.FIELDS if k in config}, True
+    text = read_text(f, where="generation_config.json", max_bytes=MAX_CONFIG_BYTES, error=ConvertError,
+                     root=d)
+    try:
+        raw = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ConvertError(f"generation_config.json is not valid JSON: {exc}", where="generation_config.json",
+                           fix="pass the generation_config.json written by save_pretrained, or remove it") from exc
+    if not isinstance(raw, dict):
+        raise ConvertError(f"generation_config.json must be a JSON object, got {type(raw).__name__}",
+                           where="generation_config.json", fix="repair or remove generation_config.json")
+    return raw, raw.get("_from_model_config") is True
+
+
+def keep_generation_config(model: torch.nn.Module, raw: Mapping[str, Any], derived: bool) -> None:
+    """The source's generation settings on ``model`` (``model.generation_config``, the fields of
+    :data:`zoo.io.generation_config.FIELDS` it sets), read typed -- a value of the wrong type, an
+    id outside the vocabulary or a setting generation refuses is a :class:`ConvertError` naming
+    ``generation_config.<field>`` -- and the token-changing fields zoo does not apply listed in
+    ``convert_info["generation_config_not_applied"]``.  An encoder-only model generates nothing:
+    nothing is kept."""
+    if model.spec.arch == "encoder":
+        return
+    kept, skipped = gen_config.read(raw, model.spec.vocab_size, error=ConvertError, derived=derived)
+    from ..run.options import GenerationOptions, model_defaults  # the options the settings become
+
+    model.generation_config = kept
+    try:
+        GenerationOptions.from_kwargs(**model_defaults(model))
+    except ZooError as exc:  # in range as a value, refused as an option (a penalty of 20)
+        option = exc.where.partition(".")[2].partition("[")[0]
+        field = GenerationOptions.__dataclass_fields__[option].metadata["option"].hf
+        raise ConvertError(f"{exc.what}", where=f"generation_config.{field}",
+                           fix="repair generation_config.json, or drop the field") from exc
+    if not kept:
+        del model.generation_config
+    if skipped:
+        model.convert_info["generation_config_not_applied"] = skipped
 
 
 def weight_files(d: Path) -> list[Path]:
@@ -581,6 +631,7 @@ def from_pretrained(path: str | os.PathLike, *, attention: str = "sdpa", dtype: 
     model.convert_info = {"source": Path(path).name, "model_type": config.get("model_type"),
                           "architectures": config.get("architectures"), "dropped": dropped,
                           **({"nonfinite": nonfinite} if nonfinite else {})}
+    keep_generation_config(model, *folder_generation_config(Path(path), config))
     if certify:
         model.convert_info["parity"] = reference if isinstance(reference, str) else \
             compare_parity(reference, model)
@@ -831,7 +882,7 @@ def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any
     fam = CONVERTERS[family]
     model_name = fam.hf_model_class(spec)
     try:
-        kwargs = fam.write(spec)
+        kwargs = {**fam.write(spec), **_special_ids(model)}
         hf = getattr(transformers, model_name)(getattr(transformers, fam.config_class)(**kwargs))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConvertError(f"transformers cannot build {model_name} from this spec: {exc}",
@@ -879,7 +930,29 @@ def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any
     if not_set:
         raise ConvertError(f"transformers tensors left unset: {not_set[:6]}", where="weights",
                            fix="report this: the reverse mapping is incomplete")
+    settings = getattr(model, "generation_config", None)
+    if settings and getattr(hf, "generation_config", None) is not None:  # the source's, as it was
+        hf.generation_config = transformers.GenerationConfig(**settings)
     return hf.to(zs["tok_emb.weight"].dtype).eval()
+
+
+def _special_ids(model: torch.nn.Module) -> dict:
+    """The special ids :func:`to_transformers` writes into the config: the model's generation
+    config's (each of :data:`zoo.io.generation_config.SPECIAL_IDS`, None where it has none), else
+    its tokenizer's; an id no source states is None, never a config class's placeholder outside
+    the vocabulary (``GPT2Config``'s 50256)."""
+    if model.spec.arch == "encoder":
+        return {}  # an encoder's pad id shapes its positions (RoBERTa): the family writes it
+    settings = getattr(model, "generation_config", None)
+    if settings:
+        return {k: settings.get(k) for k in gen_config.SPECIAL_IDS}
+    tok, V = getattr(model, "tokenizer", None), model.spec.vocab_size
+    out = {k: None for k in ("bos_token_id", "eos_token_id")}
+    for key, attr in (("bos_token_id", "bos_id"), ("eos_token_id", "eos_id"), ("pad_token_id", "pad_id")):
+        v = getattr(tok, attr, None)
+        if isinstance(v, int) and 0 <= v < V:
+            out[key] = v
+    return out
 
 
 # ---------------------------------------------------------------------- helpers for families
