@@ -170,10 +170,11 @@ def measure(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
         ["compare.row.components", comps(a), comps(b)],
         ["compare.row.params", f"{sum(p.numel() for p in a.parameters()):,}",
          f"{sum(p.numel() for p in b.parameters()):,}"],
-        ["compare.row.tokens", _tokens(T, seq_len, room_a), _tokens(T, seq_len, room_b)],
         ["compare.row.ms", f"{ms_a:.2f}", f"{ms_b:.2f}"],
         ["compare.row.out", str(tuple(out_a.shape)), str(tuple(out_b.shape))],
         ["compare.row.diff", diff, diff],
+        # after the rows the HTTP API's callers index by position
+        ["compare.row.tokens", _tokens(T, seq_len, room_a), _tokens(T, seq_len, room_b)],
     ]
     texts = [_text_output(a, prompt, lang), _text_output(b, prompt, lang)] if prompt and prompt.strip() else None
     diff_lines = list(difflib.unified_diff(a.spec.to_yaml().splitlines(), b.spec.to_yaml().splitlines(),
