@@ -43,7 +43,6 @@ import torch
 from torch import nn
 
 import zoo
-from zoo.components import taps_for
 from zoo.model.layers import call_kernel
 from zoo.plugins.attention_sdpa import SDPAttention
 
@@ -110,7 +109,7 @@ class MultiHeadLatentAttention(nn.Module):
         return out if tap is None else tap("hook_z", out.transpose(1, 2)).transpose(1, 2)
 
     def forward(self, x, a, cache=None):
-        tap = taps_for(self)  # a hooked call sees the rebuilt heads (the same function, never absorbed)
+        tap = None if a.taps is None else a.taps.get(self)  # a hooked call sees the rebuilt heads (never absorbed)
         B, T, _ = x.shape
         h, dn, dr, dv = self.h, self.dn, self.dr, self.dv
         q = self.q_b(self.q_norm(self.q_a(x))) if hasattr(self, "q_a") else self.q(x)

@@ -125,7 +125,9 @@ def taps_for(module: nn.Module) -> Any:
     every other thread, and while ``torch.compile`` traces (a compiled graph holds no tap).
 
     Every hook point is an identity tap in the forward that computes it.  A module with hook points
-    looks its taps up once per forward and, where a named activation is computed, hands it over::
+    looks its taps up once per forward (the engine's blocks and attention layers read theirs from
+    their attention arguments, ``a.taps``: :func:`current_taps`) and, where a named activation is
+    computed, hands it over::
 
         tap = taps_for(self)                    # None: the forward runs exactly as built
         ...
@@ -143,6 +145,16 @@ def taps_for(module: nn.Module) -> Any:
         return None
     taps = TAPS.get()
     return None if taps is None else taps.get(module)
+
+
+def current_taps() -> Mapping[Any, Any] | None:
+    """The whole ``module -> taps`` mapping of the hooked call in this thread, or None (as
+    :func:`taps_for`): a stack looks it up once per forward and hands it to its layers in their
+    attention arguments (``AttnArgs.taps``), so each block and attention layer finds its own taps
+    with one dictionary read."""
+    if torch.compiler.is_compiling() or not _OPEN:
+        return None
+    return TAPS.get()
 
 
 def _identity_tap(name: str, x: Any, at: int | None = None) -> Any:

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..components import (FAMILY, BuildContext, MaskContext, PositionScheme, causal_mask, guard_empty_rows,
-                          taps_for)
+from ..components import (FAMILY, BuildContext, MaskContext, PositionScheme, causal_mask, current_taps,
+                          guard_empty_rows)
 from ..errors import SpecError, ZooError
 from .spec import StackSpec
 
@@ -241,6 +241,8 @@ class AttnArgs:
     declaring ``Capabilities(fused_causal=True)`` ever see it, the others get the causal ``mask``.
     ``bias``: additive score bias ``(B|1, h, Tq, Tk)`` or None.  ``rotary``/``rot_state``: the q/k
     rotation (RoPE) of self-attention.  ``memory``: the encoder output, for cross-attention.
+    ``taps``: the hooked call's ``module -> taps`` (:func:`zoo.components.current_taps`), or None
+    outside one; a block or attention layer takes its own with ``a.taps.get(self)``.
     """
 
     mask: torch.Tensor | None = None
@@ -250,6 +252,7 @@ class AttnArgs:
     rotary: PositionScheme | None = None
     rot_state: Any = None
     memory: torch.Tensor | None = None
+    taps: Any = None
 
     @classmethod
     def make(cls, q_len: int, k_len: int, device, *, mask=None, bias=None, is_causal=False,
@@ -368,7 +371,7 @@ class Attention(nn.Module):
         """``x (B, T, D)``, or in a hooked call that gives every head its own input (TL's
         ``hook_attn_in`` / ``hook_q_input`` ...) the tuple ``(q_in (B, T, h, D), k_in, v_in (B, T,
         h_kv, D))``.  Hook points: ``tap(...)`` lines, which run only in a hooked call."""
-        tap = taps_for(self)
+        tap = None if a.taps is None else a.taps.get(self)  # hook points: in a hooked call only
         h, h_kv, hd = self.h, self.h_kv, self.hd
         if a.memory is None:
             if isinstance(x, tuple):  # one input per head: each head projects its own copy
@@ -460,7 +463,7 @@ class Block(nn.Module):
         """``a``: the self-attention arguments; ``cross``: the cross-attention ones (with memory).
         Hook points (TransformerLens' names): the ``tap(...)`` lines, run only in a hooked call."""
         drop = self.drop if self.has_dropout and self.training else _identity
-        tap = taps_for(self)
+        tap = None if a.taps is None else a.taps.get(self)  # hook points: in a hooked call only
         if tap is not None:
             x = tap("hook_resid_pre", x)
         if self.parallel:  # GPT-J / GPT-NeoX: x + attn(n1(x)) + ffn(n2(x)), both read the same x
@@ -641,7 +644,8 @@ class Stack(nn.Module):
         mctx = MaskContext(q_len=T, k_len=offset + T, device=x.device, q_offset=offset,
                            batch_size=B, key_padding=key_padding, prefix_lengths=prefix_lengths)
         mask, is_causal = self.build_mask(mctx)
-        a = AttnArgs.make(T, offset + T, x.device, mask=mask, is_causal=is_causal,
+        taps = current_taps()  # a hooked call's taps, for every layer (None outside one)
+        a = AttnArgs.make(T, offset + T, x.device, mask=mask, is_causal=is_causal, taps=taps,
                           fused_causal=self.fused_causal,
                           bias=self.positions.score_bias(pos, key_pos) if self.biases else None,
                           rotary=self.positions if self.rotates else None,
@@ -649,14 +653,14 @@ class Stack(nn.Module):
         cross = None
         if memory is not None:
             memory_mask = memory_padding[:, None, None, :] if memory_padding is not None else None
-            cross = AttnArgs.make(T, memory.size(1), x.device, mask=memory_mask, memory=memory)
+            cross = AttnArgs.make(T, memory.size(1), x.device, mask=memory_mask, memory=memory, taps=taps)
         per_layer = [a]
         if len(self.pattern):  # mask_pattern: one set of attention arguments per rule group
             per_layer = []
             for j, (rules, plain) in enumerate(zip(self.pattern, self.pattern_plain)):
                 m, causal = self.build_mask(mctx, rules, plain)
                 rot = self.positions.group_state(a.rot_state, j) if self.group_rot else a.rot_state
-                per_layer.append(AttnArgs.make(T, offset + T, x.device, mask=m, is_causal=causal,
+                per_layer.append(AttnArgs.make(T, offset + T, x.device, mask=m, is_causal=causal, taps=taps,
                                                fused_causal=self.fused_causal, bias=a.bias,
                                                rotary=a.rotary, rot_state=rot))
         for i, block in enumerate(self.blocks):
