@@ -58,7 +58,7 @@ def test_each_command_applies_the_thread_count_it_is_given(command, calls, tmp_p
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5", "", "far too many"])
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5", "", "far too many", "²"])
 def test_a_thread_count_that_is_not_a_positive_whole_number_is_one_line(command, value, calls,
                                                                         tmp_path, capsys):
     code, lines = _zoo([command, "--threads", value, *COMMANDS[command]], tmp_path, capsys)

@@ -73,7 +73,7 @@ def check_threads(value: Any, where: str = "--threads") -> int | None:
         return None
     text = str(value).strip()
     n, why = usable_cpus()
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise ZooError(f"expected a positive whole number of threads, got {text[:40]!r}", where=where,
                        fix=f"pass a number from 1 to {n}, or leave --threads out for the default "
                            f"({default_threads()} now)")
