@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import FeedForward, taps_or_identity
+from zoo.components import FeedForward, taps_for
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,10 @@ class BilinearFFN(FeedForward):
     hook_points = ("hook_pre", "hook_pre_linear", "hook_post")  # as a GLU's, with no activation
 
     def forward(self, x):
-        tap = taps_or_identity(self)  # hook points: identity outside a hooked call
-        h = tap("hook_pre", self.gate(x)) * tap("hook_pre_linear", self.up(x))  # (B, T, d_ff)
-        return self.down(tap("hook_post", h))  # (B, T, D)
+        tap = taps_for(self)  # the inside view's hook points: None outside a hooked call
+        if tap is None:
+            return self.down(self.gate(x) * self.up(x))  # (B, T, D) -> (B, T, d_ff) -> (B, T, D)
+        return self.down(tap("hook_post", tap("hook_pre", self.gate(x)) * tap("hook_pre_linear", self.up(x))))
 
 
 @zoo.hookimpl

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import ACTIVATIONS, Activation, FeedForward, taps_or_identity
+from zoo.components import ACTIVATIONS, Activation, FeedForward, taps_for
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,11 @@ class GLU(FeedForward):
         self.act = ACTIVATIONS[config.activation]
 
     def forward(self, x):
-        tap = taps_or_identity(self)  # hook points: identity outside a hooked call
-        h = self.act(tap("hook_pre", self.gate(x))) * tap("hook_pre_linear", self.up(x))  # (B, T, d_ff): the gated path
-        return self.down(tap("hook_post", h))  # (B, T, D)
+        tap = taps_for(self)  # the inside view's hook points: None outside a hooked call
+        if tap is None:
+            return self.down(self.act(self.gate(x)) * self.up(x))  # (B, T, d_ff): the gated path -> (B, T, D)
+        h = self.act(tap("hook_pre", self.gate(x))) * tap("hook_pre_linear", self.up(x))
+        return self.down(tap("hook_post", h))
 
 
 @zoo.hookimpl

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import ACTIVATIONS, Activation, FeedForward, taps_or_identity
+from zoo.components import ACTIVATIONS, Activation, FeedForward, taps_for
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,10 @@ class MLP(FeedForward):
         self.act = ACTIVATIONS[config.activation]
 
     def forward(self, x):
-        tap = taps_or_identity(self)  # hook points: identity outside a hooked call
-        return self.down(tap("hook_post", self.act(tap("hook_pre", self.up(x)))))  # (B, T, D) -> (B, T, d_ff) -> (B, T, D)
+        tap = taps_for(self)  # the inside view's hook points: None outside a hooked call
+        if tap is None:
+            return self.down(self.act(self.up(x)))  # (B, T, D) -> (B, T, d_ff) -> (B, T, D)
+        return self.down(tap("hook_post", self.act(tap("hook_pre", self.up(x)))))
 
 
 @zoo.hookimpl

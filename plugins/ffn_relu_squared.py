@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import zoo
-from zoo.components import FeedForward, taps_or_identity
+from zoo.components import FeedForward, taps_for
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,12 @@ class ReluSquaredMLP(FeedForward):
     hook_points = ("hook_pre", "hook_post")  # the inside view: TransformerLens' MLP points
 
     def forward(self, x):
-        tap = taps_or_identity(self)  # hook points: identity outside a hooked call
-        h = torch.relu(tap("hook_pre", self.up(x)))  # (B, T, d_ff)
-        return self.down(tap("hook_post", h * h))  # (B, T, D)
+        tap = taps_for(self)  # the inside view's hook points: None outside a hooked call
+        if tap is None:
+            h = torch.relu(self.up(x))  # (B, T, d_ff)
+            return self.down(h * h)  # (B, T, D)
+        h = torch.relu(tap("hook_pre", self.up(x)))
+        return self.down(tap("hook_post", h * h))
 
 
 @zoo.hookimpl

@@ -101,6 +101,9 @@ TAPS: ContextVar[Mapping[Any, Any] | None] = ContextVar("zoo_taps", default=None
 #: how many hooked calls are open in this process, in any thread: while none is, a lookup reads no
 #: context variable (and ``torch.compile``, which never reads it, keeps its graph when one opens)
 _OPEN = 0
+#: True while Dynamo traces (``torch.compile``), False otherwise at the cost of one call: cheaper
+#: than ``torch.compiler.is_compiling`` (two calls), and only Dynamo traces the engine's Python
+_tracing = torch.compiler.is_dynamo_compiling
 _OPEN_LOCK = threading.Lock()
 
 
@@ -141,7 +144,7 @@ def taps_for(module: nn.Module) -> Any:
     input per head).  ``tap.begin(stack, cache, **call)`` (the model's taps only): a stack's forward
     starts after ``cache.length`` cached tokens.  The names a module's forward calls are the ones
     its class lists (:func:`zoo.inside.hooks.hook_names`)."""
-    if torch.compiler.is_compiling() or not _OPEN:  # tracing a graph (no guard on _OPEN); nothing hooked
+    if _tracing() or not _OPEN:  # Dynamo tracing a graph (it never reads _OPEN); nothing hooked anywhere
         return None
     taps = TAPS.get()
     return None if taps is None else taps.get(module)
@@ -152,20 +155,9 @@ def current_taps() -> Mapping[Any, Any] | None:
     :func:`taps_for`): a stack looks it up once per forward and hands it to its layers in their
     attention arguments (``AttnArgs.taps``), so each block and attention layer finds its own taps
     with one dictionary read."""
-    if torch.compiler.is_compiling() or not _OPEN:
+    if _tracing() or not _OPEN:
         return None
     return TAPS.get()
-
-
-def _identity_tap(name: str, x: Any, at: int | None = None) -> Any:
-    return x
-
-
-def taps_or_identity(module: nn.Module) -> Callable[..., Any]:
-    """:func:`taps_for`, or a tap that hands every activation back unchanged: for a component's
-    own forward, where one line per hook point reads better than an ``if`` (a feed-forward block:
-    ``h = tap("hook_pre", self.up(x))``); the engine's hot paths test for None instead."""
-    return taps_for(module) or _identity_tap
 
 
 #: The taps of the attention layer whose kernel is running in a hooked call that asks for its
@@ -178,7 +170,7 @@ KERNEL_TAPS: ContextVar[Any] = ContextVar("zoo_kernel_taps", default=None)
 def kernel_taps() -> Any:
     """The running kernel's view of its layer's taps (:data:`KERNEL_TAPS`), or None: outside a
     hooked call asking for scores or pattern, and while ``torch.compile`` traces."""
-    if torch.compiler.is_compiling() or not _OPEN:
+    if _tracing() or not _OPEN:
         return None
     return KERNEL_TAPS.get()
 
@@ -390,7 +382,7 @@ class Placement(nn.Module):
 class FeedForward(nn.Module):
     """A position-wise block ``(B, T, D) -> (B, T, D)`` through a hidden width ``ctx.d_ff``.
 
-    ``hook_points``: the names its ``forward`` taps (``tap = taps_or_identity(self)``), with
+    ``hook_points``: the names its ``forward`` taps (``tap = taps_for(self)``), with
     TransformerLens' meanings: ``hook_pre`` the pre-activation (a GLU's gate), ``hook_pre_linear``
     a GLU's linear branch, ``hook_post`` the input of the down projection; a mixture of experts:
     ``hook_expert_weights`` its router's probabilities, ``hook_expert_indices`` its choices."""

@@ -467,13 +467,13 @@ class Block(nn.Module):
         if tap is not None:
             x = tap("hook_resid_pre", x)
         if self.parallel:  # GPT-J / GPT-NeoX: x + attn(n1(x)) + ffn(n2(x)), both read the same x
-            y = self.attn(self.attn_input(x, tap), a, cache)
+            y = self.attn(self.attn_res.enter(x) if tap is None else self.attn_input(x, tap), a, cache)
             f = self.ffn(self.ffn_res.enter(x if tap is None else tap("hook_mlp_in", x)))
             if tap is None:
                 return self.ffn_res.exit(self.attn_res.exit(x, drop(y)), drop(f))
             x = _exit(self.attn_res, x, drop(y), tap, "hook_attn_out")
             return tap("hook_resid_post", _exit(self.ffn_res, x, drop(f), tap, "hook_mlp_out"))
-        y = self.attn(self.attn_input(x, tap), a, cache)
+        y = self.attn(self.attn_res.enter(x) if tap is None else self.attn_input(x, tap), a, cache)
         x = self.attn_res.exit(x, drop(y)) if tap is None else tap(
             "hook_resid_mid", _exit(self.attn_res, x, drop(y), tap, "hook_attn_out"))
         if self.cross is not None:

@@ -239,7 +239,9 @@ class DecoderModel(ZooModel):
         pos = step_positions(pad, T, ids.device, cache)
         x = self.embed(ids, pos, self.tok_emb, self.decoder.positions, token_type_ids)  # (B, T, D)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, prefix_lengths=prefix_lengths)
-        return x if return_hidden else self.head_output(self.unembed(x, tap))  # (B, T, V)
+        if return_hidden:
+            return x
+        return self.head_output(self.lm_head(self.head_input(x)) if tap is None else self.unembed(x, tap))  # (B, T, V)
 
 
 class EncoderModel(ZooModel):
@@ -360,7 +362,9 @@ class EncoderDecoderModel(ZooModel):
         x = self.dec_embed(tgt_ids, pos, self.tok_emb, self.decoder.positions)
         x = self.decoder(x, pos, key_padding=pad, cache=cache, memory=memory,
                          memory_padding=memory_padding)
-        return x if return_hidden else self.head_output(self.unembed(x, tap))
+        if return_hidden:
+            return x
+        return self.head_output(self.lm_head(self.head_input(x)) if tap is None else self.unembed(x, tap))
 
     def forward(self, src_ids: torch.Tensor, tgt_ids: torch.Tensor, src_padding=None, tgt_padding=None,
                 return_hidden: bool = False, **renamed) -> torch.Tensor:
