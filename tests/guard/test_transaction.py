@@ -202,10 +202,14 @@ def test_a_second_writer_is_refused_naming_the_holder_and_waits_when_asked(tmp_p
     holder = Holder(d)
     try:
         assert (d / txn.LOCK).read_text().split()[0] == str(holder.pid)
-        t0 = time.perf_counter()
         with pytest.raises(CheckpointError, match=f"being written by process {holder.pid}") as info:
             zoo.save(tiny(1), d)
-        assert time.perf_counter() - t0 < 2 and info.value.where == "save.path" and "wait" in info.value.fix
+        assert info.value.where == "save.path" and "wait" in info.value.fix
+        t0 = time.perf_counter()
+        with pytest.raises(ZooError, match=f"process {holder.pid}"):
+            with txn.lock(d, where="test"):  # refused at once: no waiting unless asked
+                pass
+        assert time.perf_counter() - t0 < 1
         with pytest.raises(CheckpointError, match=f"process {holder.pid}"):
             zoo.save(tiny(1), d, wait=0.3)  # waited 0.3 s, then refused
         threading.Timer(0.5, holder.release).start()

@@ -173,7 +173,8 @@ def _answer(env, cache: dict, req: dict) -> dict:
             n += len(chunk)
             if n > limit:
                 return {"stop": "size", "detail": str(n)}
-            parts.append(chunk)
+            if chunk:  # a loop printing nothing must not fill the memory with empty chunks
+                parts.append(chunk)
         return {"ok": "".join(parts)}
     except _Printed as exc:
         return {"stop": "prints", "detail": str(exc)[:80]}
