@@ -169,9 +169,10 @@ def test_memory_bandwidth_is_measured():
 
 def test_int8_linear_matches_the_hand_quantized_product():
     """Per-channel int8 weights, quantized here by hand (round(W / (max|row| / 127))), times the
-    float input: FBGEMM's kernel (which also quantizes the input per call) lands within int8
-    rounding of it, and of the float32 layer."""
-    from zoo.run.precision import Int8Linear, int8_supported
+    float input: FBGEMM's kernel (``activations="dynamic"``, which also quantizes the input per
+    call) lands within int8 rounding of it, and of the float32 layer.  (The default int8 is
+    weight-only: tests/run/test_precision_quality.py.)"""
+    from zoo.run.precision import Int8DynamicLinear as Int8Linear, int8_supported
 
     if not int8_supported():
         pytest.skip("no int8 engine in this PyTorch build")
