@@ -28,8 +28,9 @@ from zoo.commands.threads import threads_option
               help="int8 weights (CPU; zoo.run.precision.quantize_int8); training is skipped.")
 @click.option("--int4", "int4", is_flag=True,
               help="int4 weights in groups (CPU; zoo.run.precision.quantize_int4); training is skipped.")
-@click.option("--group-size", type=click.Choice(["32", "64", "128", "256"]), default="128",
-              show_default=True, help="--int4: inputs per (scale, zero) group.")
+@click.option("--group-size", type=click.Choice(["32", "64", "128", "256"]), default=None,
+              help="--int4: inputs per (scale, zero) group (default: the source's own 4-bit blocks "
+                   "where its weights have them, else 128).")
 @click.option("--vs-float32", is_flag=True,
               help="With --int8 / --int4: also decode with the float32 weights, alternating rounds, "
                    "and print the tokens/s ratio (paired).")
@@ -75,26 +76,31 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
         raise zoo.ZooError("--vs-float32 compares quantized weights with float32 ones",
                            where="zoo bench", fix="add --int8 or --int4")
     reference = copy.deepcopy(model).float() if vs_float32 else None
-    if int8:
-        from zoo.run.precision import quantize_int8
+    if int8 or int4:
+        import warnings
 
-        quantize_int8(model)
-        tasks = tuple(t for t in tasks if t != "train")  # int8 weights are for inference
-    if int4:
-        from zoo.run.precision import quantize_int4
+        from zoo.run.precision import QualityWarning, quality_line, quantize_int4, quantize_int8
 
-        quantize_int4(model, int(group_size))
-        tasks = tuple(t for t in tasks if t != "train")  # int4 weights are for inference too
+        with warnings.catch_warnings():  # the quality line below says it, with the figures
+            warnings.simplefilter("ignore", QualityWarning)
+            if int8:
+                quantize_int8(model)
+            else:
+                quantize_int4(model, int(group_size) if group_size else None)
+        tasks = tuple(t for t in tasks if t != "train")  # quantised weights are for inference
     report = bench(model, batch=batch, seq_len=seq_len, prompt_len=prompt_len, new_tokens=new_tokens,
                    train_batch=train_batch, warmup=warmup, repeats=repeats,
                    tasks=tasks, compile=use_compile)
     ratio = paired_decode(reference, model, prompt_len, new_tokens, max(3, repeats // 2)) \
         if reference is not None else None
+    quality = getattr(model, "quality", None) if (int8 or int4) else None
     if as_json:
-        click.echo(json.dumps({**report.to_dict(), **({"vs_float32": ratio} if ratio else {})},
-                              indent=2))
+        click.echo(json.dumps({**report.to_dict(), **({"vs_float32": ratio} if ratio else {}),
+                               **({"quality": quality} if quality else {})}, indent=2))
     else:
         click.echo(report.table())
+        if quality:
+            click.echo(quality_line(model))
         if ratio:
             click.echo(f"{model.quantized} decoding: {ratio['quantized_tokens_per_s']:,.1f} tokens/s "
                        f"vs float32 {ratio['float32_tokens_per_s']:,.1f} = {ratio['speedup']:.2f}x "
