@@ -184,29 +184,42 @@ def test_the_block_reader_finds_fenced_and_indented_blocks():
 
 
 # ---------------------------------------------------------------------- one source for numbers
-def _perf_table_value(label: str, column: int, shape: str) -> str:
+def _perf_table_value(label: str, column: int, shape: str, after: str | None = None) -> str:
     """Cell ``column`` of the first PERFORMANCE.md table row labelled ``label`` whose cell matches
-    the regex ``shape`` (several tables have an ``int8`` row)."""
+    the regex ``shape`` (several tables have an ``int8`` row), past the heading ``after`` if given."""
     perf = (ROOT / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8")
+    if after is not None:
+        perf = perf[perf.index(after):]
     cells = [ln.split("|")[column + 1].strip() for ln in perf.splitlines()
              if ln.startswith(f"| {label} |") and len(ln.split("|")) > column + 2]
     return next(c for c in cells if re.fullmatch(shape, c))
 
 
+#: the heading of the real-model quantisation table (issue 36) in docs/PERFORMANCE.md
+REAL = "## Quantisation that keeps a real model's answers"
+
+
 def test_readme_numbers_are_performance_md_numbers():
-    """int8 speed-up and decode overhead: the README (both languages) quotes docs/PERFORMANCE.md's
-    tables, and no other figure, in the sentences that give them."""
-    int8 = _perf_table_value("int8", 2, r"\d+\.\d+x")  # the precision table: "2.15x"
+    """The int8 sentence (both languages) quotes docs/PERFORMANCE.md's tables, and no other
+    figure: the real model's top-1 agreement and ΔNLL for int8, the old dynamic int8 and int4,
+    their speed against the old int8, and the decode overhead of the tiny GPT and GPT-2 small."""
+    pct = {k: _perf_table_value(k, 1, r"\d+\.\d%", REAL).rstrip("%")
+           for k in ("int8", "int8 dynamic (zoo 0.x)", "int4")}  # "96.0%"
+    dnll = _perf_table_value("int8", 2, r"[+−-]\d\.\d{4}", REAL).replace("−", "-")  # "+0.0097"
+    speed = {k: _perf_table_value(k, 7, r"\d+\.\d+x", REAL).rstrip("x") for k in ("int8", "int4")}
     tiny = _perf_table_value("tiny (4L d256 h4 V8192)", 3, r"\d\.\d{3}")  # decoding: "1.013"
     gpt2 = _perf_table_value("GPT-2 small (12L d768 h12)", 3, r"\d\.\d{3}")  # "0.887"
     for name in READMES:
         text = (ROOT / name).read_text(encoding="utf-8").replace("\n", " ")
         sentence = next(s for s in re.split(r"(?<=[.。])\s", text) if "quantize_int8(model)" in s)
         figures = set(re.findall(r"(\d+\.\d+)\s*(?:x|倍)", sentence))
-        assert int8.rstrip("x") in figures <= {int8.rstrip("x"), tiny, gpt2}, (name, figures, sentence)
+        assert set(speed.values()) <= figures <= {*speed.values(), tiny, gpt2}, (name, figures, sentence)
+        assert set(re.findall(r"(\d+\.\d)%", sentence)) == set(pct.values()), (name, sentence)
+        assert re.findall(r"[+−-]\d\.\d{4}", sentence) == [dnll], (name, sentence)
         ratio = next(s for s in re.split(r"(?<=[.。；])\s", text) if "GPT-2 small" in s and tiny in s)
         assert gpt2 in ratio, (name, ratio)
     perf = (ROOT / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8")
+    int8 = _perf_table_value("int8", 2, r"\d+\.\d+x")  # GPT-2 small's precision table: "2.15x"
     assert f"decode at **{int8}** float32" in perf.replace("\n", " ")  # the prose says the table's
 
 
