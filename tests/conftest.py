@@ -36,7 +36,7 @@ FAST_LANE = {
               "test_attention_mla", "test_kernels"),
     "io": ("test_io", "test_loader", "test_tokenizers"),
     "run": ("test_generate", "test_beam", "test_chat", "test_generation_options", "test_generation_health",
-            "test_generate_compaction", "test_int4", "test_pipelines"),
+            "test_generate_compaction", "test_int4", "test_precision_quality", "test_pipelines"),
     "inside": ("test_hooks", "test_trace", "test_lens", "test_patching", "test_costs_plots"),
     "guard": ("test_trust_paths", "test_trust_arguments", "test_trust_numeric", "test_trust_integrity",
               "test_trust_tokenizer_files", "test_outputs", "test_run_budget", "test_hostile",

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import real_models
 import zoo
 from zoo.errors import ZooError
 from zoo.run import precision as P
@@ -171,9 +172,6 @@ def test_the_check_says_why_it_measured_nothing():
 
 
 # ---------------------------------------------------------------------- the real model
-real_models = pytest.importorskip("real_models")
-
-
 @pytest.fixture(scope="module")
 def real():
     """SmolLM2-135M-Instruct (float32), the ids of the held-out English paragraph and of the
