@@ -697,6 +697,8 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
                              "{shape} 的张量，所有层合计 {size}", None),
     "budget.repeats": ("搭建这个模型需要的内存超过了预算 {limit}（{why}）：模型需要 {total}；{field} = {value} "
                        "使 '{name}' {shape} 连同每层的其余部分重复这么多次", None),
+    "budget.allocated": ("搭建这个模型需要的内存超过了预算 {limit}（{why}）：在这个 {size} 的张量之前已分配 "
+                         "{allocated}；{field} = {value} 使每层的张量都重复这么多次", None),
     "budget.makes": ("搭建这个模型需要的内存超过了预算 {limit}（{why}）：模型需要 {total}；{field} = {value} "
                      "使 '{name}' 的形状为 {shape}，{size}", None),
     "budget.fix": (None, "调小 {field}，或传入更大的预算照样搭建（zoo.build / zoo.load(..., budget=BYTES)，"

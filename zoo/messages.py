@@ -101,6 +101,9 @@ MESSAGES: dict[str, Message] = {
     "budget.repeats": Message(
         _BUDGET + "the model needs {total}; {field} = {value} repeats '{name}' {shape} and the rest of "
                   "each layer"),
+    "budget.allocated": Message(
+        _BUDGET + "{allocated} allocated before this {size} tensor; {field} = {value} repeats every layer's "
+                  "tensors"),
     "budget.makes": Message(_BUDGET + "the model needs {total}; {field} = {value} makes '{name}' {shape}, "
                                       "{size}"),
     "budget.fix": Message(fix="lower {field}, or pass a larger budget to build it anyway "

@@ -187,12 +187,11 @@ class Guard(torch.overrides.TorchFunctionMode):
     def refuse(self, shape: tuple[int, ...], nbytes: int):
         if nbytes > self.limit / 2 or self.total < nbytes:
             where, value = culprit(self.spec, shape)
-            detail = f"{where} = {value} makes a tensor of shape {shape[:4]}, {human_bytes(nbytes)}"
-        else:  # many moderate tensors: the layer count multiplies them
-            where, value = _layers_field(self.spec)
-            detail = (f"{human_bytes(self.total)} allocated before this {human_bytes(nbytes)} "
-                      f"tensor; {where} = {value} repeats every layer's tensors")
-        _refuse(self.limit, self.why, where, detail)
+            _refuse("budget.tensor", self.limit, self.why, where, value=value, shape=shape[:4],
+                    size=human_bytes(nbytes))
+        where, value = _layers_field(self.spec)  # many moderate tensors: the layer count multiplies them
+        _refuse("budget.allocated", self.limit, self.why, where, value=value, size=human_bytes(nbytes),
+                allocated=human_bytes(self.total))
 
 
 def guard(spec, budget: Any = None, device: Any = None, *, layout=None) -> Guard:
