@@ -215,3 +215,21 @@ def test_cli_list_run_errors_and_report(tmp_path):
     assert "experiment.seeds" in r.stderr and "Traceback" not in r.stderr
     r = cli("experiment", "report", str(tmp_path))
     assert r.returncode == 2 and "no experiment results" in r.stderr
+
+
+def test_a_quick_run_is_labelled_a_smoke_test_everywhere(tmp_path):
+    """Issue 34: a --quick report read like a finding.  Its markdown, HTML, CSV and every verdict
+    of its table say it is a smoke test; the same run without quick says nothing of the kind."""
+    data = {**TINY, "seeds": 2, "budget": {"steps": 10},
+            "quick": {"budget": {"steps": 8}}}
+    res = ze.run(data, out=tmp_path / "q", jobs=1, threads=1, quick=True, report=False)
+    assert res.smoke_test
+    assert "**Smoke test**" in res.markdown()
+    verdicts = [r["verdict"] for r in res.table() if r["reference"]]
+    assert verdicts and all(v.endswith("(smoke test)") for v in verdicts), verdicts
+    res.write_report(inside=False)
+    assert "Smoke test" in (res.out / "report.html").read_text(encoding="utf-8")
+    assert "(smoke test)" in (res.out / "results.csv").read_text(encoding="utf-8")
+    full = ze.run(data, out=tmp_path / "f", jobs=1, threads=1, report=False)
+    assert not full.smoke_test and "Smoke test" not in full.markdown()
+    assert not any("smoke" in r["verdict"] for r in full.table())

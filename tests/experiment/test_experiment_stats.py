@@ -59,3 +59,44 @@ def test_verdict_never_exceeds_the_interval():
     assert math.isnan(one["half"]) and verdict({**one, "lo": math.nan, "hi": math.nan}, "max").startswith("n/a")
     # the same mean difference with two noisy seeds is not significant: t_{0.975,1} = 12.7
     assert verdict(paired({0: 0.9, 1: 0.5}, {0: 0.6, 1: 0.4}), "max") == "within noise"
+
+
+def test_a_real_but_tiny_difference_is_no_meaningful_difference():
+    """Issue 34: ``attn_scale --quick`` called an entropy difference of 0.001 "lower" and
+    ``pos_extrapolation --quick`` a 0.002 difference in eval loss "better".  An interval that
+    excludes 0 says the difference is real, the minimum effect says whether it matters."""
+    tiny = paired({0: 1.001, 1: 1.0011, 2: 1.0012}, {0: 1.0, 1: 1.0, 2: 1.0})
+    assert tiny["lo"] > 0  # real...
+    assert verdict(tiny, "min") == "worse"  # ...and without a minimum effect it would be a finding
+    assert verdict(tiny, "min", min_effect=0.02) == "no meaningful difference"
+    assert verdict(tiny, None, min_effect=0.05) == "no meaningful difference"
+    big = paired({0: 0.9, 1: 0.91, 2: 0.92}, {0: 0.5, 1: 0.5, 2: 0.51})
+    assert verdict(big, "max", min_effect=0.02) == "better"
+    straddle = paired({0: 0.9, 1: 0.5}, {0: 0.6, 1: 0.7})
+    assert verdict(straddle, "max", min_effect=0.02) == "within noise"
+
+
+def test_minimum_effects_come_from_the_task_and_the_experiment_file():
+    from zoo.experiment import load
+    from zoo.experiment.spec import DEFAULT_MIN_EFFECT, ExperimentError, min_effects
+    from zoo.experiment.tasks import get_task
+
+    exp = load("attn_scale")
+    task = get_task(exp.task, dict(exp.task_params))
+    floors = min_effects(task)
+    assert floors["eval_loss"] == 0.02 and floors["entropy_init"] == 0.05
+    assert all(floors[m] == DEFAULT_MIN_EFFECT for m in getattr(task, "metrics", {})
+               if m not in ("eval_loss", "causal_loss"))
+    raw = load("attn_scale").raw
+    import json
+
+    data = json.loads(raw)
+    data["min_effect"] = {"entropy_init": 0.5}
+    custom = load(data)
+    assert min_effects(task, custom.min_effect)["entropy_init"] == 0.5
+    assert custom.fingerprint() == exp.fingerprint()  # reporting only: the runs are the same
+    for bad, where in (({"entropy_init": -1}, "min_effect.entropy_init"), ({"nope": 0.1}, "min_effect.nope"),
+                       ([0.1], "min_effect")):
+        with pytest.raises(ExperimentError) as info:
+            load({**data, "min_effect": bad})
+        assert info.value.where == f"experiment.{where}"

@@ -30,9 +30,14 @@ from ..inside import plots
 from ..inside.trace import trace
 from ..io.loading import load as load_model
 from ..train.metrics import read_metrics
-from .spec import GENERAL_METRICS, parse, task_metrics
+from .spec import GENERAL_METRICS, min_effects, parse, task_metrics
 from .stats import mean_ci, paired, verdict
 from .tasks import get_task
+
+#: What a ``--quick`` run's report says first: its numbers test the machinery, not the claim.
+SMOKE_NOTE = ("**Smoke test** (`--quick`): a small version of the experiment that checks the machinery "
+              "runs end to end. Its numbers are not evidence for or against the claim; run without "
+              "`--quick` for that.")
 from .trial import EXPERIMENT, RESULT, Trial
 
 REPORT_FILES = ("results.md", "results.csv", "report.html")
@@ -142,11 +147,22 @@ class Results:
         task = get_task(t0.task, t0.task_params)
         return {**GENERAL_METRICS, **task_metrics(task)}
 
+    def _min_effects(self) -> dict:
+        t0 = self.trial_plans[0]
+        return min_effects(get_task(t0.task, t0.task_params), self._exp().min_effect)
+
+    @property
+    def smoke_test(self) -> bool:
+        """A ``--quick`` run: a smoke test of the machinery, not evidence (every table says so)."""
+        return bool(self.plan.get("quick"))
+
     def table(self) -> list[dict]:
         """One row per (variant, metric): ``variant, reference, params, train_flops, steps, metric,
         n, mean, lo, hi, half, diff, diff_lo, diff_hi, verdict``."""
         exp = self._exp()
         dirs = self._directions()
+        floors = self._min_effects()
+        smoke = " (smoke test)" if self.smoke_test else ""
         plans = {t.variant: t for t in self.trial_plans}
         rows = []
         for vname in self.variants:
@@ -164,7 +180,9 @@ class Results:
                 if ref is not None:
                     d = paired(vals, self.values(ref.name, m))
                     row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"],
-                               verdict=verdict(d, dirs.get(m)) if d["n"] else "pending")
+                               verdict=verdict(d, dirs.get(m), floors.get(m, 0.0)) + smoke
+                               if d["n"] else "pending")
+                row["min_effect"] = floors.get(m, 0.0)
                 rows.append(row)
         return rows
 
@@ -172,6 +190,8 @@ class Results:
     def markdown(self) -> str:
         exp = self.experiment
         lines = [f"# Experiment `{self.name}`" + (" (quick)" if self.plan.get("quick") else ""), ""]
+        if self.smoke_test:
+            lines += [SMOKE_NOTE, ""]
         if exp.get("title"):
             lines += [f"**{exp['title']}**", ""]
         if exp.get("claim"):
@@ -184,7 +204,9 @@ class Results:
                   "Mean over seeds with its 95% Student-t interval (mean ± t₀.₉₇₅,ₙ₋₁·s/√n); "
                   "difference = paired difference against the reference variant over matched seeds, "
                   "with its 95% Student-t interval; the verdict is *better*/*worse* only when that "
-                  "interval excludes 0.", "",
+                  "interval excludes 0 and the difference is at least the metric's minimum effect ("
+                  + ", ".join(f"{k} {v:g}" for k, v in sorted(self._min_effects().items()) if k in self.metrics)
+                  + "), *no meaningful difference* when it is smaller.", "",
                   "| variant | params | train FLOPs | steps | metric | mean ± 95% CI | vs | difference [95% CI] | verdict |",
                   "|---|---:|---:|---:|---|---|---|---|---|"]
         for r in self.table():
@@ -337,11 +359,14 @@ class Results:
             "margin:auto;padding:1em}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;"
             "padding:3px 6px;font-size:13px}}</style></head><body>",
             f"<h1>{html.escape(self.name)}{' (quick)' if self.plan.get('quick') else ''}</h1>",
+            "<p><b>Smoke test</b> (--quick): a small version of the experiment that checks the machinery "
+            "runs end to end; its numbers are not evidence for or against the claim.</p>" if self.smoke_test else "",
             f"<p><b>{html.escape(exp.get('title', ''))}</b></p>",
             f"<p>Claim tested: {html.escape(exp.get('claim', ''))}</p>" if exp.get("claim") else "",
             "<p>Mean over seeds ± its 95% Student-t interval; difference: paired against the reference "
             "over matched seeds, 95% Student-t interval; verdict better/worse only when that interval "
-            "excludes 0.</p>",
+            "excludes 0 and the difference is at least the metric's minimum effect, <i>no meaningful "
+            "difference</i> when it is smaller.</p>",
             "<table><tr><th>variant</th><th>params</th><th>train FLOPs</th><th>steps</th><th>metric</th>"
             "<th>mean ± 95% CI</th><th>vs</th><th>difference [95% CI]</th><th>verdict</th></tr>",
             rows, "</table>",

@@ -51,8 +51,16 @@ SHIPPED_DIR = Path(__file__).resolve().parents[1] / "checkpoints" / "experiments
 #: metrics every trial records besides its task's own: direction ("min", "max", or None: neither
 #: is better, the verdict says "higher" / "lower")
 GENERAL_METRICS = {"eval_loss": "min", "train_loss": "min", "entropy_init": None}
+#: The smallest difference worth a verdict, per metric (issue 34): a paired interval that excludes 0
+#: says a difference is real, not that it matters -- 0.002 nats of eval loss or 0.001 nats of
+#: entropy are "no meaningful difference".  A task declares its own (``min_effects``, else
+#: :data:`DEFAULT_MIN_EFFECT` for its metrics); an experiment file overrides any of them with
+#: ``min_effect: {metric: value}``.
+GENERAL_MIN_EFFECTS = {"eval_loss": 0.02, "train_loss": 0.02, "causal_loss": 0.02, "entropy_init": 0.05}
+#: for a task metric the task gives no minimum for: accuracies and exact-match rates in [0, 1]
+DEFAULT_MIN_EFFECT = 0.02
 TOP_KEYS = ("name", "title", "claim", "description", "base", "variants", "grid", "baseline", "seeds",
-            "task", "train", "budget", "metrics", "probe", "plugins", "quick", "executor")
+            "task", "train", "budget", "metrics", "min_effect", "probe", "plugins", "quick", "executor")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.=,+-]{1,80}$")
 
 
@@ -115,6 +123,7 @@ class Experiment:
     probe: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
     quick: bool = False
+    min_effect: tuple[tuple[str, float], ...] = ()  # metric -> smallest difference worth a verdict
     executor: tuple[tuple[str, Any], ...] = ()   # submitit parameters for --executor slurm
     source: str = ""                        # the YAML text it was read from (empty for dicts)
     raw: str = ""                           # the validated mapping as JSON (before --quick)
@@ -153,7 +162,7 @@ class Experiment:
     def fingerprint(self) -> str:
         """What identifies the runs: everything but titles and texts (16 hex digits)."""
         keep = {k: v for k, v in json.loads(self.raw).items()
-                if k not in ("title", "claim", "description", "quick", "probe", "executor")}
+                if k not in ("title", "claim", "description", "quick", "probe", "executor", "min_effect")}
         keep["quick"] = self.quick
         return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -305,6 +314,13 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     for k in ("title", "claim", "description"):
         if not isinstance(data.get(k, ""), str):
             _bad(k, "must be text")
+    min_effect = data.get("min_effect") or {}
+    if not isinstance(min_effect, dict):
+        _bad("min_effect", "must be a mapping {metric: smallest difference worth a verdict}",
+             fix="e.g. min_effect: {acc: 0.05, eval_loss: 0.01}")
+    for k, v in min_effect.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < float("inf")):
+            _bad(f"min_effect.{k}", f"must be a finite number >= 0, got {short(v)}")
     executor = data.get("executor") or {}
     if not isinstance(executor, dict) or not all(isinstance(k, str) for k in executor):
         _bad("executor", "must be a mapping of submitit parameters", fix="e.g. executor: {slurm_partition: cpu}")
@@ -313,6 +329,7 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
                      baseline=baseline, title=data.get("title", ""), claim=data.get("claim", ""),
                      description=data.get("description", ""), probe=tuple(probe),
                      plugins=tuple(plugins), quick=quick,
+                     min_effect=tuple(sorted((str(k), float(v)) for k, v in min_effect.items())),
                      executor=tuple(sorted((k, _freeze(v)) for k, v in executor.items())),
                      source=source, raw=raw)
     _check_against_registry(exp)
@@ -468,6 +485,20 @@ def _check_against_registry(exp: Experiment) -> None:
     for i, m in enumerate(exp.metrics):
         if m not in known:
             _bad(f"metrics[{i}]", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+    for m, _ in exp.min_effect:
+        if m not in known:
+            _bad(f"min_effect.{m}", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+
+
+def min_effects(task, overrides=()) -> dict[str, float]:
+    """The smallest difference worth a verdict for each metric of ``task`` (see
+    :data:`GENERAL_MIN_EFFECTS`), with the experiment's ``min_effect`` overrides."""
+    declared = dict(getattr(task, "min_effects", {}) or {})
+    out = {**GENERAL_MIN_EFFECTS}
+    for m in task_metrics(task):
+        out[m] = declared.get(m, GENERAL_MIN_EFFECTS.get(m, DEFAULT_MIN_EFFECT))
+    out.update(dict(overrides))
+    return out
 
 
 def task_metrics(task) -> dict:

@@ -109,9 +109,11 @@ def paired(variant: dict, reference: dict, level: float = 0.95) -> dict:
     return out
 
 
-def verdict(diff: dict, direction: str | None) -> str:
+def verdict(diff: dict, direction: str | None, min_effect: float = 0.0) -> str:
     """"better" / "worse" (``direction`` "max" or "min" says which way is good; None gives
-    "higher" / "lower") when the paired interval excludes zero, else "within noise"."""
+    "higher" / "lower") when the paired interval excludes zero **and** the difference is at least
+    ``min_effect``; "no meaningful difference" when the interval excludes zero but the difference
+    is smaller than that; else "within noise"."""
     if diff["n"] < 2 or math.isnan(diff["half"]):
         return "n/a (one seed: no interval)" if diff["n"] == 1 else "n/a"
     if diff["lo"] > 0:
@@ -120,6 +122,8 @@ def verdict(diff: dict, direction: str | None) -> str:
         up = False
     else:
         return "within noise"
+    if abs(diff["mean"]) < min_effect:
+        return "no meaningful difference"
     if direction is None:
         return "higher" if up else "lower"
     return "better" if up == (direction == "max") else "worse"
