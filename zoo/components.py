@@ -307,6 +307,9 @@ class PositionScheme(nn.Module):
         """Recompute non-persistent buffers (called after building on the meta device)."""
 
 
+_module_call = nn.Module.__call__
+
+
 class Norm(nn.Module):
     """A normalisation layer ``(…, D) -> (…, D)``, built as ``cls(config, ctx)``.
 
@@ -341,9 +344,11 @@ class Norm(nn.Module):
         return () if type(self).steps is Norm.steps else ("hook_scale", "hook_normalized")
 
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if _tracing() or not _OPEN or args or kwargs:  # taps_for's test, inline: a norm is called often
+            return _module_call(self, x, *args, **kwargs)
         tap = taps_for(self)
-        if tap is None or args or kwargs:
-            return super().__call__(x, *args, **kwargs)
+        if tap is None:
+            return _module_call(self, x)
         centred, scale = self.steps(x)
         if scale is not None:
             scale = tap("hook_scale", scale)  # (…, 1)

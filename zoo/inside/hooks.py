@@ -187,46 +187,46 @@ def _norm_point(norm: nn.Module, prefix: str) -> list[Point]:
 
 
 def _attn_points(attn: nn.Module, a: str, stack: nn.Module) -> list[Point]:
-    """The points of one attention layer (``a``: ``blocks.i.attn.`` or ``blocks.i.cross.``) and of
-    its kernel's scores and pattern."""
+    """The points of one attention layer (``a``: ``blocks.i.attn.`` or ``blocks.i.cross.``), those
+    of its q/k norms, and its kernel's scores and pattern, before ``hook_z``."""
     shown = kernel_view(attn)[1]
-    if not isinstance(attn, Attention):  # a kernel's own layer (MLA): what it hands its kernel
-        own = tuple(getattr(attn, "hook_points", ()))
-        i = own.index("hook_z") if "hook_z" in own else len(own)
-        return [(attn, a, own[:i] + shown + own[i:])]
-    pts: list[Point] = [(attn, a, ("hook_q", "hook_k", "hook_v"))]
-    if attn.q_norm is not None:
+    own = tuple(attn.hook_points(stack.biases) if isinstance(attn, Attention) else getattr(attn, "hook_points", ()))
+    i = own.index("hook_z") if "hook_z" in own else len(own)
+    j = min(3, i)  # after q, k, v: the q/k norms (Qwen3, Gemma 3)
+    pts: list[Point] = [(attn, a, own[:j])]
+    if getattr(attn, "q_norm", None) is not None and isinstance(attn, Attention):
         pts += _norm_point(attn.q_norm, a + "q_ln.") + _norm_point(attn.k_norm, a + "k_ln.")
-    names = () if attn.is_cross else ("hook_rot_q", "hook_rot_k")
-    if stack.biases and not attn.is_cross:
-        names += ("hook_score_bias",)
-    pts.append((attn, a, names + shown + ("hook_z", "hook_result")))
+    pts.append((attn, a, own[j:i] + shown + own[i:]))
     return pts
 
 
 def _block_points(block: Block, b: str, stack: nn.Module) -> list[Point]:
-    own_attn = isinstance(block.attn, Attention)
-    head_inputs = ()
-    if own_attn:
-        head_inputs = (("hook_attn_in",) if block.attn.h == block.attn.h_kv else ()) + \
-            ("hook_q_input", "hook_k_input", "hook_v_input")
-    pts: list[Point] = [(block, b, ("hook_resid_pre",) + head_inputs)]
+    """One block's points in forward order: its own (:meth:`zoo.model.layers.Block.hook_points`)
+    around those of its norms, attention layers and feed-forward block."""
+    own = block.hook_points()
+
+    def mine(*names):
+        return (block, b, tuple(n for n in names if n in own))
+
+    pts: list[Point] = [mine("hook_resid_pre", *PER_HEAD_INPUTS)]
     for name, norm in _norm_names(block.attn_res, b + "ln1"):
         pts += _norm_point(norm, name + ".")
     pts += _attn_points(block.attn, b + "attn.", stack)
-    pts.append((block, b, ("hook_attn_out",) + (() if block.parallel else ("hook_resid_mid",))))
+    pts.append(mine("hook_attn_out", "hook_resid_mid"))
     if block.cross is not None:
         for name, norm in _norm_names(block.cross_res, b + "lnc"):
             pts += _norm_point(norm, name + ".")
         pts += _attn_points(block.cross, b + "cross.", stack)
-        pts.append((block, b, ("hook_cross_out", "hook_resid_mid_cross")))
-    pts.append((block, b, ("hook_mlp_in",)))
+        pts.append(mine("hook_cross_out", "hook_resid_mid_cross"))
+    pts.append(mine("hook_mlp_in"))
     for name, norm in _norm_names(block.ffn_res, b + "ln2"):
         pts += _norm_point(norm, name + ".")
     ffn_names = tuple(getattr(block.ffn, "hook_points", ()))
     if ffn_names:
         pts.append((block.ffn, b + "mlp.", ffn_names))
-    pts.append((block, b, ("hook_mlp_out", "hook_resid_post")))
+    pts.append(mine("hook_mlp_out", "hook_resid_post"))
+    if sum(len(p[2]) for p in pts if p[0] is block) != len(own):  # a name Block lists but this misses
+        raise RuntimeError(f"{b}: Block.hook_points() {own} are not all placed in forward order")
     return pts
 
 

@@ -420,6 +420,14 @@ class Attention(nn.Module):
                 y = y + (shown - result).sum(2)
         return y
 
+    def hook_points(self, score_bias: bool = False) -> tuple[str, ...]:
+        """The names :meth:`forward` taps, in order (``score_bias``: the stack adds a positional
+        score bias; the kernel's own ``hook_attn_scores`` / ``hook_pattern`` come from the kernel)."""
+        if self.is_cross:
+            return ("hook_q", "hook_k", "hook_v", "hook_z", "hook_result")
+        return ("hook_q", "hook_k", "hook_v", "hook_rot_q", "hook_rot_k") + \
+            (("hook_score_bias",) if score_bias else ()) + ("hook_z", "hook_result")
+
     def per_head_qkv(self, q_in: torch.Tensor, k_in: torch.Tensor, v_in: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v ``(B, T, h|h_kv, hd)`` when every head has its own input ``(B, T, h|h_kv, D)``:
@@ -484,6 +492,17 @@ class Block(nn.Module):
         if tap is None:
             return self.ffn_res.exit(x, drop(y))
         return tap("hook_resid_post", _exit(self.ffn_res, x, drop(y), tap, "hook_mlp_out"))
+
+    def hook_points(self) -> tuple[str, ...]:
+        """The names :meth:`forward` taps, in order (TL's per-head inputs where the attention is the
+        engine's own; ``hook_attn_in`` only where every head has its own keys)."""
+        heads = ()
+        if isinstance(self.attn, Attention):
+            heads = (("hook_attn_in",) if self.attn.h == self.attn.h_kv else ()) + \
+                ("hook_q_input", "hook_k_input", "hook_v_input")
+        cross = ("hook_cross_out", "hook_resid_mid_cross") if self.cross is not None else ()
+        return ("hook_resid_pre",) + heads + ("hook_attn_out",) + (() if self.parallel else ("hook_resid_mid",)) + \
+            cross + ("hook_mlp_in", "hook_mlp_out", "hook_resid_post")
 
     def attn_input(self, x: torch.Tensor, tap=None) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """What self-attention reads: the placement's way in (pre-norm: ``ln1(x)``).  A hooked call
