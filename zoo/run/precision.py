@@ -33,8 +33,8 @@ last position of "The capital of France is" move by up to 13.6, and it continues
 the North America" instead of " Paris".  Rounding only the weights, each row on its own grid,
 keeps what the model says (those logits move by 1.1; the figures are in docs/PERFORMANCE.md).
 The price is speed: PyTorch's weight-only kernel widens each int8 weight before it multiplies,
-where FBGEMM's multiplies int8 pairs (VNNI), so the weight-only int8 decodes at ~0.8x the dynamic
-one and prefills 2.4-2.9x slower; int4 (half the bytes) decodes faster than both.
+where FBGEMM's multiplies int8 pairs (VNNI), so the weight-only int8 decodes at 0.73-0.83x the
+dynamic one and prefills 2.4-3.7x slower; int4 (half the bytes) decodes faster than both.
 ``activations="dynamic"`` keeps the old path for models without outliers (the small poem
 models), and the quality check below says when it does not hold.
 
