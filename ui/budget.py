@@ -30,7 +30,7 @@ from zoo.errors import CheckpointError, ZooError
 from zoo.guard import run_budget
 from zoo.guard.run_budget import human_bytes
 
-from .common import LIMITS
+from .limits import LIMITS
 from .i18n import t, ui_error
 
 
@@ -56,10 +56,12 @@ def fits(nbytes: float) -> tuple[bool, float, str]:
     return nbytes <= limit, limit, why
 
 
-def check_fits(name: str, path: Path, free=None) -> int:
+def check_fits(name: str, path: Path, free=None, others=None) -> int:
     """Refuse checkpoint ``name`` (file ``path``) with a :class:`CheckpointError` naming its weights'
     size and the budget when they do not fit; returns the size.  ``free()``, when given, is called
-    once before refusing (the model cache lets go of the models it holds) and the budget read again.
+    once before refusing (the model cache lets go of the models it holds) and the budget read again;
+    ``others()`` (name -> weights file: ``ui.common.checkpoint_table``) gives the checkpoints the
+    refusal offers instead, those that fit.
     A file that is no checkpoint is refused as ``zoo.load_spec`` refuses it, first."""
     zoo.load_spec(path)
     nbytes, _ = stored(path)
@@ -67,17 +69,15 @@ def check_fits(name: str, path: Path, free=None) -> int:
     if not ok and free is not None and free():
         ok, limit, why = fits(nbytes)
     if not ok:
-        from .common import checkpoint_table
-
-        others = []
-        for other, f in checkpoint_table().items():
+        options = []
+        for other, f in (others() if others is not None else {}).items():
             try:
                 if other != name and stored(f)[0] <= limit:
-                    others.append(other)
+                    options.append(other)
             except ZooError:
                 continue
         raise ui_error(CheckpointError, "budget.weights", fix="budget.weights_fix", where="checkpoint",
-                       options=others, name=name, need=human_bytes(nbytes), limit=human_bytes(limit), why=why)
+                       options=options, name=name, need=human_bytes(nbytes), limit=human_bytes(limit), why=why)
     return nbytes
 
 
