@@ -92,7 +92,7 @@ def test_check_reports_each_step_and_refuses_a_damaged_file(tmp_path):
     r = zoo_cli("check", str(tmp_path / "g"))
     assert r.returncode == 0, r.stderr
     steps = [line.split()[1] for line in r.stdout.splitlines() if line.startswith("ok ")]
-    assert steps == ["header", "metadata", "spec", "dtypes", "tensors", "digest", "integrity",
+    assert steps == ["commit", "header", "metadata", "spec", "dtypes", "tensors", "digest", "integrity",
                      "fingerprint"]
     assert "matches the tensor bytes" in r.stdout
     file = tmp_path / "g" / "model.safetensors"
@@ -100,4 +100,7 @@ def test_check_reports_each_step_and_refuses_a_damaged_file(tmp_path):
     raw[len(raw) // 2] ^= 0x10
     file.write_bytes(bytes(raw))
     r = zoo_cli("check", str(file))
-    assert r.returncode == 2 and "digest" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # the folder's commit (zoo-manifest.json, issue 35) names each file's sha256: the first step
+    # that reads the bytes refuses them, in one line
+    assert r.returncode == 2 and "sha256 differs" in r.stderr and "changed or damaged" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
