@@ -75,6 +75,7 @@ class Holder:
     """A forked child that holds ``folder``'s lock until :meth:`release`."""
 
     def __init__(self, folder: Path):
+        self.released, self._once = False, threading.Lock()
         self.go_r, self.go_w = os.pipe()
         self.ready_r, self.ready_w = os.pipe()
         self.pid = os.fork()
@@ -89,8 +90,16 @@ class Holder:
         assert os.read(self.ready_r, 4) == b"held"
 
     def release(self):
+        """Let the child go and reap it; once only, from whichever thread asks first."""
+        with self._once:
+            if self.released:
+                return
+            self.released = True
         os.write(self.go_w, b"x")
-        os.waitpid(self.pid, 0)
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:  # already reaped
+            pass
         for fd in (self.go_r, self.go_w, self.ready_r, self.ready_w):
             os.close(fd)
 
@@ -212,25 +221,18 @@ def test_a_second_writer_is_refused_naming_the_holder_and_waits_when_asked(tmp_p
         assert time.perf_counter() - t0 < 1
         with pytest.raises(CheckpointError, match=f"process {holder.pid}"):
             zoo.save(tiny(1), d, wait=0.3)  # waited 0.3 s, then refused
-        threading.Timer(0.5, holder.release).start()
+        timer = threading.Timer(0.5, holder.release)
+        timer.start()
         t0 = time.perf_counter()
         zoo.save(tiny(1), d, wait=True)  # waits for the holder, then saves
         assert time.perf_counter() - t0 >= 0.4
+        timer.join()
     finally:
-        if holder.pid and not _reaped(holder.pid):
-            holder.release()
+        holder.release()
     assert same(zoo.load(d, verify=True), tiny(1))
     assert not (d / txn.LOCK).exists()
     with pytest.raises(CheckpointError, match="wait must be"):
         zoo.save(tiny(1), d, wait="yes")
-
-
-def _reaped(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
 
 
 def test_another_thread_of_the_process_is_refused_too(tmp_path):
