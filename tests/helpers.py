@@ -53,3 +53,40 @@ def shrunk(preset):
         if "num_layers" in d.get(role, {}):
             d[role]["num_layers"] = min(d[role]["num_layers"], 2)
     return d
+
+def in_child(fn, timeout: float = 60.0):
+    """Run ``fn()`` in a forked child; return ``("ok", value)`` or ``("error", "Type: text")``
+    (``("died", None)`` when it exits without a word); a child still running after ``timeout``
+    seconds is killed and the call fails.  ``value`` travels as JSON."""
+    import json
+    import os
+    import select
+    import signal
+    import time
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(r)
+        try:
+            out = ("ok", fn())
+        except BaseException as exc:  # noqa: BLE001
+            out = ("error", f"{type(exc).__name__}: {exc}")
+        os.write(w, json.dumps(out, default=str).encode())
+        os._exit(0)
+    os.close(w)
+    data, until = b"", time.monotonic() + timeout
+    while True:
+        ready = select.select([r], [], [], max(0.0, until - time.monotonic()))[0]
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(r)
+            raise AssertionError("the child did not finish in time")
+        block = os.read(r, 1 << 16)
+        if not block:
+            break
+        data += block
+    os.close(r)
+    os.waitpid(pid, 0)
+    return tuple(json.loads(data)) if data else ("died", None)

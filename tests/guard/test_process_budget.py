@@ -10,11 +10,8 @@ child) they must be the ``SpecError`` naming the field.
 """
 from __future__ import annotations
 
-import json
 import os
 import resource
-import select
-import signal
 import time
 
 import pytest
@@ -23,33 +20,9 @@ import zoo
 from zoo.errors import SpecError
 from zoo.guard import run_budget
 
+from helpers import in_child
+
 GiB = 1024 ** 3
-
-
-def in_child(fn, timeout: float = 120.0):
-    """``fn()`` in a forked child: ``("ok", value)`` or ``("error", "Type|where|text")``."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(r)
-        try:
-            out = ("ok", fn())
-        except BaseException as exc:  # noqa: BLE001
-            out = ("error", f"{type(exc).__name__}|{getattr(exc, 'where', '')}|{exc}")
-        os.write(w, json.dumps(out, default=str).encode())
-        os._exit(0)
-    os.close(w)
-    data, until = b"", time.monotonic() + timeout
-    while select.select([r], [], [], max(0.0, until - time.monotonic()))[0]:
-        block = os.read(r, 1 << 16)
-        if not block:
-            break
-        data += block
-    else:
-        os.kill(pid, signal.SIGKILL)
-    os.close(r)
-    os.waitpid(pid, 0)
-    return tuple(json.loads(data)) if data else ("died", None)
 
 
 def _vm(field: str) -> int:
@@ -80,7 +53,7 @@ def test_builds_past_the_process_limit_are_refused_naming_the_field(limit, field
         out["small"] = sum(p.numel() for p in small.parameters())
         return out
 
-    status, out = in_child(child)
+    status, out = in_child(child, timeout=120.0)
     assert status == "ok", out
     assert out["budget"][0] <= headroom and limit in out["budget"][1], out["budget"]
     for label, (_, where) in BIG.items():

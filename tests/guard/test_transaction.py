@@ -26,6 +26,8 @@ from zoo.errors import CheckpointError, TrainError, ZooError
 from zoo.guard import transaction as txn
 from zoo.io.checkpoint import SPEC_FILE, WEIGHTS
 
+from helpers import in_child
+
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n" * 4
 SPEC = dict(name="t", arch="decoder", vocab_size=64, max_len=32, d_model=16, num_layers=1,
@@ -40,37 +42,7 @@ def same(a, b) -> bool:
     return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
 
 
-# ---------------------------------------------------------------------- a child process
-def in_child(fn, timeout: float = 60.0):
-    """Run ``fn()`` in a forked child; return ``("ok", value)`` or ``("error", "Type: text")``."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(r)
-        try:
-            out = ("ok", fn())
-        except BaseException as exc:  # noqa: BLE001
-            out = ("error", f"{type(exc).__name__}: {exc}")
-        os.write(w, json.dumps(out, default=str).encode())
-        os._exit(0)
-    os.close(w)
-    data, until = b"", time.monotonic() + timeout
-    while True:
-        ready = select.select([r], [], [], max(0.0, until - time.monotonic()))[0]
-        if not ready:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(r)
-            raise AssertionError("the child did not finish in time")
-        block = os.read(r, 1 << 16)
-        if not block:
-            break
-        data += block
-    os.close(r)
-    os.waitpid(pid, 0)
-    return tuple(json.loads(data)) if data else ("died", None)
-
-
+# ---------------------------------------------------------------------- a child process: helpers.in_child
 class Holder:
     """A forked child that holds ``folder``'s lock until :meth:`release`."""
 
