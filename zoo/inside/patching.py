@@ -42,6 +42,18 @@ def _check(model, clean: torch.Tensor, corrupted: torch.Tensor, where: str) -> N
                        "shape", where=where, fix="give prompts with the same number of tokens")
 
 
+def _clean_cache(model, clean, corrupted, where: str, act: str, acts: tuple, what: str = "activation"):
+    """The checks every cache-based patcher makes, then the clean run's ``act`` at every layer:
+    ``(clean, corrupted, names, cache)``."""
+    clean, corrupted = _ids(clean), _ids(corrupted)
+    _check(model, clean, corrupted, where)
+    if act not in acts:
+        raise ZooError(f"unknown {what} '{act}'", where=f"{where}.act", options=list(acts))
+    names = [act_name(act, i) for i in range(model.spec.num_layers)]
+    _, cache = run_with_cache(model, clean, names_filter=names)
+    return clean, corrupted, names, cache
+
+
 def _ids(x) -> torch.Tensor:
     x = torch.as_tensor(x)
     return x[None] if x.dim() == 1 else x
@@ -56,14 +68,9 @@ def patch_layers_positions(model, clean, corrupted, metric: Metric, act: str = "
     """``(L, T)``: the metric of the corrupted run with ``act`` (``resid_pre``, ``resid_mid``,
     ``attn_out``, ``mlp_out``, ``resid_post``) of layer ``l`` at position ``t`` from the clean run
     (TL's ``get_act_patch_resid_pre`` and siblings)."""
-    clean, corrupted = _ids(clean), _ids(corrupted)
-    _check(model, clean, corrupted, "patch_layers_positions")
-    if act not in LAYER_POS:
-        raise ZooError(f"unknown activation '{act}'", where="patch_layers_positions.act",
-                       options=list(LAYER_POS))
+    clean, corrupted, names, cache = _clean_cache(model, clean, corrupted, "patch_layers_positions", act,
+                                                  LAYER_POS)
     L, T = model.spec.num_layers, clean.size(1)
-    names = [act_name(act, i) for i in range(L)]
-    _, cache = run_with_cache(model, clean, names_filter=names)
     out = torch.zeros(L, T)
     for i, name in enumerate(names):
         for t in range(T):
@@ -84,13 +91,9 @@ def _head_axis(act: str) -> int:
 def patch_heads(model, clean, corrupted, metric: Metric, act: str = "z") -> torch.Tensor:
     """``(L, H)``: one head's ``act`` (``z`` output, ``q``, ``k``, ``v`` or ``pattern``) at every
     position from the clean run (TL's ``get_act_patch_attn_head_out_all_pos`` and siblings)."""
-    clean, corrupted = _ids(clean), _ids(corrupted)
-    _check(model, clean, corrupted, "patch_heads")
-    if act not in HEAD_ACTS:
-        raise ZooError(f"unknown head activation '{act}'", where="patch_heads.act", options=list(HEAD_ACTS))
+    clean, corrupted, names, cache = _clean_cache(model, clean, corrupted, "patch_heads", act, HEAD_ACTS,
+                                                  "head activation")
     L = model.spec.num_layers
-    names = [act_name(act, i) for i in range(L)]
-    _, cache = run_with_cache(model, clean, names_filter=names)
     H = cache[names[0]].size(_head_axis(act))
     out = torch.zeros(L, H)
     ax = _head_axis(act)
@@ -108,14 +111,9 @@ def patch_heads(model, clean, corrupted, metric: Metric, act: str = "z") -> torc
 @torch.no_grad()
 def patch_heads_positions(model, clean, corrupted, metric: Metric, act: str = "z") -> torch.Tensor:
     """``(L, T, H)``: one head at one (query) position (TL's ``get_act_patch_attn_head_out_by_pos``)."""
-    clean, corrupted = _ids(clean), _ids(corrupted)
-    _check(model, clean, corrupted, "patch_heads_positions")
-    if act not in HEAD_ACTS:
-        raise ZooError(f"unknown head activation '{act}'", where="patch_heads_positions.act",
-                       options=list(HEAD_ACTS))
+    clean, corrupted, names, cache = _clean_cache(model, clean, corrupted, "patch_heads_positions", act,
+                                                  HEAD_ACTS, "head activation")
     L, T = model.spec.num_layers, clean.size(1)
-    names = [act_name(act, i) for i in range(L)]
-    _, cache = run_with_cache(model, clean, names_filter=names)
     H = cache[names[0]].size(_head_axis(act))
     out = torch.zeros(L, T, H)
     for i, name in enumerate(names):
