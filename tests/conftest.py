@@ -100,6 +100,11 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=slow)
             gone = set(map(id, slow))
             items[:] = [i for i in items if id(i) not in gone]
+    if os.environ.get("ZOO_FORK_FRESH") != "1":
+        fresh = pytest.mark.skip(reason="forks: runs in a fresh interpreter (tests/guard/test_forks_fresh.py)")
+        for item in items:
+            if "forks" in item.keywords:
+                item.add_marker(fresh)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -1,6 +1,7 @@
 """Small shared helpers for the test suite."""
 from __future__ import annotations
 
+import torch
 
 import zoo
 from zoo.components import BuildContext
@@ -69,6 +70,7 @@ def in_child(fn, timeout: float = 60.0):
     if pid == 0:  # pragma: no cover - the child
         os.close(r)
         try:
+            torch.set_num_threads(1)  # no OpenMP parallel region: the parent's pool is not ours
             out = ("ok", fn())
         except BaseException as exc:  # noqa: BLE001
             out = ("error", f"{type(exc).__name__}: {exc}")

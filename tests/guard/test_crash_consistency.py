@@ -29,10 +29,9 @@ from zoo.train.state import STATE_FILE, STATE_JSON
 # The children are forked, and fork is safe only in a process with no other threads: a thread that
 # holds a lock when the fork happens (a Gradio server's, the chat sandbox's reader, a tokenizer's
 # pool) leaves the child waiting for it forever -- seen in the full suite, where earlier tests leave
-# such threads.  So these tests run only in a fresh interpreter, started by
-# tests/guard/test_crash_fresh.py with ZOO_CRASH_FRESH=1 and a time limit.
-pytestmark = pytest.mark.skipif(os.environ.get("ZOO_CRASH_FRESH") != "1",
-                                reason="forks: runs in a fresh interpreter (tests/guard/test_crash_fresh.py)")
+# such threads.  So these tests are marked ``forks``: they run only in a fresh interpreter, started
+# by tests/guard/test_forks_fresh.py with a time limit.
+pytestmark = pytest.mark.forks
 
 TEXT = "春眠不觉晓，处处闻啼鸟。\n\n夜来风雨声，花落知多少。\n" * 4
 SPEC = dict(name="t", arch="decoder", vocab_size=64, max_len=32, d_model=16, num_layers=1,

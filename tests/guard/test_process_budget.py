@@ -35,6 +35,7 @@ BIG = {"a 10 GB embedding": (dict(vocab_size=2_500_000, d_model=1024, num_heads=
 
 
 @pytest.mark.parametrize("limit, field", [("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")])
+@pytest.mark.forks
 def test_builds_past_the_process_limit_are_refused_naming_the_field(limit, field):
     machine = run_budget.machine_available()[0]
     headroom = int(min(1.5 * GiB, machine / 4))  # well below the machine: the limit must decide

@@ -95,6 +95,7 @@ def test_variables_must_be_plain_data():
         render("{{ x }}", MSGS, x=object())
 
 
+@pytest.mark.forks
 def test_a_forked_child_renders_with_its_own_worker():
     render("{{ 1 }}", MSGS)  # this process's worker exists
     r, w = os.pipe()

@@ -177,6 +177,7 @@ def test_a_damaged_manifest_is_a_checkpoint_error_and_a_save_replaces_it(tmp_pat
 
 
 # ---------------------------------------------------------------------- one lock
+@pytest.mark.forks
 def test_a_second_writer_is_refused_naming_the_holder_and_waits_when_asked(tmp_path):
     d = tmp_path / "ck"
     zoo.save(tiny(0), d)
@@ -236,6 +237,7 @@ def test_the_same_thread_re_enters_and_a_nested_transaction_joins_the_outer_comm
     assert set(json.loads((d / txn.MANIFEST).read_text())["files"]) == {WEIGHTS, SPEC_FILE, "extra.txt"}
 
 
+@pytest.mark.forks
 def test_two_trainers_on_one_out_the_second_is_refused_naming_the_first(tmp_path):
     data = tmp_path / "d.txt"
     data.write_text(TEXT, encoding="utf-8")
@@ -322,6 +324,7 @@ def _limited(fn, limit: int):
     return in_child(child)
 
 
+@pytest.mark.forks
 def test_a_full_disk_during_save_is_a_checkpoint_error_and_the_old_checkpoint_is_intact(tmp_path):
     d = tmp_path / "ck"
     zoo.save(tiny(0), d)
@@ -336,6 +339,7 @@ def test_a_full_disk_during_save_is_a_checkpoint_error_and_the_old_checkpoint_is
     assert same(zoo.load(d, verify=True), tiny(0))
 
 
+@pytest.mark.forks
 def test_a_full_disk_during_a_resumed_run_s_save_keeps_the_last_good_save(tmp_path):
     data = tmp_path / "d.txt"
     data.write_text(TEXT, encoding="utf-8")
