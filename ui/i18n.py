@@ -682,6 +682,8 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "spec.unknown_head": ("未知的任务头 '{head}'", None),
     "spec.unknown_pooling": ("未知的池化方式 '{pooling}'", None),
     "spec.not_per_stack": ("'{field}' 不能按栈覆盖", "把它移到顶层"),
+    "spec.unknown_init": ("未知的初始化方案 '{scheme}'", None),
+    "spec.unknown_init_param": ("init 没有名为 '{param}' 的参数", None),
     "spec.heads_divide": ("d_model {d_model} 不能被 num_heads {num_heads} 整除",
                           "把 num_heads 改成能整除 d_model 的数，或显式设置 head_dim"),
     "spec.kv_heads_divide": ("num_heads {num_heads} 不是 num_kv_heads {num_kv_heads} 的整数倍",

@@ -81,6 +81,8 @@ MESSAGES: dict[str, Message] = {
     "spec.dense_d_ff_default": Message(fix="omit it (or write null) for d_ff"),
     "spec.unknown_head_param": Message("unknown head parameter '{param}'"),
     "spec.unknown_head": Message("unknown head '{head}'"),
+    "spec.unknown_init": Message("unknown initialisation scheme '{scheme}'"),
+    "spec.unknown_init_param": Message("init has no parameter '{param}'"),
     "spec.unknown_pooling": Message("unknown pooling '{pooling}'"),
     "spec.not_per_stack": Message("'{field}' cannot be overridden per stack", "move it to the top level"),
     "spec.heads_divide": Message("d_model {d_model} is not divisible by num_heads {num_heads}",

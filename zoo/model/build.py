@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import types
 from typing import Any
@@ -52,10 +53,14 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
     such file exists here), YAML text, a dict or a :class:`~zoo.model.spec.ModelSpec`.  ``overrides``
     replace spec fields (``num_layers=2``).  ``seed`` makes the initial weights reproducible without
     touching the global RNG.  ``init=False`` skips the initialisation (used when weights are loaded
-    right after).  ``budget``: the most bytes the build may allocate (default: the memory available
+    right after); ``init`` given a scheme name or mapping (``init="kaiming"``,
+    ``init={"scheme": "normal", "std": 1.0}``) is the spec's ``init:`` field instead, like any other
+    override.  ``budget``: the most bytes the build may allocate (default: the memory available
     on the device; see :mod:`zoo.guard.build_budget`) -- a spec that needs more is refused, naming the field,
     before the big tensor is allocated.  Returns an ``nn.Module`` with ``.spec``.
     """
+    if not isinstance(init, bool):  # the spec field `init:` (a scheme), not the on/off switch
+        overrides["init"], init = init, True
     model_spec = parse_spec(source, **overrides)
     dev, dt = resolve_device(device), resolve_dtype(dtype)
     registry = get_registry()
@@ -74,13 +79,50 @@ def build(source: Any, *, device: Any = None, dtype: Any = None, seed: int | Non
                 with guard:
                     model = construct(model_spec, registry)
                 if init:
-                    init_weights(model)
+                    init_model(model, model_spec.init)
     if dt is not None:
         if not dt.is_floating_point:
             raise SpecError("dtype must be a floating-point type", where="dtype")
         model = model.to(dt)
     if dev is None or dev.type != "meta":
         probe_components(model)  # a component breaking its contract fails here, naming its plugin
+    return model
+
+
+#: the last name segment of a block's residual output projections (what ``scaled`` divides): the
+#: attention's ``out`` and the feed-forward's ``down`` (every built-in attention and MLP / GLU names
+#: them so; a plugin layer named otherwise keeps the plain ``std``)
+RESIDUAL_OUT = ("out", "down")
+
+
+def init_model(model: torch.nn.Module, init=None) -> torch.nn.Module:
+    """Draw ``model``'s weights by the spec's ``init:`` (an :class:`~zoo.model.spec.InitSpec`, or
+    None for the default: N(0, 0.02), exactly what zoo always did, so old runs keep their numbers).
+
+    Every scheme starts from the default pass (linear and embedding weights N(0, std), biases 0,
+    components with their own ``reset_parameters`` keep theirs), then redraws by the scheme:
+    ``scaled`` divides each block's residual output projections by sqrt(2 x num_layers) (GPT-2:
+    the residual stream's variance then stays O(1) with depth instead of growing with the number of
+    sums); ``xavier_uniform`` and ``kaiming`` redraw every linear weight from its fan-in / fan-out.
+    A tied LM head (the embedding's own tensor) keeps the embedding's N(0, std)."""
+    if init is None:
+        init_weights(model)
+        return model
+    init_weights(model, std=init.std)
+    emb = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    for name, m in model.named_modules():
+        if not isinstance(m, torch.nn.Linear) or id(m.weight) in emb:
+            continue
+        w = m.weight
+        if init.scheme == "scaled" and ".blocks." in name and name.rsplit(".", 1)[-1] in RESIDUAL_OUT:
+            layers = model.spec.stack(name.split(".", 1)[0]).num_layers \
+                if name.split(".", 1)[0] in model.spec.roles else model.spec.num_layers
+            with torch.no_grad():
+                w.mul_(1.0 / math.sqrt(2 * layers))
+        elif init.scheme == "xavier_uniform":
+            torch.nn.init.xavier_uniform_(w, gain=init.gain)
+        elif init.scheme == "kaiming":
+            torch.nn.init.normal_(w, 0.0, init.gain / math.sqrt(w.shape[1]))  # (out, in): fan_in
     return model
 
 

@@ -194,6 +194,30 @@ class HeadSpec:
     transform: bool = False
 
 
+#: Initialisation schemes of ``init: {scheme: ...}`` (applied by :func:`zoo.model.build.init_model`):
+#: ``normal`` N(0, std) for every linear and embedding weight (GPT-2 / BERT; the default, std 0.02);
+#: ``scaled`` the same, with each block's residual output projections (attention ``out``, feed-forward
+#: ``down``) divided by sqrt(2 x num_layers) (GPT-2's depth scaling, as nanoGPT writes it);
+#: ``xavier_uniform`` U(+-gain sqrt(6 / (fan_in + fan_out))) for linear weights (Glorot & Bengio 2010);
+#: ``kaiming`` N(0, gain^2 / fan_in) for linear weights: a layer keeps its input's variance, so with
+#: unit-variance (normed) inputs q and k have unit-variance entries and q.k has variance d_k -- the
+#: condition of the lectures' 1/sqrt(d_k) argument.  Embeddings are N(0, std) in every scheme; biases 0.
+INIT_SCHEMES = ("normal", "scaled", "xavier_uniform", "kaiming")
+
+
+@dataclass(frozen=True)
+class InitSpec:
+    """How a fresh model's weights are drawn: ``init: {scheme: kaiming, std: 0.02, gain: 1.0}``.
+
+    ``std``: the normal's standard deviation (weights under ``normal`` / ``scaled``; embeddings
+    under every scheme).  ``gain``: the multiplier of ``xavier_uniform`` and ``kaiming``.  A spec
+    without ``init:`` is initialised exactly as before it existed (``normal``, std 0.02)."""
+
+    scheme: str = "normal"
+    std: float = 0.02
+    gain: float = 1.0
+
+
 _NO_DEFAULT = object()
 
 
@@ -286,6 +310,7 @@ class ModelSpec:
     dense_d_ff: int | None = per_stack(None)
     # (here: one field per spec family of the family table, from _family_fields)
     head: HeadSpec | None = None
+    init: InitSpec | None = None  # None: normal, std 0.02 (see INIT_SCHEMES)
     encoder: tuple[tuple[str, Any], ...] = ()  # overrides, as sorted (field, value) pairs
     decoder: tuple[tuple[str, Any], ...] = ()
 
@@ -322,7 +347,7 @@ class ModelSpec:
         """A plain dict that :func:`parse_spec` turns back into an equal spec."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
-            if f.name in ("placement", "encoder", "decoder", "head"):
+            if f.name in ("placement", "encoder", "decoder", "head", "init"):
                 continue
             v = getattr(self, f.name)
             if v is None or (f.name in _QUIET and v is False):
@@ -330,6 +355,8 @@ class ModelSpec:
             out[f.name] = _field_to_yaml(f.name, v, self.placement)
         if self.head is not None:
             out["head"] = dataclasses.asdict(self.head)
+        if self.init is not None:
+            out["init"] = dataclasses.asdict(self.init)
         for role in ("encoder", "decoder"):
             section = dict(getattr(self, role))
             if section:
@@ -413,7 +440,7 @@ def _field_to_yaml(name: str, v: Any, placement: ComponentSpec | None) -> Any:
 #: component entries, ``mask_pattern``, ``head`` and the per-stack sections have parsers of their own)
 _SCALARS: dict[str, Any] = {n: tp for n, tp in _HINTS.items()
                             if n not in {f.field for f in SPEC_FAMILIES}
-                            | {"mask_pattern", "dense_ffn", "head", "encoder", "decoder"}}
+                            | {"mask_pattern", "dense_ffn", "head", "init", "encoder", "decoder"}}
 _REQUIRED = ("arch", "vocab_size", "d_model", "num_layers", "num_heads")
 _ALL_KEYS = tuple(f.name for f in dataclasses.fields(ModelSpec))
 _DEFAULTS = {f.field: f.default for f in SPEC_FAMILIES if f.default and f.parent is None}
@@ -551,6 +578,8 @@ def _validate(raw: dict, registry) -> ModelSpec:
         values["head"] = _parse_head(raw["head"])
     elif arch == "encoder":
         values["head"] = HeadSpec()
+    if raw.get("init") is not None:
+        values["init"] = _parse_init(raw["init"])
 
     # per-stack sections
     for role in ("encoder", "decoder"):
@@ -665,6 +694,39 @@ def _parse_head(value: Any) -> HeadSpec:
     if head.num_labels < 1:
         raise SpecError("must be >= 1", where="head.num_labels")
     return head
+
+
+def _parse_init(value: Any) -> InitSpec:
+    """``init: kaiming`` or ``init: {scheme: ..., std: ..., gain: ...}`` -> an :class:`InitSpec`."""
+    if isinstance(value, str):
+        value = {"scheme": value}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"expected a scheme name or a mapping, got {short(value)}", where="init",
+                        options=INIT_SCHEMES, fix="write e.g. init: {scheme: normal, std: 0.02}")
+    fields = [f.name for f in dataclasses.fields(InitSpec)]
+    for k in value:
+        if k not in fields:
+            best = closest(str(k), fields)
+            raise SpecError.of("spec.unknown_init_param", where=f"init.{k}", options=fields, param=k,
+                               suggestion=best, fix=["hint.did_you_mean" if best else None])
+    kw = {}
+    for k, v in value.items():
+        try:
+            kw[k] = coerce(v, {"scheme": str, "std": float, "gain": float}[k], f"init.{k}")
+        except SpecError as exc:
+            raise SpecError(exc.what, where=f"init.{k}", options=INIT_SCHEMES if k == "scheme" else None,
+                            fix="e.g. init: {scheme: kaiming} or {scheme: normal, std: 0.02, gain: 1.0}") from exc
+    init = InitSpec(**kw)
+    if init.scheme not in INIT_SCHEMES:
+        best = closest(init.scheme, INIT_SCHEMES)
+        raise SpecError.of("spec.unknown_init", where="init.scheme", options=INIT_SCHEMES,
+                           scheme=init.scheme, suggestion=best, fix=["hint.did_you_mean" if best else None])
+    for k in ("std", "gain"):
+        v = getattr(init, k)
+        if not (math.isfinite(v) and 0 < v <= 100):
+            raise SpecError(f"must be a finite number in (0, 100], got {short(v)}", where=f"init.{k}",
+                            fix="e.g. std: 0.02 (GPT-2), gain: 1.0")
+    return init
 
 
 def _parse_section(role: str, section: Mapping, registry) -> tuple[tuple[str, Any], ...]:
