@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import ACTIVATIONS, Activation, FeedForward, taps_for
+from zoo.components import Activation, FeedForward, taps_for
+from zoo.registry import activation_fn
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class GLU(FeedForward):
         self.gate = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
         self.up = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
         self.down = nn.Linear(ctx.d_ff, ctx.d_model, bias=config.bias)
-        self.act = ACTIVATIONS[config.activation]
+        self.act = activation_fn(config.activation)  # the registered activation's function
 
     def forward(self, x):
         tap = taps_for(self)  # the inside view's hook points: None outside a hooked call

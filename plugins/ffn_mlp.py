@@ -2,9 +2,10 @@
 
 Applied to every token independently: attention mixes information *between* positions, the MLP
 transforms each position's vector (``d_model -> d_ff -> d_model``, usually ``d_ff = 4 d_model``).  It
-holds about two thirds of a Transformer's parameters.  Activations: ``relu`` (the original paper),
-``gelu`` (exact, erf-based: BERT), ``gelu_tanh`` (the tanh approximation, GPT-2's "gelu_new"),
-``silu``.
+holds about two thirds of a Transformer's parameters.  ``activation`` names a registered activation
+(the ``activation`` family, ``zoo components activation``): ``relu`` (the original paper), ``gelu``
+(exact, erf-based: BERT), ``gelu_tanh`` (the tanh approximation, GPT-2's "gelu_new"), ``silu``, or
+any a plugin adds (docs/PLUGINS.md, "An activation").
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import ACTIVATIONS, Activation, FeedForward, taps_for
+from zoo.components import Activation, FeedForward, taps_for
+from zoo.registry import activation_fn
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class MLP(FeedForward):
         super().__init__(config, ctx)
         self.up = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
         self.down = nn.Linear(ctx.d_ff, ctx.d_model, bias=config.bias)
-        self.act = ACTIVATIONS[config.activation]
+        self.act = activation_fn(config.activation)  # the registered activation's function
 
     def forward(self, x):
         tap = taps_for(self)  # the inside view's hook points: None outside a hooked call

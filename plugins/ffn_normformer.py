@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from torch import nn
 
 import zoo
-from zoo.components import ACTIVATIONS, Activation, FeedForward
+from zoo.components import Activation, FeedForward
+from zoo.registry import activation_fn
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class NormFormerMLP(FeedForward):
     def __init__(self, config, ctx):
         super().__init__(config, ctx)
         self.up = nn.Linear(ctx.d_model, ctx.d_ff, bias=config.bias)
-        self.act = ACTIVATIONS[config.activation]
+        self.act = activation_fn(config.activation)  # the registered activation's function
         self.norm = nn.LayerNorm(ctx.d_ff, eps=config.eps)
         self.down = nn.Linear(ctx.d_ff, ctx.d_model, bias=config.bias)
 

@@ -11,14 +11,12 @@ in exactly one place.)
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator, Literal, Mapping
+from typing import Annotated, Any, Callable, ClassVar, Iterator, Mapping
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 
@@ -406,6 +404,40 @@ class FeedForward(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.dim() >= 2)
 
 
+class ActivationFunction(nn.Module):
+    """An element-wise nonlinearity that feed-forward blocks name (``ffn: {kind: mlp, activation: NAME}``).
+
+    The ``activation`` family: registered with ``register_activations(register)``; a block resolves
+    its ``activation:`` name once, at build time, with :func:`zoo.registry.activation_fn`.  Give the
+    class ``fn``, a plain function ``tensor -> tensor`` of the same shape and dtype (declared with
+    ``staticmethod``, e.g. ``fn = staticmethod(F.mish)``): the block then calls that function itself,
+    with no module and no Python frame in between.  Only a nonlinearity that cannot be one function
+    overrides ``forward`` instead (the block then holds an instance, built as ``cls(None, None)``).
+
+    An activation takes no parameters (``activation:`` is a name, not an entry): a variant with a
+    different constant is a second name, as ``gelu_tanh`` is GELU's tanh approximation."""
+
+    #: the function itself; None: the class overrides ``forward``
+    fn: ClassVar[Callable[[torch.Tensor], torch.Tensor] | None] = None
+
+    def __init__(self, config: Any = None, ctx: BuildContext | None = None):
+        super().__init__()
+        self.config = config
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return type(self).fn(x)  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A config field's marker: its value is the name of a registered component of ``family``
+    (``Annotated[str, Registered("activation")]``).  The spec checks the name against the live
+    registry, so a plugin's name is valid the moment the plugin is installed, and an unknown one is
+    an error listing the registered names."""
+
+    family: str
+
+
 class Tokenizer:
     """Text <-> ids.  Subclasses provide ``encode``, ``decode``, ``vocab_size``, ``to_json`` and the
     classmethod ``from_json`` (a JSON-serialisable dict, stored inside checkpoints), and the special
@@ -566,6 +598,7 @@ FAMILIES: tuple[Family, ...] = (
            default="pre", outputs=(("enter", _like_first), ("exit", _like_first))),
     Family("ffn", "register_ffns", FeedForward, "ffn", True, default="mlp",
            outputs=(("forward", _like_first),)),
+    Family("activation", "register_activations", ActivationFunction, None, False),
     Family("tokenizer", "register_tokenizers", Tokenizer, None, False),
     Family("task", "register_tasks", Task, None, False),
 )
@@ -577,16 +610,11 @@ FAMILY_BASES: dict[str, type] = {f.name: f.base for f in FAMILIES}
 
 
 # ---------------------------------------------------------------------- helpers for component authors
-#: the activation names feed-forward configs accept (``ffn: {kind: mlp, activation: gelu}``)
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
-#: name -> function: ``relu`` (the original paper), ``gelu`` (exact, erf-based: BERT), ``gelu_tanh``
-#: (the tanh approximation, GPT-2's "gelu_new", T5 v1.1's "gated-gelu"), ``silu`` (Swish: Llama)
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "relu": F.relu,
-    "gelu": F.gelu,
-    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),  # partial: no Python frame per call
-    "silu": F.silu,
-}
+#: the type of a feed-forward config's ``activation`` field (``ffn: {kind: mlp, activation: gelu}``):
+#: the name of a registered :class:`ActivationFunction` (built-ins ``relu``, ``gelu``, ``gelu_tanh``,
+#: ``silu``; plugins add more), checked by the spec against the registry and resolved with
+#: :func:`zoo.registry.activation_fn`.
+Activation = Annotated[str, Registered("activation")]
 
 
 def repeat_kv(k: torch.Tensor, v: torch.Tensor, num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:

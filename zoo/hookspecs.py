@@ -15,7 +15,8 @@ hook made the call::
     ctx)`` where ``config`` is an instance of the config class below and ``ctx`` a
     :class:`zoo.components.BuildContext` (sizes, causality, dtype-independent facts).  What the module must
     provide is the family's base class in :mod:`zoo.components` (``AttentionKernel``, ``MaskRule``,
-    ``PositionScheme``, ``Norm``, ``Placement``, ``FeedForward``); subclassing it is recommended.
+    ``PositionScheme``, ``Norm``, ``Placement``, ``FeedForward``, ``ActivationFunction``); subclassing it
+    is recommended.
 ``config``
     A frozen dataclass holding the component's parameters with their defaults.  Spec entries are
     validated against it (unknown keys, wrong types, ``__post_init__`` checks).  ``None`` means the
@@ -95,6 +96,17 @@ def register_ffns(register):
     """Register position-wise feed-forward blocks ``d_model -> d_ff -> d_model`` (MLP, GLU family).
 
     Example: ``register("mlp", MLP, config=MLPConfig)``.
+    """
+
+
+@hookspec
+def register_activations(register):
+    """Register activation functions: :class:`zoo.components.ActivationFunction` subclasses whose
+    ``fn`` maps a tensor to one of the same shape and dtype, element-wise.  Feed-forward blocks
+    name them (``ffn: {kind: mlp, activation: NAME}``) and resolve the name at build time
+    (:func:`zoo.registry.activation_fn`), so a new activation is one small plugin, not a new block.
+
+    Example: ``register("mish", Mish)`` with ``class Mish(ActivationFunction): fn = staticmethod(F.mish)``.
     """
 
 

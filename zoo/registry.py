@@ -391,6 +391,10 @@ def _registration_problem(reg: Registry, family: str, name: Any, component: Any,
     if bad or not caps.dtypes or not caps.devices:
         return (f"'{name}'.capabilities lists unknown or no dtypes/devices {bad}: use dtypes from "
                 f"{list(KNOWN_DTYPES)} and devices from {list(KNOWN_DEVICES)}")
+    if family == "activation" and not (callable(getattr(component, "fn", None))
+                                       or component.forward is not base.forward):
+        return (f"activation '{name}' gives no function: set `fn = staticmethod(F.NAME)` (a "
+                f"function tensor -> tensor) or override forward")
     if name in reg.components[family]:
         other = reg.components[family][name].plugin
         return (f"duplicate {family} name '{name}': already registered by plugin '{other}', now "
@@ -496,6 +500,21 @@ def missing_plugins_hint(saved: dict[str, str], sources: dict[str, str]) -> tupl
     if off not in ("", "0", "false", "no"):
         fix += f" (ZOO_DISABLE_PLUGIN_AUTOLOAD is set: also set ZOO_PLUGINS={','.join(missing)})"
     return what, fix + "; `zoo plugins` lists what is loaded"
+
+
+def activation_fn(name: str, *, where: str = "ffn.activation", registry: Registry | None = None):
+    """The function a feed-forward block applies for ``activation: name``: the registered
+    :class:`~zoo.components.ActivationFunction`'s ``fn`` itself (a plain function: calling it costs
+    what calling ``F.gelu`` costs), or an instance of the class when it overrides ``forward``
+    instead.  Blocks call it once, in ``__init__``::
+
+        self.act = activation_fn(config.activation)
+
+    An unknown name is an :class:`~zoo.errors.UnknownComponentError` at ``where`` listing the
+    registered activations (``zoo components activation``)."""
+    comp = (registry or get_registry()).get("activation", name, where=where)
+    fn = getattr(comp.cls, "fn", None)
+    return fn if fn is not None else comp.cls(None, None)
 
 
 def list_components(family: str | None = None) -> list[Component]:

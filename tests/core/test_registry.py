@@ -24,7 +24,7 @@ def test_builtins_registered_through_hooks_with_owner():
                       ("placement", "post"), ("ffn", "mlp")]:
         assert (fam, name) in comps
     assert all(c.family == "mask" for c in zoo.list_components("mask"))
-    with pytest.raises(zoo.UnknownComponentError, match="valid options: attention"):
+    with pytest.raises(zoo.UnknownComponentError, match="valid options: activation, attention"):
         zoo.list_components("attentoin")
 
 

@@ -26,7 +26,7 @@ import yaml
 from ..checkpoints import __file__ as _shipped_init  # the shipped folder, installed as the package ``zoo.checkpoints``
 from ..guard import files as trust
 from ..guard.compat import check_compatible
-from ..components import FAMILY, SPEC_FAMILIES, BuildContext
+from ..components import FAMILY, SPEC_FAMILIES, BuildContext, Registered
 from ..errors import SpecError, closest
 from ..registry import get_registry
 from ..guard.files import short
@@ -93,7 +93,7 @@ def make_config(config_cls: type | None, params: Mapping[str, Any], where: str, 
                             fix=f"write just `{kind}`")
         return None
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    hints = typing.get_type_hints(config_cls)
+    hints = typing.get_type_hints(config_cls, include_extras=True)  # keeps Registered markers
     values = {}
     for key, val in params.items():
         if key not in fields:
@@ -119,9 +119,18 @@ def make_config(config_cls: type | None, params: Mapping[str, Any], where: str, 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
     """Check ``value`` against a type hint, converting the harmless cases (int -> float, list ->
-    tuple).  Supports int, float, bool, str, None, Optional/Union, Literal and tuple[X, ...]."""
+    tuple).  Supports int, float, bool, str, None, Optional/Union, Literal, tuple[X, ...] and
+    ``Annotated[str, Registered(family)]`` (the name of a registered component, such as a
+    feed-forward block's ``activation``: checked against the live registry)."""
     origin = typing.get_origin(tp)
     if tp is Any:
+        return value
+    if origin is typing.Annotated:  # Annotated[str, Registered("activation")]: a registered name
+        base, *marks = typing.get_args(tp)
+        value = coerce(value, base, where)
+        for mark in marks:
+            if isinstance(mark, Registered):
+                get_registry().get(mark.family, value, where=where)  # unknown: lists the names
         return value
     if origin is Union or origin is types.UnionType:  # Optional[int] and int | None alike
         args = typing.get_args(tp)
