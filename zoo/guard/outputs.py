@@ -147,7 +147,10 @@ def _problem(value: Any, out: Out) -> str | None:
 
 def _finite(t: torch.Tensor) -> bool:
     # one reduction read back (NaN and infinity propagate through a sum); a sum that overflowed
-    # although every value is finite is re-checked exactly
+    # although every value is finite is re-checked exactly.  Detached first: reading back a value of
+    # the autograd graph (a training forward's output) warns "Converting a tensor with
+    # requires_grad=True to a scalar", and a check is no part of the graph anyway
+    t = t.detach()
     return math.isfinite(float(t.sum())) or bool(torch.isfinite(t).all())
 
 
