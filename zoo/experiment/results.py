@@ -31,7 +31,7 @@ from ..inside.trace import trace
 from ..io.loading import load as load_model
 from ..train.metrics import read_metrics
 from .spec import GENERAL_METRICS, min_effects, parse, task_metrics
-from .stats import mean_ci, paired, verdict
+from .stats import finite, holm, mean_ci, paired, significant_verdict, two_proportions, verdict, wilson
 from .tasks import get_task
 
 #: What a ``--quick`` run's report says first: its numbers test the machinery, not the claim.
@@ -184,7 +184,98 @@ class Results:
                                if d["n"] else "pending")
                 row["min_effect"] = floors.get(m, 0.0)
                 rows.append(row)
+        return self._statistics(rows)
+
+    # ------------------------------------------------------------------ jumps, divergence, many verdicts
+    def diverged(self, t: TrialState) -> bool:
+        """Whether trial ``t`` diverged: its trainer stopped on a non-finite loss or weight (the
+        ``stopped`` event of its log), or it finished with a non-finite metric."""
+        if t.result is not None:
+            return any(isinstance(v, float) and not math.isfinite(v) for v in t.result["metrics"].values())
+        return any(r.get("event") == "stopped" and ("non-finite" in str(r.get("error", ""))
+                                                     or "the loss became" in str(r.get("error", "")))
+                   for r in t.history)
+
+    def success_thresholds(self) -> dict[str, float]:
+        """Metric -> threshold for metrics that jump: the task's ``success`` declaration, overridden
+        by the experiment file's ``success:`` (a seed whose value reaches it -- ``>=`` for a metric
+        to maximise, ``<=`` for one to minimise -- is a success)."""
+        out = {k: float(v) for k, v in (getattr(self._task_for_stats(), "success", {}) or {}).items()}
+        out.update(dict(self._exp().success))
+        return {m: v for m, v in out.items() if m in self.metrics}
+
+    def _task_for_stats(self):
+        t0 = self.trial_plans[0]
+        return get_task(t0.task, t0.task_params)
+
+    def _outcomes(self, variant: str, metric: str) -> dict[int, float]:
+        """``{seed: value}`` of ``variant``, diverged seeds included as NaN (never dropped)."""
+        out = dict(self.values(variant, metric))
+        for t in self.trials:
+            if t.variant == variant and t.seed not in out and self.diverged(t):
+                out[t.seed] = math.nan
+        return out
+
+    def _statistics(self, rows: list[dict]) -> list[dict]:
+        """Issue 33, goal 4, over the rows :meth:`table` built: every row gets ``nonfinite`` (its
+        diverged seeds, counted), ``p`` (the paired t test's two-sided p) and ``p_adj`` (Holm-adjusted
+        over every verdict of the experiment); success-rate rows (Wilson interval, Newcombe
+        difference, Fisher's exact p) are added for metrics that jump, and a ``diverged`` rate row per
+        variant when any seed diverged.  A verdict "better"/"worse" whose Holm-adjusted p does not
+        pass becomes "within noise (after Holm)"."""
+        dirs = self._directions()
+        smoke = " (smoke test)" if self.smoke_test else ""
+        for r in rows:
+            vals = self._outcomes(r["variant"], r["metric"])
+            r.update(kind="mean", k="", nonfinite=sum(not finite(x) for x in vals.values()),
+                     p=math.nan, p_adj=math.nan)
+            if r["reference"]:
+                d = paired(vals, self._outcomes(r["reference"], r["metric"]))
+                r["p"] = d["p"] if d["n"] else math.nan
+        extra = []
+        any_div = any(self.diverged(t) for t in self.trials)
+        thresholds = self.success_thresholds()
+        for vname in self.variants:
+            base = next(r for r in rows if r["variant"] == vname)
+            keep = {k: base[k] for k in ("variant", "reference", "params", "train_flops", "steps")}
+            for m, thr in thresholds.items():
+                up = dirs.get(m) != "min"
+                metric = f"{m} {'≥' if up else '≤'} {thr:g} (success rate)"
+                extra.append(self._rate_row(keep, metric, m, lambda x, thr=thr, up=up:
+                                            finite(x) and (x >= thr if up else x <= thr), "max"))
+            if any_div:
+                extra.append(self._rate_row(keep, "diverged (rate)", self.metrics[0],
+                                            lambda x: not finite(x), "min"))
+        rows = rows + extra
+        tested = [i for i, r in enumerate(rows) if r["reference"] and finite(r["p"])
+                  and not str(r["verdict"]).startswith("not comparable")]
+        adj = holm([rows[i]["p"] for i in tested])
+        for i, pa in zip(tested, adj):
+            r = rows[i]
+            r["p_adj"] = pa
+            core = str(r["verdict"])[:-len(smoke)] if smoke and str(r["verdict"]).endswith(smoke) else str(r["verdict"])
+            if core in ("better", "worse", "higher", "lower") and not pa < 0.05:
+                r["verdict"] = ("within noise (after Holm)" if r["p"] < 0.05 else "within noise") + smoke
         return rows
+
+    def _rate_row(self, keep: dict, metric: str, source: str, hit, direction: str) -> dict:
+        """One success-rate row: ``hit(value)`` says whether a seed's ``source`` value counts."""
+        smoke = " (smoke test)" if self.smoke_test else ""
+        vals = self._outcomes(keep["variant"], source)
+        k, n = sum(bool(hit(x)) for x in vals.values()), len(vals)
+        w = wilson(k, n)
+        row = {**keep, "metric": metric, "n": n, "mean": w["rate"], "lo": w["lo"], "hi": w["hi"],
+               "half": math.nan, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
+               "verdict": "reference" if not keep["reference"] else "pending"}
+        row.update(min_effect=0.0, kind="rate", k=k, nonfinite=sum(not finite(x) for x in vals.values()),
+                   p=math.nan, p_adj=math.nan)
+        if keep["reference"]:
+            rv = self._outcomes(keep["reference"], source)
+            if n and rv:
+                d = two_proportions(k, n, sum(bool(hit(x)) for x in rv.values()), len(rv))
+                row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"], p=d["p"],
+                           verdict=significant_verdict(d, direction) + smoke)
+        return row
 
     # ------------------------------------------------------------------ text
     def markdown(self) -> str:
@@ -207,11 +298,17 @@ class Results:
                   "interval excludes 0 and the difference is at least the metric's minimum effect ("
                   + ", ".join(f"{k} {v:g}" for k, v in sorted(self._min_effects().items()) if k in self.metrics)
                   + "), *no meaningful difference* when it is smaller.", "",
+                  "Every verdict of this table is also held to its p-value adjusted by Holm's method over "
+                  "all the table's verdicts (family-wise error 5%); *within noise (after Holm)* marks a "
+                  "difference that passes alone but not among them.  Diverged seeds (non-finite loss, "
+                  "weights or metric) are counted in each cell, never dropped silently.  A *success rate* row "
+                  "(metrics that jump) gives k/n seeds reaching the threshold with its Wilson 95% interval, "
+                  "compared by the difference of rates (Newcombe's interval) and Fisher's exact test.", "",
                   "| variant | params | train FLOPs | steps | metric | mean ± 95% CI | vs | difference [95% CI] | verdict |",
                   "|---|---:|---:|---:|---|---|---|---|---|"]
         for r in self.table():
             lines.append(f"| {r['variant']} | {r['params']:,} | {r['train_flops']:.3g} | {r['steps']} | "
-                         f"{r['metric']} | {_pm(r['mean'], r['half'])} (n={r['n']}) | {r['reference'] or '-'} | "
+                         f"{r['metric']} | {_pm(r['mean'], r['half'])} {_ncell(r)} | {r['reference'] or '-'} | "
                          f"{_iv(r['diff'], r['diff_lo'], r['diff_hi'])} | {r['verdict']} |")
         if exp.get("description"):
             lines += ["", exp["description"].strip()]
@@ -348,7 +445,7 @@ class Results:
         rows = "".join(
             f"<tr><td>{html.escape(r['variant'])}</td><td>{r['params']:,}</td><td>{r['train_flops']:.3g}</td>"
             f"<td>{r['steps']}</td><td>{html.escape(r['metric'])}</td><td>{_pm(r['mean'], r['half'])} "
-            f"(n={r['n']})</td><td>{html.escape(r['reference'] or '-')}</td>"
+            f"{html.escape(_ncell(r))}</td><td>{html.escape(r['reference'] or '-')}</td>"
             f"<td>{_iv(r['diff'], r['diff_lo'], r['diff_hi'])}</td><td><b>{html.escape(r['verdict'])}</b></td></tr>"
             for r in self.table())
         attn = "".join(f'<figure style="margin:4px">{img(p, "420px")}<figcaption>{html.escape(k[10:])}'
@@ -393,6 +490,14 @@ def _message_figure(text: str):
     fig = Figure(figsize=(4, 1.2))
     fig.text(0.02, 0.5, text, fontsize=7, wrap=True)
     return fig
+
+
+def _ncell(row: dict) -> str:
+    """``(n=3)``, ``(n=3, 1 diverged)``, or for a success-rate row ``(2/3 seeds; Wilson [lo, hi])``."""
+    if row.get("kind") == "rate":
+        return f"({row['k']}/{row['n']} seeds; Wilson 95% [{_fmt(row['lo'])}, {_fmt(row['hi'])}])"
+    bad = row.get("nonfinite") or 0
+    return f"(n={row['n']}, {bad} diverged)" if bad else f"(n={row['n']})"
 
 
 def _safe(name: str) -> str:

@@ -60,7 +60,8 @@ GENERAL_MIN_EFFECTS = {"eval_loss": 0.02, "train_loss": 0.02, "causal_loss": 0.0
 #: for a task metric the task gives no minimum for: accuracies and exact-match rates in [0, 1]
 DEFAULT_MIN_EFFECT = 0.02
 TOP_KEYS = ("name", "title", "claim", "description", "base", "variants", "grid", "baseline", "seeds",
-            "task", "train", "budget", "metrics", "min_effect", "probe", "plugins", "quick", "executor")
+            "task", "train", "budget", "metrics", "min_effect", "probe", "plugins", "quick", "executor",
+            "success")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.=,+-]{1,80}$")
 
 
@@ -124,6 +125,7 @@ class Experiment:
     plugins: tuple[str, ...] = ()
     quick: bool = False
     min_effect: tuple[tuple[str, float], ...] = ()  # metric -> smallest difference worth a verdict
+    success: tuple[tuple[str, float], ...] = ()  # metric -> threshold: a seed that reaches it succeeded
     executor: tuple[tuple[str, Any], ...] = ()   # submitit parameters for --executor slurm
     source: str = ""                        # the YAML text it was read from (empty for dicts)
     raw: str = ""                           # the validated mapping as JSON (before --quick)
@@ -162,7 +164,8 @@ class Experiment:
     def fingerprint(self) -> str:
         """What identifies the runs: everything but titles and texts (16 hex digits)."""
         keep = {k: v for k, v in json.loads(self.raw).items()
-                if k not in ("title", "claim", "description", "quick", "probe", "executor", "min_effect")}
+                if k not in ("title", "claim", "description", "quick", "probe", "executor", "min_effect",
+                             "success")}
         keep["quick"] = self.quick
         return hashlib.sha256(json.dumps(keep, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -321,6 +324,13 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     for k, v in min_effect.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < float("inf")):
             _bad(f"min_effect.{k}", f"must be a finite number >= 0, got {short(v)}")
+    success = data.get("success") or {}  # metrics that jump: success rate at a threshold (issue 33)
+    if not isinstance(success, dict):
+        _bad("success", "must be a mapping {metric: threshold a seed must reach to count as a success}",
+             fix="e.g. success: {acc: 0.9}")
+    for k, v in success.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) < float("inf"):
+            _bad(f"success.{k}", f"must be a finite number, got {short(v)}", fix="e.g. success: {acc: 0.9}")
     executor = data.get("executor") or {}
     if not isinstance(executor, dict) or not all(isinstance(k, str) for k in executor):
         _bad("executor", "must be a mapping of submitit parameters", fix="e.g. executor: {slurm_partition: cpu}")
@@ -330,6 +340,7 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
                      description=data.get("description", ""), probe=tuple(probe),
                      plugins=tuple(plugins), quick=quick,
                      min_effect=tuple(sorted((str(k), float(v)) for k, v in min_effect.items())),
+                     success=tuple(sorted((str(k), float(v)) for k, v in success.items())),
                      executor=tuple(sorted((k, _freeze(v)) for k, v in executor.items())),
                      source=source, raw=raw)
     _check_against_registry(exp)
@@ -488,6 +499,9 @@ def _check_against_registry(exp: Experiment) -> None:
     for m, _ in exp.min_effect:
         if m not in known:
             _bad(f"min_effect.{m}", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+    for m, _ in exp.success:
+        if m not in known:
+            _bad(f"success.{m}", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
 
 
 def min_effects(task, overrides=()) -> dict[str, float]:
