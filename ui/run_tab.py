@@ -83,6 +83,9 @@ def model_card(name: str, lang: str = "en") -> str:
         if key.startswith("zoo.extra.") and len(value) < 300:  # a server's paths stay on the server
             shown = shown_paths(value)
             lines.append(f"- {key[len('zoo.extra.'):]}: {shown}")
+    own = own_defaults(name, lang)
+    if own:  # the controls start at the checkpoint's own generation settings
+        lines.append("- " + t("run.gen_defaults", lang, items=", ".join(f"{k} {v}" for k, v in own.items())))
     lines.append("- " + t("run.room", lang, n=spec.max_len))
     lines.append("- " + budget.room_line(path, lang))  # weights against the budget, tokens per request
     if spec.arch == "encoder":
@@ -143,8 +146,11 @@ def max_new_tokens_for(name: str | None, lang: str = "en") -> dict:
 @handler
 def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
         max_new_tokens: int = DEFAULT_NEW_TOKENS, seed: int = 0, repetition_penalty: float = 1.0,
-        lang: str = "en", stats: dict | None = None, **more: Any) -> Iterator[tuple[str, list]]:
-    """Stream ``(output text so far, fill-mask rows)``.  ``max_new_tokens`` is capped by what the
+        lang: str = "en", stats: dict | None = None, echo: bool = False,
+        **more: Any) -> Iterator[tuple[str, list]]:
+    """Stream ``(output text so far, fill-mask rows)``.  ``echo``: a decoder's output starts with
+    the prompt, as ``zoo run`` prints it (the page does; the HTTP API returns the continuation
+    only; an encoder-decoder's output is its target text either way).  ``max_new_tokens`` is capped by what the
     model's ``max_len`` leaves after the prompt.  ``temperature`` 0 is greedy decoding, ``top_k`` 0
     and ``top_p`` 1 are off; ``repetition_penalty`` (1 = off) applies to greedy decoding too.
     ``more``: any other :class:`~zoo.run.options.GenerationOptions` (as the page's controls give
@@ -163,12 +169,13 @@ def run(name: str, text: str, temperature: float = 0.0, top_k: int = 0, top_p: f
     from zoo.run.generate import stream_text
 
     options = sampling_options(temperature, top_k, top_p, seed, repetition_penalty, more)
+    head = text if echo and model.spec.arch == "decoder" else ""
     out = ""
-    yield out, []
+    yield head, []
     start = time.perf_counter()
     for piece in stream_text(model, text, max_new_tokens, **options):
         out += piece
-        yield out, []
+        yield head + out, []
     if stats is not None and out:
         from zoo.inside.speed import decode_speed
 
@@ -271,7 +278,13 @@ def _control(tr, name: str, opt, first: str | None):
     from zoo.run.options import GenerationOptions
 
     value = UI_DEFAULTS.get(name, GenerationOptions.__dataclass_fields__[name].default)
+    try:  # the first checkpoint's own generation settings, as a change of checkpoint sets them
+        value = generation_defaults(first).get(name, value)
+    except zoo.ZooError:
+        pass
     high = opt.ui_high
+    if high is not None and value is not None and name != "max_new_tokens" and value > high:
+        high = value
     if name == "max_new_tokens":
         room = max_new_tokens_for(first)
         value, high = room["value"], room["maximum"]
@@ -322,7 +335,7 @@ def run_ui(name, text, lang, *values):
 
     notes: list[str] = []  # the prompt normalised, or characters the tokenizer does not know
     with route_notes(notes.append):
-        for out, rows in raw(run)(name, text, lang=lang, stats=stats, **options):
+        for out, rows in raw(run)(name, text, lang=lang, stats=stats, echo=True, **options):
             yield out, table(rows), note_lines(notes, lang), kept_run(rows, notes, {})
     yield out, table(rows), note_lines(notes, lang) + speed_line(stats, lang), kept_run(rows, notes, stats)
 
@@ -371,6 +384,67 @@ def on_checkpoint(name, lang):
     return raw(model_card)(name, lang), gr.update(**max_new_tokens_for(name, lang))
 
 
+def generation_defaults(name: str | None, lang: str = "en") -> dict:
+    """What the generation controls start at for checkpoint ``name`` (every :func:`ui_options`
+    option but "max new tokens", which :func:`max_new_tokens_for` sizes): the checkpoint's own
+    generation settings where it has them (a converted model's ``generation_config``, read from the
+    file's metadata without loading a weight, under the options' names:
+    :func:`zoo.run.options.model_defaults`), else the tab's defaults (:data:`UI_DEFAULTS`, then
+    :class:`~zoo.run.options.GenerationOptions`').
+
+    The page always sends its controls' values, and a value sent overrides the model's default --
+    so a converted BART whose config says ``no_repeat_ngram_size: 3`` and ``length_penalty: 2.0``
+    ran with 0 and 1.0 until the controls started at the checkpoint's values.  Only options with a
+    control are set here; the rest of a generation config (forced / banned tokens, eos lists)
+    applies by itself because the page never sends them.  Sampling strategy fields (temperature,
+    top-k, top-p) are not kept by a conversion (``zoo.io.generation_config.NOT_APPLIED``: the
+    strategy is the caller's), so they keep the tab's defaults."""
+    from types import SimpleNamespace
+
+    from zoo.io.generation_config import read_stored
+    from zoo.run.options import GenerationOptions, model_defaults
+
+    fields = GenerationOptions.__dataclass_fields__
+    out = {n: UI_DEFAULTS.get(n, fields[n].default) for n, _ in ui_options() if n != "max_new_tokens"}
+    if name:
+        path = checkpoint_path(name, lang)
+        spec, meta = zoo.load_spec(path), zoo.read_metadata(path)
+        settings = read_stored(meta, spec.vocab_size, where=str(name))
+        own = model_defaults(SimpleNamespace(generation_config=settings, spec=spec))
+        out.update({n: v for n, v in own.items() if n in out})
+    return out
+
+
+def own_defaults(name: str | None, lang: str = "en") -> dict:
+    """The options checkpoint ``name``'s generation config sets that have a control (for the card)."""
+    base = generation_defaults(None)
+    return {n: v for n, v in generation_defaults(name, lang).items() if v != base[n]}
+
+
+@inline_errors(4, kept=True)
+def fresh_run(name, lang):
+    """A checkpoint chosen: the last run's output, notes and table go (they were the other model's),
+    and the generation controls start at the checkpoint's own settings (:func:`generation_defaults`).
+    Outputs: output, fill-mask table, speed line, kept run, then one per option control but "max
+    new tokens"."""
+    import gradio as gr
+
+    if not name:
+        return (gr.skip(),) * (4 + len(ui_options()) - 1)
+    values = generation_defaults(name, lang)
+    opts = dict(ui_options())
+    updates = []
+    for n, v in values.items():
+        opt = opts[n]
+        wider = {}  # a slider widens to hold the checkpoint's value (its range is a sensible top)
+        if opt.ui_high is not None and v is not None and v > opt.ui_high:
+            wider["maximum"] = v
+        if opt.ui_low is not None and v is not None and v < opt.ui_low:
+            wider["minimum"] = v
+        updates.append(gr.update(value=v, **wider))
+    return ("", fill_table([], lang), "", None, *updates)
+
+
 def fits_checkpoint(name) -> list:
     """What a checkpoint shows: an encoder (fill-mask) shows the candidates table and no generation
     controls; a decoder or encoder-decoder shows the controls and no (empty) fill-mask table.
@@ -404,6 +478,11 @@ def _wire(ui: dict, lang_state, tr) -> None:
     generate = dict(concurrency_limit=4, concurrency_id="generate", api_visibility="private")
     runs = []  # the example's run
     shown = [ui["fills"]] + [ui[name] for name, _ in ui_options()]
+    # another checkpoint: the old output goes, the controls start at its own generation settings
+    fresh = dict(inputs=[ckpt, lang_state],
+                 outputs=[ui["output"], ui["fills"], ui["speed"], ui["kept"],
+                          *[ui[name] for name, _ in ui_options() if name != "max_new_tokens"], *error_outputs(error)],
+                 api_visibility="private")
     if examples is not None:  # one click: pick the checkpoint (card, limits), then run with the defaults
         picked = examples.click(pick_example, inputs=[examples], outputs=[ckpt, ui["prompt"]],
                                 api_visibility="private")
@@ -411,7 +490,7 @@ def _wire(ui: dict, lang_state, tr) -> None:
             on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], *error_outputs(error)],
             api_visibility="private").then(
             fits_checkpoint, inputs=[ckpt], outputs=shown, api_visibility="private").then(
-            None, js=SHOW_OUTPUT_JS).then(run_ui, inputs=inputs, outputs=outputs, **generate)
+            fresh_run, **fresh).then(None, js=SHOW_OUTPUT_JS).then(run_ui, inputs=inputs, outputs=outputs, **generate)
         example_run.then(None, js=SHOW_OUTPUT_JS)  # once more: the card and table may have moved it
         runs.append(example_run)  # (a js-only event is not queued, so it cannot be cancelled)
     ui["refresh"].click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
@@ -420,7 +499,7 @@ def _wire(ui: dict, lang_state, tr) -> None:
     # a language switch: the card's own lines, and the last run's table and lines, in the new language
     tr.keep([card], card_again, [ckpt])
     tr.keep([ui["fills"], ui["speed"]], redraw, [ui["kept"]])
-    ckpt.change(fits_checkpoint, inputs=[ckpt], outputs=shown, api_visibility="private")
+    ckpt.change(fits_checkpoint, inputs=[ckpt], outputs=shown, api_visibility="private").then(fresh_run, **fresh)
     go_run, submit_run = (event(run_ui, inputs=inputs, outputs=outputs, **generate)
                           for event in (ui["go"].click, ui["prompt"].submit))
     # each trigger cancels the runs of the other triggers, and an example its predecessor (the

@@ -57,7 +57,11 @@ def run_box(name, text, lang="en", max_new_tokens=8):
     """(output, error box) of the Run button (the box is written once: "" when the run starts, or
     the error)."""
     steps = list(run_tab.run_ui(name, text, lang, *controls(max_new_tokens)))
-    return steps[-1][0], [s[-1] for s in steps if isinstance(s[-1], str)][-1]
+    out = steps[-1][0]  # the page shows the prompt, then the continuation (as zoo run prints it)
+    if isinstance(out, str):  # (an error leaves the output as it was: an update)
+        assert not out or out.startswith(text), out
+        out = out[len(text):]
+    return out, [s[-1] for s in steps if isinstance(s[-1], str)][-1]
 
 
 def stored_bytes(name) -> int:
