@@ -9,8 +9,11 @@ F16, BF16) or in *quantised blocks* (Q8_0: 32 int8 values and one float16 scale 
 
 How it is read, in four steps, none of which needs transformers:
 
-1. **Header** (the ``gguf`` library's ``GGUFReader``, on a file opened through :mod:`zoo.guard.files`):
-   metadata and the tensor table.  Nothing is dequantised yet.
+1. **Header** (zoo's own bounded reader, :mod:`zoo.convert.gguf_header`, on a file opened through
+   :mod:`zoo.guard.files`): metadata and the tensor table, every count held against the bytes the
+   file has before anything is allocated; tensors are read with ``preadv`` when dequantised, never
+   memory-mapped (a file truncated meanwhile is a ConvertError, not a SIGBUS).  Nothing is
+   dequantised yet.
 2. **Config**: the metadata becomes the ``config.json`` a Hugging Face folder of the same model
    would have (:data:`ARCHS`: one declarative table per architecture, key by key), typed and
    range-checked; an option zoo would get wrong (rope scaling, a per-layer head count, ...) is a
@@ -54,6 +57,7 @@ from ..model.build import resolve_dtype
 from ..io.tokenizers import tokenizer as make_tokenizer
 from ..guard.files import open_read, short, user_path
 from .core import ConvertError, assemble, check_shapes, convert_state
+from .gguf_header import Header
 
 #: The GGML storage types read (all dequantised by ``gguf.quants.dequantize``).
 QUANT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
@@ -267,6 +271,16 @@ REFUSED = {"rope.scaling.factor": "rope scaling", "rope.scaling.original_context
 MAX_TOKENS = 4_000_000  # a real vocabulary has up to ~260k entries
 
 
+def _describe_start(head: bytes) -> str:
+    """What a file that is not GGUF starts with, without echoing its bytes (a secret, a terminal
+    escape): empty, text, or binary."""
+    if not head:
+        return "it is empty"
+    if all(32 <= b < 127 or b in (9, 10, 13) for b in head):
+        return "it starts with text"
+    return "it starts with other binary data"
+
+
 def _fix(what: str) -> str:
     return f"convert the original Hugging Face folder instead (zoo convert HF_DIR OUT), {what}"
 
@@ -283,40 +297,35 @@ class GGUFFile:
         except ImportError as exc:
             raise ConvertError("reading GGUF files needs the gguf library", where="convert.path",
                                fix="pip install 'zoo-transformers[gguf]' (or: pip install gguf)") from exc
-        from gguf import GGUFReader
-
         p = user_path(path, where="convert.path", error=ConvertError)
         self.path = p
-        with open_read(p, where=p.name, kind="checkpoint", error=ConvertError) as fh:
+        fh = open_read(p, where=p.name, kind="checkpoint", error=ConvertError)
+        try:
             head = fh.read(4)
-            if head != b"GGUF":
-                raise ConvertError(f"{short(p.name)} is not a GGUF file (it starts with {short(head)}, "
-                                   f"not b'GGUF')", where=p.name,
+            if head != b"GGUF":  # the bytes themselves are not quoted: they may be anything
+                raise ConvertError(f"{short(p.name)} is not a GGUF file (it does not start with the "
+                                   f"magic number GGUF; {_describe_start(head)})", where=p.name,
                                    fix="pass a .gguf file written by llama.cpp / the gguf library, or a "
                                        "Hugging Face folder")
             fh.seek(0)
-            try:  # the memory map is made from the checked, already open descriptor
-                reader = GGUFReader(fh)
-            except (ValueError, IndexError, KeyError, TypeError, OverflowError, MemoryError,
-                    UnicodeDecodeError, OSError) as exc:
-                raise ConvertError(f"the GGUF file cannot be parsed ({type(exc).__name__}: "
-                                   f"{short(str(exc))}); it is truncated or damaged", where=p.name,
-                                   fix="download the file again (compare its size / checksum)") from exc
-        self.reader = reader
+            # zoo's own bounded reader (zoo.convert.gguf_header): counts held against the file's
+            # size before anything is allocated, tensors read with preadv, never memory-mapped
+            self.header = Header(fh, where=p.name)
+        except BaseException:
+            fh.close()
+            raise
         self.meta: dict[str, Any] = {}
-        for key, field in reader.fields.items():
-            if key.startswith("GGUF."):
-                continue
+        for key, value in self.header.fields.items():
             if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
-                       "tokenizer.ggml.merges") and len(field.data) > MAX_TOKENS:
-                raise ConvertError(f"{key} has {len(field.data):,} entries", where=f"gguf:{key}",
+                       "tokenizer.ggml.merges") and isinstance(value, list) and len(value) > MAX_TOKENS:
+                raise ConvertError(f"{key} has {len(value):,} entries", where=f"gguf:{key}",
                                    fix="pass an intact GGUF file")
-            try:
-                self.meta[key] = field.contents()
-            except (ValueError, UnicodeDecodeError, IndexError) as exc:
-                raise ConvertError(f"metadata {key} cannot be read ({short(str(exc))})",
-                                   where=f"gguf:{key}", fix="download the file again") from exc
-        self.tensors = {t.name: t for t in reader.tensors}
+            self.meta[key] = value
+        self.tensors = {t.name: t for t in self.header.tensors}
+
+    def close(self) -> None:
+        """Close the file (tensors can no longer be read)."""
+        self.header.close()
 
     def get(self, key: str, kind: type | tuple, default: Any = ..., *, lo=None) -> Any:
         """A metadata value of type ``kind`` (``default`` when absent; required when no default)."""
@@ -359,6 +368,9 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
                 config[hf] = float(v)
         elif hf == "num_key_value_heads" and isinstance(g.meta.get(full), list):
             heads = g.meta[full]
+            if not heads or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in heads):
+                raise ConvertError(f"{full} must be a positive integer or a non-empty list of them, got "
+                                   f"{short(heads)}", where=f"gguf:{full}", fix="pass an intact GGUF file")
             if len(set(heads)) != 1:
                 raise ConvertError(f"{full} differs between layers ({short(heads)})", where=f"gguf:{full}",
                                    fix=_fix("zoo builds one attention shape for every layer"))
@@ -403,6 +415,10 @@ def hf_config(g: GGUFFile) -> tuple[dict, str, bool]:
     emb = g.tensors.get("token_embd.weight")
     if emb is None:
         raise ConvertError("the GGUF file has no tensor 'token_embd.weight'", where="gguf:token_embd.weight",
+                           fix="pass an intact GGUF file")
+    if len(emb.shape) != 2:
+        raise ConvertError(f"token_embd.weight has {len(emb.shape)} dimension(s); a token embedding is a "
+                           "(vocab, d_model) matrix", where="gguf:token_embd.weight",
                            fix="pass an intact GGUF file")
     config["vocab_size"] = int(emb.shape[1])  # ggml shapes are innermost-first: (d_model, vocab)
     for k, v in MODEL_DEFAULTS.get(model_type, {"hidden_act": "silu"}).items():
@@ -463,7 +479,15 @@ def tensor_plan(g: GGUFFile, config: dict, arch: str, permuted: bool) -> dict[st
     tensor or storage type is an error naming it."""
     from gguf import GGMLQuantizationType
 
-    layers = next(config[k] for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config)
+    key, layers = next((k, config[k]) for k in ("num_hidden_layers", "n_layer", "num_layers") if k in config)
+    # the block count is held against the blocks the file has tensors for *before* a name table of
+    # that many blocks is made (block_count = 10**6 in a small file was 2.6 GB of names)
+    blocks = {int(m.group(1)) for n in g.tensors if (m := re.match(r"(?:enc\.|dec\.)?blk\.(\d+)\.", n))}
+    have = max(blocks) + 1 if blocks else 0
+    if layers != have:
+        gkey = next(k for k, hf in ARCHS[arch][1].items() if hf == key)
+        raise ConvertError(f"{arch}.{gkey}={short(layers)}, but the file has tensors for {have} block(s)",
+                           where=f"gguf:{arch}.{gkey}", fix="pass an intact GGUF file")
     names = _name_table(ARCHS[arch][2], layers)
     plan = {}
     for name, t in g.tensors.items():
@@ -583,7 +607,7 @@ def tokenizer_json(g: GGUFFile, arch: str) -> str | None:
         vocab = {t if set(t) <= alphabet else "".join(spelling[b] for b in t.encode("utf-8")): i
                  for i, t in enumerate(tokens)}
         control = [t for t in control if set(t) <= alphabet]  # a mislabelled one would grow the vocab
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=_merges(g, merges, tokens), dropout=None,
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=_merges(g, merges, tokens, vocab=vocab), dropout=None,
                                    continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False))
         split = PRE_SPLITS.get(g.get("tokenizer.ggml.pre", str, ""))
         if split is None:
@@ -618,7 +642,7 @@ def tokenizer_json(g: GGUFFile, arch: str) -> str | None:
             tokens = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
             order = [-float(i) for i in range(len(tokens))]
         vocab = {t: i for i, t in enumerate(tokens)}
-        tok = Tokenizer(models.BPE(vocab=vocab, merges=_merges(g, merges, tokens, order), fuse_unk=True,
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=_merges(g, merges, tokens, order, vocab), fuse_unk=True,
                                    byte_fallback=True, dropout=None))
         prefix = g.get("tokenizer.ggml.add_space_prefix", bool, style != "gemma")
         if style == "prepend":  # Phi-3 prepends the space in a normalizer ("  hi" -> "▁▁▁hi")
@@ -660,17 +684,28 @@ def byte_alphabet() -> dict[int, str]:
     return out
 
 
-def _merges(g: GGUFFile, merges, tokens: list[str], order: list[float] | None = None) -> list[tuple[str, str]]:
+def _merges(g: GGUFFile, merges, tokens: list[str], order: list[float] | None = None,
+            vocab: dict[str, int] | None = None) -> list[tuple[str, str]]:
     """The file's merges, or -- a SentencePiece vocabulary lists none -- the merges its scores
     (or ``order``: Gemma's token order) imply: every split of a token into two tokens, best-scored
-    token first (transformers' ``generate_merges``: one entry per distinct token)."""
+    token first (transformers' ``generate_merges``: one entry per distinct token).
+
+    A listed merge must join two tokens of ``vocab`` (the vocabulary as the model spells it) into a
+    third: the ``tokenizers`` library fails on anything else with a bare ``Exception`` or a Rust
+    panic, so it is a ConvertError naming the merge first."""
     if merges is not None:
+        known = vocab if vocab is not None else {t: i for i, t in enumerate(tokens)}
         out = []
-        for m in merges:
+        for i, m in enumerate(merges):
             parts = m.split(" ") if isinstance(m, str) else []
             if len(parts) != 2:
                 raise ConvertError(f"merge {short(m)} is not two tokens separated by a space",
-                                   where="gguf:tokenizer.ggml.merges", fix="pass an intact GGUF file")
+                                   where=f"gguf:tokenizer.ggml.merges[{i}]", fix="pass an intact GGUF file")
+            missing = [p for p in (parts[0], parts[1], parts[0] + parts[1]) if p not in known]
+            if missing:
+                raise ConvertError(f"merge {short(m)} names {short(missing[0])}, which is not a token of "
+                                   "the vocabulary (tokenizer.ggml.tokens)",
+                                   where=f"gguf:tokenizer.ggml.merges[{i}]", fix="pass an intact GGUF file")
             out.append((parts[0], parts[1]))
         return out
     scores = order if order is not None else g.get("tokenizer.ggml.scores", list, None)
@@ -725,6 +760,13 @@ def from_gguf(path: str | os.PathLike, *, dtype: Any = None, attention: str = "s
     infinity (a damaged scale decodes to one) are refused unless ``allow_nonfinite``."""
     dt = resolve_dtype(dtype) or torch.float32
     g = GGUFFile(path)
+    try:
+        return _from_file(g, dt, attention, tokenizer, budget, allow_nonfinite)
+    finally:
+        g.close()
+
+
+def _from_file(g: GGUFFile, dt, attention, tokenizer, budget, allow_nonfinite) -> torch.nn.Module:
     config, arch, permuted = hf_config(g)
     plan = tensor_plan(g, config, arch, permuted)
     back = {hf: f"gguf:{arch}.{k}" for k, hf in ARCHS[arch][1].items()}
