@@ -72,6 +72,15 @@ class TrainConfig:
     tokenizer: str = "char"       # for a fresh model: "char" (vocabulary from the data) or "byte"
     keep_best: bool = False       # also save the model with the lowest held-out loss to out/best/
     progress: bool = True
+    # a task's own metrics (acc, exact, gen_exact, ...) scored at every evaluation and logged as
+    # task_<name> (the learning curve of what the task measures, not only its loss)
+    task_metrics: bool = True
+    # [{"metric": "acc", "value": 0.9, "stop": false}]: the first evaluated step at which a metric
+    # reaches a value (steps_to_acc_0.9 in the end record; None when never reached); "stop": true
+    # ends the run there (early stopping).  Metrics: the task's, or eval_loss (reached: <= value).
+    thresholds: list = field(default_factory=list)
+    # also write TensorBoard event files (out/tensorboard/) of every logged number
+    tensorboard: bool = False
 
     def validate(self) -> "TrainConfig":
         """Check every knob by type and range (before any work); a bad one is a :class:`ZooError`
@@ -129,7 +138,8 @@ class TrainConfig:
         number("mask_token_frac", 0, 1,
                fix="0.8 is BERT's 80/10/10; 1.0 replaces every picked token by <mask>")
         integer("seed", 0, MAX_SEED, fix=f"pass a seed in [0, {MAX_SEED}] (2**32 - 1)")
-        for name in ("bf16", "compile", "keep_best", "progress"):
+        self.thresholds = check_thresholds(self.thresholds)  # normalised: stop filled in
+        for name in ("bf16", "compile", "keep_best", "progress", "task_metrics", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, f"must be true or false, got {short(getattr(self, name))}",
                     fix="pass a bool")
@@ -150,6 +160,48 @@ class TrainConfig:
                            fix="resume from a trainer state zoo wrote, or start a new run")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+#: the fields of one ``thresholds`` entry
+THRESHOLD_FIELDS = ("metric", "value", "stop")
+
+
+def threshold_name(metric: str, value: float) -> str:
+    """``steps_to_acc_0.9``: the metric a threshold adds (the value in ``%g`` form)."""
+    return f"steps_to_{metric}_{float(value):g}"
+
+
+def check_thresholds(items: Any, where: str = "train.thresholds") -> list[dict]:
+    """Each entry ``{metric: NAME, value: NUMBER, stop: BOOL}`` (``stop`` optional, default false),
+    checked by type; whether the metric exists is checked where the task is known."""
+    def bad(i, key, msg, fix):
+        raise ZooError(msg, where=f"{where}[{i}]{'.' + key if key else ''}", fix=fix,
+                       options=THRESHOLD_FIELDS if key in ("", None) else None)
+
+    if not isinstance(items, (list, tuple)):
+        raise ZooError(f"must be a list of thresholds, got {short(items)}", where=where,
+                       fix="e.g. thresholds: [{metric: acc, value: 0.9}]")
+    out = []
+    for i, t in enumerate(items):
+        if not isinstance(t, dict) or "metric" not in t or "value" not in t:
+            bad(i, "", f"a threshold is a mapping with metric and value, got {short(t)}",
+                "e.g. {metric: acc, value: 0.9, stop: true}")
+        extra = [k for k in t if k not in THRESHOLD_FIELDS]
+        if extra:
+            bad(i, "", f"unknown threshold field {short(extra[0])}", "use metric, value and stop")
+        if not isinstance(t["metric"], str) or not t["metric"]:
+            bad(i, "metric", f"must be a metric name, got {short(t['metric'])}", "e.g. acc or eval_loss")
+        v = t["value"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            bad(i, "value", f"must be a finite number, got {short(v)}", "e.g. value: 0.9")
+        if not isinstance(t.get("stop", False), bool):
+            bad(i, "stop", f"must be true or false, got {short(t['stop'])}", "stop: true ends the run there")
+        out.append({"metric": t["metric"], "value": float(v), "stop": bool(t.get("stop", False))})
+    names = [threshold_name(t["metric"], t["value"]) for t in out]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup:
+        raise ZooError(f"two thresholds make the same metric {dup}", where=where, fix="remove one")
+    return out
 
 
 @dataclass

@@ -5,6 +5,15 @@ Determinism: the model is initialised from ``seed``, every step's batch is drawn
 seeded by ``(seed, step)`` and dropout is re-seeded per step, so a run is reproducible and a resumed
 run takes exactly the steps an uninterrupted one would.  bf16 autocast on CUDA; float32 on CPU.
 
+Curves: when the data is a task (:mod:`zoo.experiment.tasks`), every evaluation also scores the
+task's own metrics (``task_acc``, ``task_exact``, ... in ``metrics.jsonl``; ``task_metrics=False``
+turns it off), and the end record carries ``best_<metric>`` / ``best_<metric>_step`` (the best value
+over training and where it was) and, per ``thresholds`` entry, ``steps_to_<metric>_<value>``: the
+first evaluated step at which the metric reached the value (``None`` when it never did -- never a
+made-up count), resolved to ``eval_every``.  A threshold with ``stop: true`` ends the run at that
+evaluation (early stopping; saved, not "interrupted", ``stopped_at`` in the end record).  Resuming
+an early-stopped run continues it.
+
 Speed: every log line carries ``tokens_per_s`` and ``mfu``, the model FLOPs utilisation of the
 optimizer steps against the matmul peak measured at the start (:mod:`zoo.train.mfu`; the start
 record names the peak).  ``compile=True`` (``zoo train --compile``) runs the loss through
@@ -44,7 +53,7 @@ from ..guard.files import short, user_path, write_target
 from ..guard.transaction import write_file
 from ..guard.run_budget import check_train_step
 from ..io.tokenizers import from_json as tok_from_json
-from .config import ARCH_FOR, TrainConfig, TrainResult
+from .config import ARCH_FOR, TrainConfig, TrainResult, threshold_name
 from .dist import Dist, setup_dist
 from .evaluate import evaluate, exact_match_rate
 from .metrics import METRICS, RunLog, plot_history
@@ -115,7 +124,7 @@ def _train(model: Any, data: Any, out: Path, dist: Dist, *, objective, steps, re
     def elapsed() -> float:  # wall time, including the earlier parts of a resumed run
         return run.elapsed0 + time.perf_counter() - t0
 
-    interrupted = False
+    interrupted = early = False
     first = run.step  # a resumed run estimates the steps it has left
     if dist.main and not cfg.compile and cfg.steps - first >= PROBE_MIN_STEPS:
         log.estimate(first, probe_step_seconds(run), cfg, before=True)
@@ -141,11 +150,15 @@ def _train(model: Any, data: Any, out: Path, dist: Dist, *, objective, steps, re
                                      flops=flops, step_s=step_s, lr=lr, grad_norm=gnorm,
                                      elapsed_s=elapsed())
                 if run.step % cfg.eval_every == 0 or last:
-                    rec = {**(rec or {"step": run.step}), **_evaluate_and_keep_best(run)}
+                    ev = _evaluate_and_keep_best(run)
+                    early = track_curve(run, ev)  # best-so-far, thresholds; True: stop here
+                    rec = {**(rec or {"step": run.step}), **ev}
                 if rec is not None:
                     log.add(rec)
                     log.show(loss, rec, run.last_eval)
-            stop_now = stop.flag if dist.world == 1 else dist.sum(float(stop.flag)) > 0
+            if dist.world > 1:  # every rank stops at the step rank 0's evaluation reached it
+                early = dist.sum(float(early)) > 0
+            stop_now = early or (stop.flag if dist.world == 1 else dist.sum(float(stop.flag)) > 0)
             if run.step % cfg.save_every == 0 or last or stop_now:
                 if dist.main:
                     save_state(out, run.net, run.opt, run.tok, cfg, run.spec, run.info, run.step,
@@ -153,7 +166,7 @@ def _train(model: Any, data: Any, out: Path, dist: Dist, *, objective, steps, re
                     run.saved_step = run.step
                 dist.barrier()
             if stop_now:
-                interrupted = run.step < cfg.steps
+                interrupted = run.step < cfg.steps and not early
                 break
     wall = elapsed()
     log.close()
@@ -256,7 +269,11 @@ class Run:
     tokens_seen: int = 0
     elapsed0: float = 0.0      # wall time of the earlier parts of a resumed run
     last_eval: dict = field(default_factory=dict)
+    # the lowest held-out loss (keep_best) and, under "curve", the task metrics' best values and
+    # the steps thresholds were reached (:func:`track_curve`); saved with the state, so a resumed
+    # run keeps them
     best: dict = field(default_factory=lambda: {"eval_loss": math.inf, "step": None})
+    task: Any = None           # the task the data comes from (its own metrics), or None
     saved_step: int | None = None  # the step of the last save in ``out`` (None: nothing saved yet)
 
 
@@ -359,6 +376,9 @@ def _set_up(source, data, cfg: TrainConfig, state, dist: Dist, out: Path, tokeni
         run.step, run.elapsed0 = meta["step"], meta.get("elapsed_s", 0.0)
         run.tokens_seen, run.best = meta.get("tokens_seen", 0), meta.get("best") or run.best
         run.saved_step = run.step
+    if callable(getattr(data, "evaluate", None)) and hasattr(data, "prepare_objective"):
+        run.task = data
+    check_curve_metrics(run)
     return run
 
 
@@ -471,16 +491,78 @@ def _first_step(run: Run):
                              "compiler (inductor needs one on the CPU)") from exc
 
 def _evaluate_and_keep_best(run: Run) -> dict:
-    """Evaluate on the held-out set; with ``keep_best``, save a new best model to ``out/best``."""
+    """Evaluate on the held-out set (with a task and ``task_metrics``, also the task's own metrics,
+    as ``task_<name>``); with ``keep_best``, save a new best model to ``out/best``."""
     cfg = run.cfg
     run.last_eval = evaluate(run.net, run.objective, run.dist.device, autocast=run.autocast,
                              exact_match=cfg.exact_match_samples)
+    if run.task is not None and cfg.task_metrics:
+        run.last_eval.update({f"task_{k}": float(v) for k, v in run.task.evaluate(run.net).items()
+                              if isinstance(v, (int, float)) and not isinstance(v, bool)})
     if cfg.keep_best and run.last_eval.get("eval_loss", math.inf) < run.best["eval_loss"]:
         run.best = {"eval_loss": run.last_eval["eval_loss"], "step": run.step}
         txn.target(run.out, "best", where="train.keep_best", error=CheckpointError, folder=True)
         save(run.net, run.out / "best", tokenizer=run.tok, metadata={"train": {
             "step": run.step, "objective": cfg.objective, "metrics": run.last_eval}})
     return run.last_eval
+
+
+def curve_directions(run: Run) -> dict:
+    """Record key -> "max" / "min" / None of every metric a curve is kept of: the held-out loss
+    and perplexity, and (with a task) each ``task_<name>`` by the task's declared direction."""
+    out = {"eval_loss": "min", "eval_ppl": "min"}
+    if run.task is not None and run.cfg.task_metrics:
+        out.update({f"task_{m}": d for m, d in dict(getattr(run.task, "metrics", {}) or {}).items()})
+    return out
+
+
+def _threshold_key(run: Run, metric: str) -> str:
+    """A threshold's metric as the record names it (``acc`` -> ``task_acc``; ``eval_loss`` as is)."""
+    return metric if metric in ("eval_loss", "eval_ppl") else f"task_{metric}"
+
+
+def check_curve_metrics(run: Run) -> None:
+    """Every threshold names a metric this run evaluates: the task's own or ``eval_loss``; else a
+    :class:`ZooError` naming ``train.thresholds[i].metric`` with the valid options."""
+    dirs = curve_directions(run)
+    options = sorted(["eval_loss", "eval_ppl"] + [k[5:] for k in dirs if k.startswith("task_")])
+    for i, t in enumerate(run.cfg.thresholds):
+        if _threshold_key(run, t["metric"]) not in dirs:
+            why = "" if run.task is not None else " (this data is not a task: only the held-out loss)"
+            raise ZooError(f"unknown threshold metric {short(t['metric'])}{why}",
+                           where=f"train.thresholds[{i}].metric", options=options,
+                           fix="name one of the metrics this run evaluates")
+
+
+def reached(value: float, target: float, direction: str | None) -> bool:
+    """Whether ``value`` has reached ``target``: at or below it for a "min" metric (a loss), at or
+    above it otherwise.  A NaN never reaches anything."""
+    if value != value:
+        return False
+    return value <= target if direction == "min" else value >= target
+
+
+def track_curve(run: Run, ev: dict) -> bool:
+    """After an evaluation at ``run.step``: update each metric's best value and its step, and record
+    the first step each threshold was reached.  True when a ``stop`` threshold was reached now (the
+    run ends here: early stopping)."""
+    curve = run.best.setdefault("curve", {"best": {}, "reached": {}})
+    dirs = curve_directions(run)
+    for key, d in dirs.items():
+        v = ev.get(key)
+        if not isinstance(v, (int, float)) or v != v or d is None:
+            continue
+        old = curve["best"].get(key)
+        if old is None or (v > old[0] if d == "max" else v < old[0]):
+            curve["best"][key] = [float(v), run.step]
+    stop = False
+    for t in run.cfg.thresholds:
+        name = threshold_name(t["metric"], t["value"])
+        key = _threshold_key(run, t["metric"])
+        if name not in curve["reached"] and key in ev and reached(ev[key], t["value"], dirs.get(key)):
+            curve["reached"][name] = run.step
+            stop = stop or t["stop"]
+    return stop
 
 
 def _final_metrics(run: Run, wall: float) -> dict:
@@ -496,6 +578,15 @@ def _final_metrics(run: Run, wall: float) -> dict:
         final["eval_exact_match_n"] = len(obj.eval.sources)
     if run.cfg.keep_best and run.best["step"] is not None:
         final["best_step"], final["best_eval_loss"] = run.best["step"], run.best["eval_loss"]
+    curve = run.best.get("curve") or {"best": {}, "reached": {}}
+    for key, (v, step) in curve["best"].items():  # best over training: task metrics only
+        if key.startswith("task_"):
+            final[f"best_{key[5:]}"], final[f"best_{key[5:]}_step"] = v, step
+    for t in run.cfg.thresholds:  # never reached: None, never a made-up step count
+        name = threshold_name(t["metric"], t["value"])
+        final[name] = curve["reached"].get(name)
+        if t["stop"] and final[name] is not None and run.step < run.cfg.steps:
+            final["stopped_at"] = {"step": run.step, "threshold": name}
     final["wall_time_s"] = wall
     final["steps"] = run.step
     return final
