@@ -73,4 +73,5 @@ BUILTINS = (
     "task_position",
     "task_numerals",
     "task_poems",
+    "task_padded_copy",
 )
