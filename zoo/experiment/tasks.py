@@ -36,7 +36,6 @@ import torch
 from ..components import Task
 from ..errors import ZooError
 from ..io.tokenizers import tokenizer
-import contextlib
 from ..model.spec import make_config
 from ..registry import get_registry
 from ..train.objectives import Objective, ce_sum
@@ -250,33 +249,7 @@ def fingerprint(name: str, config: dict) -> str:
 def predict(model, ids: torch.Tensor, mask: torch.Tensor | None = None, batch: int = 256) -> torch.Tensor:
     """Teacher-forced argmax ``(n, T)`` in chunks of ``batch`` rows."""
     outs = []
-    #: which half of the held-out examples :meth:`score` uses: None (all of them: every experiment
-    #: without ``tune:``, numbers unchanged), ``"validation"`` (even example hash) or ``"test"``
-    #: (odd).  The halves are disjoint by a property of the example alone, so an lr selected on
-    #: validation is reported on examples the selection never saw (:mod:`zoo.experiment.selection`).
-    split: str | None = None
-    SPLITS: ClassVar[tuple] = ("validation", "test")
-
-    @contextlib.contextmanager
-    def using_split(self, split: str | None):
-        """``with task.using_split("validation"): task.evaluate(model)`` scores one half only."""
-        if split is not None and split not in self.SPLITS:
-            raise ZooError(f"unknown evaluation split {split!r}", where="task.split", options=self.SPLITS)
-        old, self.split = self.split, split
-        try:
-            yield self
-        finally:
-            self.split = old
-
-    def in_split(self, ex: dict) -> dict:
-        """The rows of ``ex`` in :attr:`split` (all of them when it is None)."""
-        if self.split is None:
-            return ex
-        keep = (example_hash(ex["ids"], ex.get("length")) % 2) == (0 if self.split == "validation" else 1)
-        return {k: (v[keep] if torch.is_tensor(v) else v) for k, v in ex.items()}
-
     for i in range(0, ids.size(0), batch):
-        ex = self.in_split(ex)
         m = mask[i:i + batch] if mask is not None else None
         outs.append(model(ids[i:i + batch], attention_mask=m).argmax(-1))
     return torch.cat(outs)
