@@ -715,6 +715,9 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "generate.too_long": ("提示（{prompt} 个 token）加上最多生成的 {new} 个 token 超过了 max_len {max_len}",
                           "最多生成 {room} 个 token"),
     "generate.too_many": ("最多生成的 token 数 {new} 超过了 max_len {max_len}", None),
+    "generate.nothing_to_choose": ("生成第 {step} 个新 token 时，规则 {rules} 把 {row} 的所有 token 都禁掉了：没有可选的 token",
+                                   "放宽一条规则（更大的 vocab_limit、更小的 no_repeat_ngram_size、更少的 "
+                                   "suppress_tokens / bad_words），或少生成一些（max_new_tokens 小于 {step}）"),
     "chat.sandbox": ("模板试图做沙箱禁止的操作：{detail}", "请使用模型发布的模板"),
     "chat.refused": ("模板拒绝了这段对话：{detail}", "遵守该模型的对话规则（例如 user 与 assistant 交替）"),
     "chat.failed": ("模板在这段对话上出错：{error}: {detail}", "对照模板读取的内容检查这些消息的字段"),

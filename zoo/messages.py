@@ -120,6 +120,10 @@ MESSAGES: dict[str, Message] = {
     "generate.too_long": Message("prompt ({prompt}) + max_new_tokens ({new}) exceeds max_len {max_len}",
                                  "ask for at most {room} new tokens"),
     "generate.too_many": Message("max_new_tokens {new} exceeds max_len {max_len}"),
+    "generate.nothing_to_choose": Message(
+        "at new token {step} every token is banned for {row} by the rules {rules}: nothing is left to "
+        "choose", "relax a rule (a larger vocab_limit, a smaller no_repeat_ngram_size, fewer "
+        "suppress_tokens / bad_words), or ask for fewer new tokens (max_new_tokens below {step})"),
     "chat.sandbox": Message("the template tried something the sandbox forbids: {detail}",
                             "use the model's published template"),
     "chat.refused": Message("the template refused the conversation: {detail}",

@@ -56,19 +56,24 @@ class BeamResult:
 def search(steps, seq: torch.Tensor, real: torch.Tensor | None, *, num_beams: int,
            max_new_tokens: int, stops: torch.Tensor, pad: int, length_penalty: float = 1.0,
            early_stopping: bool = False, num_return_sequences: int = 1, process=None,
-           sample=None) -> BeamResult:
+           sample=None, stuck=None) -> BeamResult:
     """Run beam search over the logits coroutine ``steps`` (not yet started).
 
     ``seq (B*K, L0)``: the starting tokens, each prompt repeated ``K`` times (row ``b*K + k``);
     ``real (B*K, L0)`` bool or None: which of them are real (not padding).  ``stops (S,)``: stop
     token ids.  ``process(log_probs (B*K, V), seq (B*K, L), real) -> log_probs``: the caller's
     processors (vocabulary limit, repetition penalty, no repeated n-gram, forced tokens...).  ``sample(scores (B, K*V), m) -> (B, m)``
-    indices: beam *sampling* instead of the top ``m`` (None: deterministic beam search)."""
+    indices: beam *sampling* instead of the top ``m`` (None: deterministic beam search).
+    ``stuck(ok (B,), step)``: called when ``process`` left some prompt no candidate at all (every
+    beam's every token banned); it raises (:func:`zoo.run.sampling.check_choosable`).
+
+    A stop list covering (nearly) the whole vocabulary is valid: the candidates asked for are at most
+    the ``K x V`` there are, every beam ends at its first token, and the best of those is returned."""
     K, N = num_beams, max_new_tokens
     BK, L0 = seq.shape
     B, dev = BK // K, seq.device
-    keep = max(2, 1 + stops.numel()) * K  # candidates per prompt, so K stay running
-    top_k_mask = torch.arange(keep, device=dev) < K  # only the best K may become hypotheses
+    keep = max(2, 1 + stops.numel()) * K  # candidates per prompt, so K stay running (at most K x V: below)
+    top_k_mask = None  # only the best K may become hypotheses
     running = torch.full((B, K, L0 + N), pad, dtype=torch.long, device=dev)
     running[:, :, :L0] = seq.view(B, K, L0)
     run_scores = torch.zeros(B, K, device=dev)
@@ -94,6 +99,14 @@ def search(steps, seq: torch.Tensor, real: torch.Tensor | None, *, num_beams: in
             if process is not None:
                 lp = process(lp, flat, flat_real)
             total = (lp.view(B, K, V) + run_scores[:, :, None]).view(B, K * V)
+            if top_k_mask is None:
+                keep = min(keep, K * V)  # every token a stop token: 1 + S candidates per beam is more than exist
+                top_k_mask = torch.arange(keep, device=dev) < K
+            if stuck is not None:  # a beam at NEG (not yet started, or ended) is no candidate
+                # a prompt already done (a hypothesis kept, or nothing can beat them) may be stuck
+                ok = (total > NEG / 2).any(-1) | finished.any(-1) | ~can_improve[:, 0]
+                if not bool(ok.all()):
+                    stuck(ok, t)
             if sample is None:
                 top_scores, top_idx = total.topk(keep, dim=-1)  # (B, 2K)
             else:

@@ -37,7 +37,7 @@ from . import beam
 from .arguments import prompt_batch, zoo_model
 from .input_contract import admit
 from .options import GenerationOptions, model_defaults
-from .sampling import Chooser, beam_processor, beam_sampler
+from .sampling import Chooser, beam_processor, beam_sampler, check_choosable
 from .seq2seq import seq2seq_logits, start_id
 from .steps import decoder_logits, make_head
 from ..deprecation import moved
@@ -162,7 +162,8 @@ def _beam_search(model, ids, padding, o: GenerationOptions, start: int | None, p
                                 early_stopping=o.early_stopping,
                                 num_return_sequences=o.num_return_sequences,
                                 process=beam_processor(o, model.spec.vocab_size, ids.device, seq.size(1)),
-                                sample=beam_sampler(o, ids.device))
+                                sample=beam_sampler(o, ids.device),
+                                stuck=lambda ok, t: check_choosable(ok, t, o, unit="prompt"))
     finally:
         if was_training:
             model.train()
@@ -188,7 +189,7 @@ def _run(model, steps, choose, stops, B, max_new_tokens, pad, device) -> Iterato
             with mode():
                 if step:  # with stop tokens the coroutine is told which rows are done
                     logits = steps.send((nxt, None, finished) if stops.numel() else nxt)
-                nxt = choose(logits)  # (B,)
+                nxt = choose(logits, finished if stops.numel() else None)  # (B,)
                 if stops.numel():
                     nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
                     finished |= torch.isin(nxt, stops)

@@ -11,6 +11,13 @@
   first or last token, suppressed ids -- in Hugging Face's order, so greedy and beam tokens are
   its ``generate``'s.
 
+When these rules leave a row nothing at all to choose (every score ``-inf``: ``vocab_limit=5`` with
+``no_repeat_ngram_size=1`` after five tokens, every id suppressed), decoding stops with a
+:class:`~zoo.errors.ZooError` (``generate.nothing_to_choose``) naming the step, the row and the rules
+set (:func:`check_choosable`) -- greedy decoding would otherwise return a banned id (``argmax`` of a
+row of ``-inf`` is 0) and sampling fail in ``torch.multinomial``.  It is an error rather than a
+stop, because the output would silently be shorter than asked for, or contain what was banned.
+
 One row per sequence (greedy decoding, sampling, streaming) goes through a :class:`Chooser`, which
 keeps the record of the tokens seen so far; beam search (:mod:`zoo.run.beam`) gets the same
 reshaping of its log-probabilities from :func:`beam_processor` and, for beam sampling, its draws
@@ -20,9 +27,31 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ZooError
 from .options import GenerationOptions, id_list
 
 NEG_INF = float("-inf")
+
+
+def rules_set(o: GenerationOptions) -> str:
+    """The options that can ban tokens, as set in ``o`` (for messages): ``vocab_limit=5,
+    no_repeat_ngram_size=1, suppress_tokens (300 ids)``."""
+    parts = [f"{n}={getattr(o, n)}" for n in ("vocab_limit", "no_repeat_ngram_size", "top_k")
+             if getattr(o, n) not in (None, 0)]
+    for n in ("suppress_tokens", "begin_suppress_tokens", "bad_words", "forced_bos_id", "forced_eos_id"):
+        v = getattr(o, n)
+        if v is not None and v != []:
+            parts.append(f"{n} ({len(v)} entries)" if isinstance(v, (list, tuple)) else f"{n}={v}")
+    return ", ".join(parts) or "(none)"
+
+
+def check_choosable(ok: torch.Tensor, step: int, o: GenerationOptions, unit: str = "row") -> None:
+    """``ok (N,)`` bool: whether each row (or prompt, for beam search) still has a token it may
+    choose; a :class:`ZooError` (``generate.nothing_to_choose``) for the first that has none."""
+    if not bool(ok.all()):
+        row = int((~ok).nonzero()[0])
+        raise ZooError.of("generate.nothing_to_choose", where="generate.options", step=step + 1,
+                          row=f"{unit} {row}", rules=rules_set(o))
 
 
 def pick_next(logits: torch.Tensor, *, do_sample: bool = False, temperature: float = 1.0,
@@ -183,7 +212,9 @@ class Chooser:
             else:  # an encoder-decoder: its start token
                 self.seq = torch.full((ids.size(0), 1), start, dtype=torch.long, device=ids.device)
 
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+    def __call__(self, logits: torch.Tensor, finished: torch.Tensor | None = None) -> torch.Tensor:
+        """The next ids; ``finished (B,)`` bool: rows that already stopped (their choice is replaced
+        by padding), which may have nothing left to choose."""
         o, limit = self.o, self.o.vocab_limit
         if limit is not None and limit < logits.size(-1):
             logits = logits.clone()
@@ -192,6 +223,11 @@ class Chooser:
             logits = penalize_repeats(logits, self.seen, float(o.repetition_penalty))
         if self.rules.active:
             logits = self.rules(logits, self.seq, self.real, self.step)
+        if self.rules.active or limit is not None:  # only these can ban every token of a row
+            live = (logits > NEG_INF).any(-1)
+            check_choosable(live if finished is None else live | finished, self.step, o)
+            if not bool(live.all()):  # a stopped row with nothing left: any id, it becomes padding
+                logits = logits.masked_fill(~live[:, None], 0.0)
         nxt = pick_next(logits, do_sample=o.do_sample, temperature=self.temperature, top_k=o.top_k,
                         top_p=o.top_p, generator=self.gen)
         if self.seen is not None:
@@ -237,4 +273,8 @@ def beam_sampler(o: GenerationOptions, device):
     gen = torch.Generator(device=device)
     if o.seed is not None:
         gen.manual_seed(o.seed)
+
+    # fewer allowed tokens than candidates (vocab_limit=2, 3 beams: 6 drawn) is fine: torch draws the
+    # zero-probability ones last, and they score -inf, so they are never kept
+    # (tests/run/test_generation_hostile.py)
     return lambda scores, m: torch.multinomial(torch.softmax(scores, -1), m, generator=gen)
