@@ -40,7 +40,7 @@ READMES = ("README.md", "README.zh.md")
 SHORTENED = [
     (re.compile(r"^(zoo train .*?)--steps \d+(.*)$"), r"\1--steps 3\2 --no-progress"),
     (re.compile(r"^(zoo train --resume .*?)(\s+#.*)?$"), r"\1 --steps 5 --no-progress"),
-    (re.compile(r"^(torchrun .*?)--steps \d+(.*)$"), r"\1--steps 2\2 --no-progress"),
+    (re.compile(r"^((?:torchrun|python -m zoo\.train\.torchrun) .*?)--steps \d+(.*)$"), r"\1--steps 2\2 --no-progress"),
 ]
 #: Lines not run, and how each is checked instead (``ln`` is the line, comment stripped).
 CHECKED_ONLY = {

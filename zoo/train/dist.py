@@ -3,6 +3,16 @@
 Data parallelism the simple way: every rank builds the *same* global batch (same ``(seed, step)``
 generator), keeps its slice, and DDP averages the gradients.  The loss is normalised by the global
 token count, so N processes compute the same update as one.  Only rank 0 (``Dist.main``) writes files.
+
+Ctrl-C under ``torchrun``: the terminal's SIGINT reaches every worker, and each stops at the next
+step boundary with the checkpoint of that step saved (rank 0 prints ``interrupted at step ...``).
+torchrun's own launcher process gets the same SIGINT, and it always answers with a
+``SignalException`` traceback, after the workers have saved: nothing zoo runs inside a worker can
+change the launcher.  ``python -m zoo.train.torchrun`` (:mod:`zoo.train.torchrun`) is torchrun with
+the same arguments, which says that in one line instead and exits 130 (128 + SIGINT; 143 for
+SIGTERM)::
+
+    python -m zoo.train.torchrun --nproc_per_node=2 -m zoo.cli train gpt_tiny --data data/poems.txt --out runs/ddp
 """
 from __future__ import annotations
 
@@ -72,3 +82,4 @@ def setup_dist(device: Any = None) -> Dist:
         started = True
     return Dist(rank=torch_dist.get_rank(), world=torch_dist.get_world_size(), local_rank=local,
                 device=dev, started_here=started)
+
