@@ -408,7 +408,9 @@ def regex_hazard(pattern: Any) -> str | None:
     Refused: a pattern that is not a str, longer than :data:`MAX_PATTERN_CHARS` or not readable;
     a backreference; a quantifier that repeats without bound (``*``, ``+``, ``{n,}``, or ``{n,m}``
     with ``m - n > 16``) a sub-pattern that itself can match in several ways (a variable
-    quantifier or an alternation inside): ``(a+)+``, ``(a|aa)*``, ``(?:\\s*x?)+``."""
+    quantifier or an alternation inside): ``(a+)+``, ``(a|aa)*``, ``(?:\\s*x?)+``; and such a
+    sub-pattern repeated more than 16 times in all by nested bounded quantifiers
+    (``(?:(?:a|aa){16}){16}``: 256)."""
     if not isinstance(pattern, str):
         return f"is not a string ({type(pattern).__name__})"
     if len(pattern) > MAX_PATTERN_CHARS:
@@ -424,6 +426,19 @@ def regex_hazard(pattern: Any) -> str | None:
             return ("repeats without bound a part that can itself match in several ways (a nested "
                     "quantifier or an alternation, as in '(a+)+' or '(a|aa)*'), which backtracks "
                     "catastrophically on inputs that almost match")
+    # bounded repeats multiply: (?:(?:a|aa){16}){16} repeats the alternation 256 times, and each
+    # bound alone (16) passed the check above (issue 35: it hung); a part that can match in several
+    # ways may be repeated at most _WIDE times in all, counting every enclosing quantifier
+    stack = [(root, 1)]
+    while stack:
+        n, times = stack.pop()
+        if n.kind == "quant":
+            times *= n.hi if n.hi is not None else _WIDE + 1
+            if times > _WIDE and _variable(n.children[0]):
+                return (f"repeats a part that can itself match in several ways {times} times in all "
+                        f"through nested quantifiers (as in '(?:(?:a|aa){{16}}){{16}}'; at most {_WIDE}), "
+                        "which backtracks catastrophically on inputs that almost match")
+        stack.extend((c, times) for c in n.children)
     return None
 
 

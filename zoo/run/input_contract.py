@@ -15,7 +15,10 @@ A contract is data, stored as JSON under ``zoo.extra.input_contract`` (write it 
      "validator": {"name": "integer", "min": 0, "max": 99999999},   # a named check, with params
      "example": "10086"}                                      # a valid input, quoted in errors
 
-Every field but ``description`` and ``example`` is optional.  The pattern is matched with the
+Every field but ``description`` and ``example`` is optional.  Whatever the pattern says, a
+contract admits no control character but tab, newline and carriage return (Python's ``\s`` matches
+the separators ``\x1c``-``\x1f`` and ``\x85``, so the poem models' ``[\s...]`` let them through as
+"Chinese text"); a validator's number is compared by its length before ``int()`` reads it.  The pattern is matched with the
 tokenizer's special tokens (``<mask>``, ...) taken out, so one pattern serves a fill-mask model; it
 is refused when it could backtrack catastrophically (:func:`zoo.guard.tokenizer_files.regex_hazard`), as
 metadata comes from files other people made.
@@ -77,6 +80,17 @@ def _integer(text: str, *, min: int = 0, max: int | None = None) -> str | None: 
     digits = text.lstrip("-")
     if len(digits) > 1 and digits.startswith("0"):
         return "no leading zeros"
+    # by length first: a bound has at most a few hundred digits, and int() of a string of more
+    # than 4,300 digits is Python's own ValueError (sys.int_info.str_digits_check_threshold)
+    longest = sorted(len(str(abs(b))) for b in (min, max) if b is not None)[-1]  # min, max: the bounds
+    if len(digits) > longest:
+        shown = text if len(digits) <= 40 else f"a number of {len(digits):,} digits"
+        if text.startswith("-"):  # more negative than min (a negative number passed the check above)
+            return f"{shown} is outside the range {min:,} to {max:,}" if max is not None \
+                else f"{shown} is below {min:,}"
+        if max is not None:
+            return f"{shown} is outside the range {min:,} to {max:,}"
+        return None  # above min, and no upper bound
     value = int(text)
     if value < min or (max is not None and value > max):
         return f"{text} is outside the range {min:,} to {max:,}" if max is not None \
@@ -164,6 +178,9 @@ class InputContract:
         return text
 
     def _refusal(self, text: str, specials) -> str | None:
+        control = [c for c in dict.fromkeys(text) if unicodedata.category(c) == "Cc" and c not in "\t\n\r"]
+        if control:  # Python's \s matches \x1c-\x1f and \x85: no contract admits control characters
+            return f"control characters {', '.join(repr(c) for c in control[:8])}"
         if self.pattern is not None:
             bare = "".join(p for p in split_specials(text, specials) if p not in specials)
             if not re.fullmatch(self.pattern, bare):
