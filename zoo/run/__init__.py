@@ -17,7 +17,7 @@ import importlib
 
 #: The modules of this wing, reachable as ``zoo.run.NAME`` after ``import zoo`` (imported on
 #: first use, so ``import zoo`` stays light).
-MODULES = ('generate', 'options', 'sampling', 'steps', 'seq2seq', 'beam', 'chat', 'compiled', 'precision', 'arguments', 'input_contract', 'pipelines')
+MODULES = ('generate', 'options', 'sampling', 'steps', 'seq2seq', 'beam', 'chat', 'compiled', 'precision', 'qkernels', 'arguments', 'input_contract', 'pipelines')
 
 
 def __getattr__(name: str):

@@ -679,3 +679,165 @@ def quantize_int4(model: nn.Module, group_size: int | None = None, *, head: str 
             groups[g] = groups.get(g, 0) + 1
             exact += kept
     return swap.finish(int4_groups=groups, int4_skipped=skipped, int4_exact=exact, int4_head=head)
+
+
+# ---------------------------------------------------------------------- GGUF's blocks, as stored
+def _q4_blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``w (out, in)`` as 4-bit blocks of 32 inputs (GGUF's Q4_1 grid: ``w ~ scale * q + lo``, ``q``
+    in 0..15 from the block's own minimum and maximum): ``(codes (out, in/2) uint8, scale, lo (out,
+    in/32) float32)``, packed as :func:`zoo.run.qkernels.pack_q4`.  On weights that already lie on
+    such a grid (a Q4_1 file, converted) it gives back the file's codes."""
+    from .qkernels import pack_q4
+
+    q, scale, lo = int4_groups(w, 32)
+    return pack_q4(q), scale.contiguous(), lo.contiguous()
+
+
+def _q8_blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w (out, in)`` as symmetric 8-bit blocks of 32 inputs (GGUF's Q8_0: ``w ~ scale * q``,
+    ``scale = max|w_block| / 127``): ``(codes (out, in) int8, scale (out, in/32) float32)``.  On a
+    Q8_0 file, converted, it gives back the file's codes and scales exactly (``d * 127 / 127 = d``
+    in float32 for a float16 ``d``)."""
+    n, k = w.shape
+    g = w.detach().float().reshape(n, k // 32, 32)
+    scale = (g.abs().amax(-1) / 127.0)  # (out, in/32)
+    q = torch.where(scale[..., None] > 0, g / scale.clamp(min=1e-30)[..., None], torch.zeros_like(g))
+    return q.round().clamp(-127, 127).to(torch.int8).reshape(n, k), scale.contiguous()
+
+
+class BlockLinear(_Packed):
+    """``nn.Linear`` with GGUF-style block-quantised weights: 4-bit (Q4_1's grid,
+    ``w = scale * q + lo`` per block of 32 inputs, ``bits=4``) or 8-bit (Q8_0's, ``w = scale * q``,
+    ``bits=8``), multiplied by :mod:`zoo.run.qkernels`.
+
+    ``forward`` keeps the activations in float32: a decoding step (fewer than
+    :data:`zoo.run.qkernels.DEQUANT_ROWS` rows) runs ``torch.ops.zoo.q4_mm`` / ``q8_mm``, which
+    round each block of 32 activations to int16 for the dot products (a relative error of at most
+    2^-16 of the block's largest value; the minimum's term uses the exact float sums); a prefill
+    dequantises the whole matrix to float32 once and runs PyTorch's float32 GEMM, so its logits are
+    those of the float32 model on the dequantised weights up to the order of the additions."""
+
+    scheme = "q4"
+
+    def __init__(self, linear: nn.Linear, bits: int):
+        super().__init__()
+        w = linear.weight.detach().float().cpu()
+        n, k = w.shape
+        self.bits = bits
+        if bits == 4:
+            codes, scale, lo = _q4_blocks(w)
+        else:
+            (codes, scale), lo = _q8_blocks(w), None
+        self.register_buffer("codes", codes)
+        self.register_buffer("scale", scale)
+        self.register_buffer("lo", lo)
+        bias = linear.bias.detach().cpu().to(linear.weight.dtype) if linear.bias is not None else None
+        self.register_buffer("bias", bias)
+        self._kernel = (codes, scale, lo, bias)  # a plain attribute: see Int8Linear
+        self.in_features, self.out_features = k, n
+        self.dtype = linear.weight.dtype
+        self.num_weights = linear.weight.numel() + (bias.numel() if bias is not None else 0)
+        self.weight_bytes = sum(t.numel() * t.element_size() for t in (codes, scale, lo, bias)
+                                if t is not None)
+
+    def dequantized(self) -> torch.Tensor:
+        """The float32 weights ``(out, in)`` the blocks stand for."""
+        codes, scale, lo, _ = self._kernel
+        if self.bits == 4:
+            return torch.ops.zoo.q4_dequant(codes, scale, lo)
+        return torch.ops.zoo.q8_dequant(codes, scale)
+
+    def product(self, x: torch.Tensor) -> torch.Tensor:
+        from .qkernels import DEQUANT_ROWS
+
+        codes, scale, lo, bias = self._kernel
+        x2 = x.reshape(-1, self.in_features)
+        if x2.dtype != torch.float32:
+            x2 = x2.float()
+        x2 = x2.contiguous()
+        if x2.size(0) >= DEQUANT_ROWS:  # a prefill: one float32 GEMM on the unpacked weights
+            y = nn.functional.linear(x2, self.dequantized(), bias=None)
+        elif self.bits == 4:
+            y = torch.ops.zoo.q4_mm(x2, codes, scale, lo)
+        else:
+            y = torch.ops.zoo.q8_mm(x2, codes, scale)
+        if bias is not None:
+            y = y + bias
+        if y.dtype != self.dtype:
+            y = y.to(self.dtype)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        kind = "Q4_1" if self.bits == 4 else "Q8_0"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"{self.bits}-bit blocks of 32 ({kind} layout)")
+
+
+def q4_exact(w: torch.Tensor) -> bool:
+    """True when ``w (out, in)`` already lies on GGUF's Q4_1 grid (4-bit blocks of 32 inputs from
+    each block's minimum and maximum: :func:`int4_exact` at group 32)."""
+    return int4_exact(w, 32)
+
+
+def q8_exact(w: torch.Tensor) -> bool:
+    """True when ``w (out, in)`` already lies on GGUF's Q8_0 grid (``scale * q``, ``q`` in
+    -127..127, ``scale = max|block| / 127``): the blocks give back every weight exactly."""
+    if w.size(1) % 32:
+        return False
+    codes, scale = _q8_blocks(w)
+    back = codes.float().view(w.size(0), -1, 32) * scale[..., None]
+    return bool((back.view_as(w) == w.float()).all())
+
+
+@torch.no_grad()
+def quantize_q4(model: nn.Module, *, head: str = "q8", check: str = "warn",
+                text: str | None = None) -> nn.Module:
+    """Replace every ``nn.Linear`` of ``model`` by a 4-bit :class:`BlockLinear` (GGUF's Q4_1
+    layout: blocks of 32 inputs, a float scale and minimum each) and the LM head by an 8-bit one
+    (Q8_0's layout, ``head="q8"``; ``"q4"`` or ``"float"``), in place; returns ``model``.
+
+    For a model converted from a Q4_1 GGUF file (``zoo.convert.from_gguf``) the blocks are the
+    file's own: the codes come back exactly (``model.q4_exact`` counts the layers whose weights lay
+    on the grid already, ``model.q8_exact`` the head), so the quantised model computes what the
+    float32 conversion computes, from the file's 4.5 bits a weight.  Any other float model is
+    rounded to that grid (like ``quantize_int4(model, 32)``, with float scales instead of
+    bfloat16 ones).
+
+    Needs the block kernels (:func:`zoo.run.qkernels.available`: a C++ compiler, once per machine)
+    and weights whose input size is a multiple of 32; a layer that is not stays float
+    (``model.q4_skipped``).  ``check`` and ``text``: the quality check of :func:`quantize_int8`.
+    CPU and inference only, like the other schemes."""
+    from . import qkernels
+
+    where = "quantize_q4"
+    if head not in ("q8", "q4", "float"):
+        raise ZooError(f"head must be one of ['q8', 'q4', 'float'], got {head!r}",
+                       where=f"{where}.head", options=["q8", "q4", "float"],
+                       fix="pass head='q8' (the default: GGUF's 8-bit output layer), 'q4' or 'float'")
+    _check_arg(check, where)
+    _on_cpu(model, where, "q4 blocks")
+    if not qkernels.available():
+        raise ZooError(f"zoo's block kernels could not be built here ({qkernels.unavailable()})",
+                       where=where, fix="install a C++ compiler (g++ or clang++) and retry, or use "
+                                        "quantize_int4 (PyTorch's own int4 kernel)")
+    model.eval()
+    lm_head = getattr(model, "lm_head", None)
+    lm_head = lm_head if type(lm_head) is nn.Linear else None
+    swap = _Swap(model, "q4" if head == "q8" else f"q4 head {head}", check, text)
+    skipped: list[str] = []
+    exact = {"q4": 0, "q8": 0}
+    for parent_name, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not nn.Linear:
+                continue
+            if child.in_features % 32:
+                skipped.append(f"{parent_name}.{name}".lstrip("."))
+                continue
+            if child is lm_head and head != "q4":
+                if head == "q8":
+                    exact["q8"] += q8_exact(child.weight)
+                    swap.put(parent, name, BlockLinear(child, 8))
+                continue
+            exact["q4"] += q4_exact(child.weight)
+            swap.put(parent, name, BlockLinear(child, 4))
+    return swap.finish(q4_exact=exact["q4"], q8_exact=exact["q8"], q4_skipped=skipped, q4_head=head)
