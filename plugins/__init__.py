@@ -74,4 +74,6 @@ BUILTINS = (
     "task_numerals",
     "task_poems",
     "task_padded_copy",
+    "task_grokking",
+    "task_lm_extrapolation",
 )
