@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import html
 import io
 import json
@@ -30,7 +31,8 @@ from ..inside import plots
 from ..inside.trace import trace
 from ..io.loading import load as load_model
 from ..train.metrics import read_metrics
-from .spec import GENERAL_METRICS, min_effects, parse, task_metrics
+from .selection import VAL_PREFIX, base_of, select
+from .spec import GENERAL_METRICS, derived_directions, min_effects, parse, task_metrics, tune_select
 from .stats import finite, holm, mean_ci, paired, significant_verdict, two_proportions, verdict, wilson
 from .tasks import get_task
 
@@ -78,6 +80,11 @@ class Results:
         self.name = plan["name"]
         self.experiment = plan["experiment"]
         self.trial_plans = [Trial.from_dict(t) for t in plan["trials"]]
+        # with tune: every planned trial (variant@setting); trial_plans / trials then hold each
+        # variant's selected setting only, under its plain name (see :meth:`_apply_selection`)
+        self.all_plans = list(self.trial_plans)
+        self.all_trials: list[TrialState] = []
+        self.selection: dict = {}
         self.trials: list[TrialState] = []
         self.refresh()
 
@@ -92,7 +99,7 @@ class Results:
     def refresh(self) -> "Results":
         """Re-read every trial's files (cheap: call it to poll a running experiment)."""
         self.trials = []
-        for t in self.trial_plans:
+        for t in self.all_plans:
             d = t.folder(self.out)
             st = TrialState(t.id, t.variant, t.seed, d, t.steps)
             st.history = read_metrics(d)
@@ -115,7 +122,52 @@ class Results:
             else:
                 st.step = st.result.get("steps", t.steps)
             self.trials.append(st)
+        self.all_trials = list(self.trials)
+        if (self.experiment or {}).get("tune"):
+            self._apply_selection()
         return self
+
+    def _apply_selection(self) -> None:
+        """A tuned experiment (:mod:`zoo.experiment.selection`): per variant, the setting with the
+        best mean validation score over its finished seeds; the table, statistics and figures then
+        see only those trials, named by the plain variant (the others stay in :attr:`all_trials`)."""
+        exp = self._exp()
+        metric, direction = tune_select(exp, get_task(self.all_plans[0].task, self.all_plans[0].task_params))
+        vkey = VAL_PREFIX + metric
+        scores: dict[str, dict[int, float]] = {}
+        for t in self.all_trials:
+            v = (t.result or {}).get("metrics", {}).get(vkey) if t.status == "done" else None
+            scores.setdefault(t.variant, {})
+            if v is not None:
+                scores[t.variant][t.seed] = v
+        self.selection = {**select(scores, direction), "_metric": {"metric": metric, "direction": direction}}
+        chosen = {b: e["name"] for b, e in self.selection.items() if not b.startswith("_") and e["name"]}
+        first: dict[str, str] = {}  # a variant nothing finished for yet: its first setting (a row)
+        for t in self.all_plans:
+            first.setdefault(base_of(t.variant), t.variant)
+        keep = {chosen.get(b, first[b]) for b in first}
+        self.trial_plans = [dataclasses.replace(t, variant=base_of(t.variant),
+                                                metrics=tuple(m for m in t.metrics if not m.startswith(VAL_PREFIX)))
+                            for t in self.all_plans if t.variant in keep]
+        self.trials = [dataclasses.replace(t, variant=base_of(t.variant), id=f"{base_of(t.variant)}/seed{t.seed}")
+                       for t in self.all_trials if t.variant in keep]
+
+    def selection_lines(self) -> list[str]:
+        """The report's sentences for a tuned experiment: per variant "at its best lr=0.003,
+        selected on validation (validation acc: lr=0.001 0.52 (n=3), ...)"."""
+        if not self.selection:
+            return []
+        m = self.selection["_metric"]["metric"]
+        out = [f"Each variant is compared at its own best setting of the sweep, **selected on the validation "
+               f"half** of the held-out examples by mean `{m}` over seeds; every number of the table is "
+               f"measured on the **test** half, which the selection never saw.", ""]
+        for b, e in self.selection.items():
+            if b.startswith("_"):
+                continue
+            swept = ", ".join(f"{s} {_fmt(mu)} (n={n})" for s, mu, n in e["candidates"])
+            best = e["setting"] if e["setting"] else "(none finished yet)"
+            out.append(f"- `{b}` at its best {best}, selected on validation (validation {m}: {swept})")
+        return out + [""]
 
     # ------------------------------------------------------------------ numbers
     @property
@@ -145,7 +197,7 @@ class Results:
     def _directions(self) -> dict:
         t0 = self.trial_plans[0]
         task = get_task(t0.task, t0.task_params)
-        return {**GENERAL_METRICS, **task_metrics(task)}
+        return {**GENERAL_METRICS, **task_metrics(task), **derived_directions(self._exp(), task)}
 
     def _min_effects(self) -> dict:
         t0 = self.trial_plans[0]
@@ -287,6 +339,7 @@ class Results:
             lines += [f"**{exp['title']}**", ""]
         if exp.get("claim"):
             lines += [f"Claim tested: {exp['claim']}", ""]
+        lines += self.selection_lines()
         seeds = sorted({t.seed for t in self.trial_plans})
         done = sum(t.status == "done" for t in self.trials)
         lines += [f"Task `{self.trial_plans[0].task}` {self.trial_plans[0].task_params}; "
@@ -335,6 +388,8 @@ class Results:
         out = {"curves": plots.save_figure(self.curves_figure(), folder / "curves.png")}
         if any(t.result for t in self.trials):
             out["metrics"] = plots.save_figure(self.metrics_figure(), folder / "metrics.png")
+        if self.task_curve_metrics():
+            out["task_curves"] = plots.save_figure(self.task_curves_figure(), folder / "task_curves.png")
         if inside:
             for v, fig in self.attention_figures().items():
                 out[f"attention_{v}"] = plots.save_figure(fig, folder / f"attention_{_safe(v)}.png")
@@ -372,6 +427,50 @@ class Results:
             ax.legend(fontsize=8)
         return fig
 
+    def task_curve_metrics(self) -> list[str]:
+        """The task metrics the trials logged during training (``task_<m>`` in their evaluations,
+        :mod:`zoo.train.loop`), those the experiment reports first, at most four."""
+        logged = {k[5:] for t in self.trials for r in t.history if r.get("event") != "end"
+                  for k in r if k.startswith("task_") and isinstance(r[k], (int, float))}
+        ms = [m for m in self.metrics if m in logged] + sorted(logged - set(self.metrics))
+        return ms[:4]
+
+    def task_curves_figure(self):
+        """Each task metric against steps, as the trainer evaluated it: per variant the mean over
+        seeds, the seeds' range shaded, the experiment's thresholds dashed -- when a model learns,
+        not only where it ends."""
+        from matplotlib.figure import Figure  # matplotlib only when a figure is drawn
+
+        _font(plots.cjk_font())
+        ms = self.task_curve_metrics()
+        fig = Figure(figsize=(4.0 * max(1, len(ms)), 3.6), layout="constrained")
+        axes = fig.subplots(1, max(1, len(ms)), squeeze=False)[0]
+        thresholds = json.loads(self._exp().thresholds)
+        for ax, m in zip(axes, ms):
+            for i, v in enumerate(self.variants):
+                curves = [{r["step"]: r[f"task_{m}"] for r in t.history
+                           if f"task_{m}" in r and r.get("event") != "end"} for t in self.trials if t.variant == v]
+                curves = [c for c in curves if c]
+                if not curves:
+                    continue
+                xs = sorted(set().union(*curves))
+                ys = [[c[s] for c in curves if s in c] for s in xs]
+                color = f"C{i % 10}"
+                ax.plot(xs, [sum(y) / len(y) for y in ys], "o-", color=color, lw=1.4, ms=3,
+                        label=f"{v} ({len(curves)} seeds)")
+                ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], color=color, alpha=0.2, lw=0)
+            for t in thresholds:
+                if t["metric"] == m:
+                    ax.axhline(t["value"], ls="--", color="gray", lw=1)
+            ax.set_xlabel("step 步")
+            ax.set_title(f"{m} (held-out, during training)", fontsize=10)
+            ax.grid(alpha=0.3)
+        if self.variants:
+            axes[0].legend(fontsize=8)
+        fig.suptitle(f"{self.name}: task metrics during training 训练中的任务指标 (seeds' range shaded)",
+                     fontsize=10)
+        return fig
+
     def metrics_figure(self):
         from matplotlib.figure import Figure  # matplotlib only when a figure is drawn
 
@@ -387,7 +486,7 @@ class Results:
             err = [0 if math.isnan(r["half"]) else r["half"] for r in rs]
             ax.errorbar(means, ys, xerr=err, fmt="o", capsize=3)
             for t in self.trials:  # each seed as a dot
-                if t.result and m in t.result["metrics"]:
+                if t.result and t.result["metrics"].get(m) is not None:  # None: never reached
                     ax.plot(t.result["metrics"][m], self.variants.index(t.variant), ".", color="gray",
                             alpha=0.6, ms=4)
             ax.set_yticks(ys, [r["variant"] for r in rs], fontsize=8)
@@ -469,6 +568,7 @@ class Results:
             rows, "</table>",
             f"<h2>Loss curves</h2>{img(figs['curves'])}" if "curves" in figs else "",
             f"<h2>Final metrics</h2>{img(figs['metrics'])}" if "metrics" in figs else "",
+            f"<h2>Task metrics during training</h2>{img(figs['task_curves'])}" if "task_curves" in figs else "",
             f"<h2>Inside view: attention on the probe input</h2><div style='display:flex;flex-wrap:wrap'>{attn}</div>"
             if attn else "",
             f"<h2>Notes</h2><p>{html.escape(exp.get('description', '')).replace(chr(10) * 2, '</p><p>')}</p>"

@@ -48,7 +48,9 @@ from ..train.config import TrainConfig
 from ..train.metrics import read_metrics
 from ..train.state import STATE_FILE
 from .results import Results
-from .spec import Experiment, ExperimentError, deep_merge, load, load_plugins
+from .selection import VAL_PREFIX, combos, tuned_name
+from .spec import (Experiment, ExperimentError, Variant, deep_merge, load, load_plugins, threshold_metrics,
+                   tune_select)
 from .tasks import get_task
 from .trial import EXPERIMENT, RESULT, TRIAL, Trial  # noqa: F401 - re-exported
 
@@ -96,11 +98,13 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
     exp = load(exp, quick=quick)
     load_plugins(exp.plugins)
     trials: list[Trial] = []
-    for i, v in enumerate(exp.variants):
+    for i, v in enumerate(planned_variants(exp)):
         where = f"experiment.variants[{i}] ({v.name})"
         ov = v.overrides
         spec_ov = {k: x for k, x in ov.items() if not k.startswith(("train.", "task."))}
         train = {**dict(exp.train), **{k[6:]: x for k, x in ov.items() if k.startswith("train.")}}
+        if json.loads(exp.thresholds):  # only then: the keys of trials without thresholds stay
+            train["thresholds"] = json.loads(exp.thresholds)
         tparams = {**dict(exp.task_params), **{k[5:]: x for k, x in ov.items() if k.startswith("task.")}}
         task = get_task(exp.task, tparams, where=where)
         spec = resolve_spec(exp, spec_ov, where)
@@ -127,9 +131,53 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
         for s in exp.seeds:
             trials.append(Trial(variant=v.name, seed=s, spec=spec.to_dict(), train=train, task=exp.task,
                                 task_params=tparams, steps=int(steps), seq_len=int(seq), params=params,
-                                flops_per_step=per_step, metrics=exp.metrics, probe=exp.probe,
+                                flops_per_step=per_step, metrics=trial_metrics(exp), probe=exp.probe,
                                 plugins=exp.plugins))
     return trials
+
+
+def planned_variants(exp: Experiment) -> list[Variant]:
+    """The variants trials are planned for: the file's, or with ``tune:`` each of them at every
+    setting of the sweep (``softmax@lr=0.003``, :mod:`.selection`)."""
+    if not exp.tune:
+        return list(exp.variants)
+    return [Variant(tuned_name(v.name, c), tuple(sorted({**v.overrides, **c}.items())), v.description)
+            for v in exp.variants for c in combos(exp.tune)]
+
+
+def trial_metrics(exp: Experiment) -> tuple:
+    """What each trial records: the experiment's metrics, and with ``tune:`` the selection metric
+    on the validation half (``val_<metric>``: what picks each variant's setting)."""
+    if not exp.tune:
+        return exp.metrics
+    select, _ = tune_select(exp, get_task(exp.task, dict(exp.task_params)))
+    return exp.metrics + (VAL_PREFIX + select,)
+
+
+def task_scores(trial: Trial, task, res) -> dict:
+    """The task's metrics of a trained trial, and what its trainer measured along the way: the
+    best value of each task metric over training (``best_<m>``), and per threshold the first step
+    that reached it (``steps_to_*``; None when never reached, so a mean never counts it) and
+    ``reached_*`` (1.0 / 0.0: the rate a success interval is drawn from).  A tuned trial (it asks
+    for a ``val_<m>`` metric) is scored on the test half of the held-out set, and its ``val_``
+    metrics on the validation half (:meth:`~zoo.experiment.tasks.SyntheticTask.using_split`)."""
+    val = [m[len(VAL_PREFIX):] for m in trial.metrics if m.startswith(VAL_PREFIX)]
+    if val:
+        with task.using_split("validation"):
+            on_val = task.evaluate(res.model)
+        with task.using_split("test"):
+            metrics = dict(task.evaluate(res.model))
+        metrics.update({VAL_PREFIX + m: on_val.get(m) for m in val})
+    else:
+        metrics = dict(task.evaluate(res.model))
+    for k, v in res.final.items():
+        if k.startswith("best_") and k != "best_step" and not k.endswith("_step") and k != "best_eval_loss":
+            metrics[k] = v
+    for t in trial.train.get("thresholds") or []:
+        steps, hit = threshold_metrics(t)
+        metrics[steps] = res.final.get(steps)
+        metrics[hit] = 0.0 if res.final.get(steps) is None else 1.0
+    return metrics
 
 
 # ---------------------------------------------------------------------- one trial (the worker)
@@ -161,7 +209,7 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
                 overwrite=not resume, fit_vocab=True, tokenizer=task.tokenizer(), **knobs)
     if res.interrupted:
         raise KeyboardInterrupt(f"trial {trial.id} stopped at step {res.step}")
-    metrics = dict(task.evaluate(res.model))
+    metrics = task_scores(trial, task, res)
     logs = [r for r in res.history if "loss" in r]
     if logs:
         metrics["train_loss"] = logs[-1]["loss"]

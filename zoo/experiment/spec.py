@@ -39,7 +39,7 @@ from typing import Any
 from ..errors import ZooError, closest, did_you_mean
 from ..guard.files import load_yaml, read_text, short
 from ..registry import get_registry
-from ..train.config import TrainConfig
+from ..train.config import TrainConfig, check_thresholds, threshold_name
 from .tasks import get_task
 
 try:  # installed, the shipped experiments are package data of zoo.checkpoints
@@ -61,7 +61,7 @@ GENERAL_MIN_EFFECTS = {"eval_loss": 0.02, "train_loss": 0.02, "causal_loss": 0.0
 DEFAULT_MIN_EFFECT = 0.02
 TOP_KEYS = ("name", "title", "claim", "description", "base", "variants", "grid", "baseline", "seeds",
             "task", "train", "budget", "metrics", "min_effect", "probe", "plugins", "quick", "executor",
-            "success")
+            "success", "threshold", "tune")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.=,+-]{1,80}$")
 
 
@@ -127,6 +127,13 @@ class Experiment:
     min_effect: tuple[tuple[str, float], ...] = ()  # metric -> smallest difference worth a verdict
     success: tuple[tuple[str, float], ...] = ()  # metric -> threshold: a seed that reaches it succeeded
     executor: tuple[tuple[str, Any], ...] = ()   # submitit parameters for --executor slurm
+    # ``threshold:`` entries as trainer thresholds ({metric, value, stop}): steps_to_<m>_<v> and
+    # reached_<m>_<v> per trial (zoo.train.config.check_thresholds), as JSON text
+    thresholds: str = "[]"
+    # ``tune:``: (override key, (values...)) pairs swept per variant, each variant compared at
+    # its best combination selected on the validation split (zoo.experiment.tune)
+    tune: tuple[tuple[str, tuple], ...] = ()
+    tune_select: str | None = None          # the metric the selection maximises / minimises
     source: str = ""                        # the YAML text it was read from (empty for dicts)
     raw: str = ""                           # the validated mapping as JSON (before --quick)
 
@@ -334,6 +341,13 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     executor = data.get("executor") or {}
     if not isinstance(executor, dict) or not all(isinstance(k, str) for k in executor):
         _bad("executor", "must be a mapping of submitit parameters", fix="e.g. executor: {slurm_partition: cpu}")
+    try:  # threshold: {metric: acc, value: 0.9, stop: false}, or a list of them
+        thresholds = check_thresholds(data.get("threshold") if isinstance(data.get("threshold"), list)
+                                      else [data["threshold"]] if data.get("threshold") is not None else [],
+                                      where="experiment.threshold")
+    except ZooError as exc:
+        raise ExperimentError(exc.what, where=exc.where, options=exc.options, fix=exc.fix) from exc
+    tune, tune_select = _parse_tune(data.get("tune"))
     exp = Experiment(name=name, base=base, variants=tuple(variants), seeds=seeds, task=task,
                      task_params=task_params, train=train, budget=budget, metrics=tuple(metrics),
                      baseline=baseline, title=data.get("title", ""), claim=data.get("claim", ""),
@@ -342,9 +356,63 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
                      min_effect=tuple(sorted((str(k), float(v)) for k, v in min_effect.items())),
                      success=tuple(sorted((str(k), float(v)) for k, v in success.items())),
                      executor=tuple(sorted((k, _freeze(v)) for k, v in executor.items())),
+                     thresholds=json.dumps(thresholds), tune=tune, tune_select=tune_select,
                      source=source, raw=raw)
     _check_against_registry(exp)
+    adds = tuple(n for t in thresholds for n in threshold_metrics(t) if n not in exp.metrics)
+    if adds:  # each threshold's steps and reached-rate are results of the experiment
+        exp = dataclasses.replace(exp, metrics=exp.metrics + adds)
     return exp
+
+
+def threshold_metrics(t: dict) -> tuple[str, str]:
+    """``(steps_to_acc_0.9, reached_acc_0.9)``: the two metrics a threshold adds to every trial
+    (the first evaluated step that reached it, None when none did; and 1.0 / 0.0)."""
+    name = threshold_name(t["metric"], t["value"])
+    return name, "reached_" + name[len("steps_to_"):]
+
+
+def derived_directions(exp: "Experiment", task) -> dict:
+    """The metrics a trial records besides the task's and the general ones, with their direction:
+    ``best_<m>`` (the best value over training, the task's direction), and per threshold
+    ``steps_to_*`` ("min": fewer steps is better) and ``reached_*`` ("max")."""
+    tm = task_metrics(task)
+    out = {f"best_{m}": d for m, d in tm.items()}
+    for t in json.loads(exp.thresholds):
+        steps, hit = threshold_metrics(t)
+        out[steps], out[hit] = "min", "max"
+    return out
+
+
+def _parse_tune(tune: Any) -> tuple[tuple, str | None]:
+    """``tune: {train.lr: [1e-3, 3e-3], select: acc}`` -> sorted (key, values) pairs and the
+    selection metric (None: the task's primary metric)."""
+    if tune is None:
+        return (), None
+    if not isinstance(tune, dict) or not tune:
+        _bad("tune", "must map override keys to lists of values to sweep",
+             fix="e.g. tune: {train.lr: [1.0e-3, 3.0e-3, 1.0e-2]}")
+    select = tune.get("select")
+    if select is not None and not isinstance(select, str):
+        _bad("tune.select", f"must be a metric name, got {short(select)}", fix="e.g. select: acc")
+    out = []
+    for k, vals in tune.items():
+        if k == "select":
+            continue
+        _check_key(k, f"tune.{k}")
+        if not isinstance(vals, list) or len({json.dumps(_freeze(v)) for v in vals}) < 2:
+            _bad(f"tune.{k}", f"a tune axis needs at least two distinct values, got {short(vals)}",
+                 fix=f"sweep e.g. {k}: [1.0e-3, 3.0e-3, 1.0e-2], or set one value in train: / base:")
+        if len(vals) != len({json.dumps(_freeze(v)) for v in vals}):
+            _bad(f"tune.{k}", "the values must be distinct")
+        if k.startswith("train."):
+            for v in vals:
+                _parse_train({k[6:]: v}, "tune.train")
+            vals = [float(v) if isinstance(v, str) else v for v in vals]
+        out.append((k, tuple(_freeze(v) for v in vals)))
+    if not out:
+        _bad("tune", "names no key to sweep", fix="e.g. tune: {train.lr: [1.0e-3, 3.0e-3]}")
+    return tuple(sorted(out)), select
 
 
 def _parse_base(base: Any) -> str:
@@ -492,7 +560,14 @@ def _check_against_registry(exp: Experiment) -> None:
         tp = {k[5:]: val for k, val in v.set if k.startswith("task.")}
         if tp:
             get_task(exp.task, {**dict(exp.task_params), **tp}, where=f"experiment.variants[{i}].set.task")
-    known = {**GENERAL_METRICS, **task_metrics(task)}
+    known = {**GENERAL_METRICS, **task_metrics(task), **derived_directions(exp, task)}
+    curve = sorted(["eval_loss", *task_metrics(task)])  # what the trainer evaluates as it goes
+    for i, t in enumerate(json.loads(exp.thresholds)):
+        if t["metric"] not in curve:
+            _bad(f"threshold[{i}].metric", f"the task '{exp.task}' has no metric {t['metric']!r}",
+                 options=curve, fix="name one of the task's metrics, or eval_loss")
+    if exp.tune:
+        _check_tune(exp, task, known)
     for i, m in enumerate(exp.metrics):
         if m not in known:
             _bad(f"metrics[{i}]", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
@@ -502,6 +577,28 @@ def _check_against_registry(exp: Experiment) -> None:
     for m, _ in exp.success:
         if m not in known:
             _bad(f"success.{m}", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+
+
+def _check_tune(exp: Experiment, task, known: dict) -> None:
+    """A tuned experiment needs a task with a validation split and a selection metric it has."""
+    if not hasattr(task, "using_split"):
+        _bad("tune", f"the task '{exp.task}' has no validation split to select on",
+             fix="tune on a synthetic task (copy, mqar, lag, modadd, ...), or compare at one setting")
+    select = exp.tune_select or getattr(task, "primary", None) or next(iter(task_metrics(task)), None)
+    tm = task_metrics(task)
+    if select not in tm or tm[select] is None:
+        _bad("tune.select", f"cannot select on {select!r}: not a metric of task '{exp.task}' with a "
+             "direction", options=sorted(m for m, d in tm.items() if d), fix="e.g. select: acc")
+    overlap = {k for k, _ in exp.tune} & {k for v in exp.variants for k, _ in v.set}
+    if overlap:
+        _bad(f"tune.{sorted(overlap)[0]}", "a key cannot be both swept by tune and set by a variant",
+             fix="remove it from the variants (or from tune)")
+
+
+def tune_select(exp: Experiment, task) -> tuple[str, str]:
+    """The selection metric of a tuned experiment and its direction ("max" / "min")."""
+    m = exp.tune_select or getattr(task, "primary", None) or next(iter(task_metrics(task)))
+    return m, task_metrics(task)[m]
 
 
 def min_effects(task, overrides=()) -> dict[str, float]:

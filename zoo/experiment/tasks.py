@@ -25,6 +25,7 @@ tokenizer, so a trial's checkpoint decodes its own inputs and the Inspect tab la
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -221,7 +222,33 @@ class SyntheticTask(Task):
             model.train(was)
         return out
 
+    #: which half of the held-out examples :meth:`score` uses: None (all of them: every experiment
+    #: without ``tune:``, numbers unchanged), ``"validation"`` (even example hash) or ``"test"``
+    #: (odd).  The halves are disjoint by a property of the example alone, so an lr selected on
+    #: validation is reported on examples the selection never saw (:mod:`zoo.experiment.selection`).
+    split: str | None = None
+    SPLITS: ClassVar[tuple] = ("validation", "test")
+
+    @contextlib.contextmanager
+    def using_split(self, split: str | None):
+        """``with task.using_split("validation"): task.evaluate(model)`` scores one half only."""
+        if split is not None and split not in self.SPLITS:
+            raise ZooError(f"unknown evaluation split {split!r}", where="task.split", options=self.SPLITS)
+        old, self.split = self.split, split
+        try:
+            yield self
+        finally:
+            self.split = old
+
+    def in_split(self, ex: dict) -> dict:
+        """The rows of ``ex`` in :attr:`split` (all of them when it is None)."""
+        if self.split is None:
+            return ex
+        keep = (example_hash(ex["ids"], ex.get("length")) % 2) == (0 if self.split == "validation" else 1)
+        return {k: (v[keep] if torch.is_tensor(v) else v) for k, v in ex.items()}
+
     def score(self, model, ex: dict, suffix: str) -> dict:
+        ex = self.in_split(ex)
         b = self.to_batch(ex)
         pred = predict(model, b["ids"], b.get("mask"))  # (n, T) argmax token ids
         sel = b["labels"] != IGNORE
