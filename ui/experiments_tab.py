@@ -18,6 +18,7 @@ Messages name folders relative to the runs directory only, never a path of the s
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -67,20 +68,38 @@ def shipped_yaml(name: str) -> str:
 
 def summary(exp, lang: str = "en") -> str:
     """One line: what running ``exp`` (already quick) trains."""
+    return t("exp.valid", lang, **summary_values(exp))
+
+
+def summary_values(exp) -> dict:
+    """What :func:`summary` says about ``exp``, as values (no language)."""
     import zoo.experiment as ze
 
     trials = ze.plan(exp)
-    steps = max((tr.steps for tr in trials), default=0)
-    return t("exp.valid", lang, name=exp.name, variants=len(exp.variants), seeds=len(trials) // max(len(exp.variants), 1),
-             trials=len(trials), task=exp.task, steps=steps)
+    return dict(name=exp.name, variants=len(exp.variants), seeds=len(trials) // max(len(exp.variants), 1),
+                trials=len(trials), task=exp.task, steps=max((tr.steps for tr in trials), default=0))
+
+
+@functools.lru_cache(maxsize=32)
+def checked(text: str) -> tuple[dict | None, ZooError | None]:
+    """``(summary values, None)`` or ``(None, the error)`` for the YAML ``text``, remembered by text.
+
+    Validating builds the experiment's task, and a task may read and decompress its corpus (seconds
+    on a busy machine): a language switch words the editor's line again (:func:`validate`) and
+    measured 5-13 s while this ran again each time (issue 34); the check depends on the text alone
+    (and the installed plugins, fixed while the server runs), so the switch now only re-words it."""
+    try:
+        return summary_values(_load(text)), None
+    except ZooError as exc:
+        return None, exc
 
 
 def validate(text: str, lang: str = "en") -> tuple[str, str]:
-    """``(summary, error box)`` for the YAML in the editor: one of the two is empty."""
-    try:
-        return summary(_load(text), lang), ""
-    except ZooError as exc:
+    """``(summary, error box)`` for the YAML in the editor, in ``lang``: one of the two is empty."""
+    values, exc = checked(text or "")
+    if exc is not None:
         return "", error_markdown(exc, lang)
+    return t("exp.valid", lang, **values), ""
 
 
 # ---------------------------------------------------------------------- running

@@ -389,9 +389,14 @@ ATTN_CSS = """
 .zoo-attn-table td.cell { width: 22px; min-width: 22px; height: 20px; padding: 0; border: 1px solid transparent; }
 .zoo-attn-table td.cell:hover { border-color: #f43f5e; }
 .zoo-attn-table th { font-weight: normal; padding: 0 4px; white-space: nowrap; }
-.zoo-attn-table th.key { writing-mode: vertical-rl; text-align: left; max-height: 6em; }
+/* keys upright (a full-width ，/。 keeps its own shape instead of turning sideways) */
+.zoo-attn-table th.key { writing-mode: vertical-rl; text-orientation: upright; text-align: left; max-height: 6em; }
+/* query tokens: larger, and clickable without an underline -- a dotted underline beside a
+   full-width ，/。 read as a truncated label ("，…", issue 34) */
 .zoo-attn-table th.query { text-align: right; }
-.zoo-attn-table th.clickable { cursor: pointer; text-decoration: underline dotted; }
+.zoo-attn > .zoo-attn-table th.query { text-align: center; font-size: 14px; min-width: 1.6em; }
+.zoo-attn-table th.clickable { cursor: pointer; border-radius: 3px; }
+.zoo-attn-table th.clickable:hover { background: var(--background-fill-secondary); color: #e11d48; }
 .zoo-attn-table th.picked, .zoo-attn-table tr.selected th { color: #e11d48; font-weight: bold; }
 """
 

@@ -85,6 +85,20 @@ def encode(model, text: Any, lang: str = "en", notes: list | None = None) -> tup
 
 
 # ---------------------------------------------------------------------- the heatmap
+#: characters a cell would show as nothing, and what it shows instead
+INVISIBLE = {"\n": "⏎", "\r": "␍", "\t": "⇥"}
+
+
+def visible(token: str) -> str:
+    """A token as a cell shows it: a newline as ⏎ (a lens whose top token is a newline left its
+    column blank, issue 34), a carriage return as ␍, a tab as ⇥, a token of spaces as ␣ per space,
+    an empty decoding as ∅; any other token as it is."""
+    if token == "":
+        return "∅"
+    shown = "".join(INVISIBLE.get(ch, ch) for ch in token)
+    return shown.replace(" ", "␣") if not shown.strip() else shown
+
+
 def heatmap(values: torch.Tensor, rows: list[str], cols: list[str], cell_text=None, *, elem: str,
             title: str, signed: bool = False, fmt: str = "{:.3f}") -> str:
     """An HTML table, one coloured cell per value (blue positive, red negative when ``signed``)."""
@@ -124,7 +138,7 @@ def lens_view(name: str, text: str, lang: str = "en") -> str:
     tok = getattr(model, "tokenizer", None)
     dec = (lambda i: tok.decode([i])) if tok is not None else str
     top = lens.top_ids[:, 0, :, 0].tolist()  # (L + 1, T)
-    cell = [[dec(i) for i in row] for row in top]
+    cell = [[visible(dec(i)) for i in row] for row in top]
     rows = [t("interp.embed", lang)] + [t("interp.layer", lang, i=i) for i in range(model.spec.num_layers)]
     cols = [f"{j} {lab!r}" for j, lab in enumerate(labels)]
     return noted(notes, lang) + heatmap(lens.top_probs[:, 0, :, 0], rows, cols, cell, elem="interp-lens",
@@ -285,6 +299,12 @@ CSS = """
 """
 
 
+#: Scrolls the tab's error box (when it holds a message) or its result to the top of the window.
+SHOW_RESULT_JS = """() => { const err = document.querySelector('#interp-error');
+  const el = err && err.querySelector('strong') ? err : document.querySelector('#interp-out');
+  if (el) el.scrollIntoView({block: 'start', behavior: 'instant'}); }"""
+
+
 def build(tr, lang_state) -> dict:
     """Create the tab (inside an open ``gr.Tab``)."""
     import gradio as gr
@@ -323,9 +343,13 @@ def build(tr, lang_state) -> dict:
         @inline_errors(2, kept=True)
         def shown(lang, *values, _view=view):
             return raw(VIEWS[_view])(*values, lang=lang), {"view": _view, "args": list(values)}
+        # the result sits below the buttons, under the fold of a 1280x800 window: bring it (or the
+        # error box) into view as the click starts -- its progress shows there -- and when it lands
+        ui[view].click(None, js=SHOW_RESULT_JS)
         views.append(ui[view].click(shown, inputs=[lang_state] + inputs,
                                     outputs=[ui["out"], ui["kept"], *error_outputs(ui["error"])],
                                     api_visibility="private"))
+        views[-1].then(None, js=SHOW_RESULT_JS)
     tr.keep([ui["out"]], redraw, [ui["kept"]])
     # another checkpoint: prompts it reads, its line, no stale heatmap (a view still running stops)
     ui["checkpoint"].change(on_checkpoint, inputs=[ui["checkpoint"], lang_state],

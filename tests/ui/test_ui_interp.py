@@ -205,3 +205,31 @@ def test_interpret_and_run_at_once_on_one_cached_checkpoint_give_what_each_gives
     assert got["run"] == [alone["run"]] * 3
     assert emitters == {"interpret"}
     assert load_checkpoint("ui_gpt") is model  # one cached model served both
+
+
+def test_a_newline_top_token_is_drawn_not_blank(monkeypatch):
+    """issue 34: the logit lens's last column was blank when the top token is a newline.  The shipped
+    poet_gpt predicts a newline after a full couplet; its cell reads ⏎ (and no cell is empty)."""
+    from zoo.inside.lens import logit_lens
+    from zoo.ui import interp_tab
+    from zoo.ui.common import load_checkpoint
+
+    monkeypatch.delenv("ZOO_CHECKPOINTS", raising=False)  # the shipped checkpoints
+    if "poet_gpt" not in zoo.list_checkpoints():
+        pytest.skip("the shipped poet_gpt checkpoint is not installed")
+    text = "床前明月光，疑是地上霜。"
+    model = load_checkpoint("poet_gpt")
+    ids = torch.tensor([model.tokenizer.encode(text)])
+    top = logit_lens(model, ids, top_k=1).top_ids[-1, 0, -1, 0]  # the last layer, the last position
+    assert model.tokenizer.decode([int(top)]) == "\n"  # a known value of the shipped weights
+    out = interp_tab.lens_view("poet_gpt", text, "en")
+    last = re.findall(rf"data-r='{model.spec.num_layers}' data-c='{ids.size(1) - 1}'[^>]*>([^<]*)</td>", out)
+    assert last == ["⏎"]
+    assert not re.search(r"<td class='cell'[^>]*></td>", out)  # no blank cell anywhere
+
+
+def test_invisible_tokens_have_a_visible_form():
+    from zoo.ui.interp_tab import visible
+
+    assert [visible(x) for x in ("\n", "\r\n", "\t", " ", "  ", "", "a b", "，")] == \
+        ["⏎", "␍⏎", "⇥", "␣", "␣␣", "∅", "a b", "，"]
