@@ -56,7 +56,7 @@ from ..io.tokenizers import from_json as tok_from_json
 from .config import ARCH_FOR, TrainConfig, TrainResult, threshold_name
 from .dist import Dist, setup_dist
 from .evaluate import evaluate, exact_match_rate
-from .metrics import METRICS, RunLog, plot_history
+from .metrics import METRICS, TENSORBOARD_DIR, RunLog, plot_history
 from .mfu import machine_peak, step_flops
 from .objectives import Objective, Seq2SeqObjective, slice_batch, to_device, trim
 from .optim import lr_at, make_optimizer
@@ -110,7 +110,7 @@ def _train(model: Any, data: Any, out: Path, dist: Dist, *, objective, steps, re
                         else next(run.net.parameters()).dtype)
     log = RunLog(out, enabled=dist.main, resumed_at=run.step if state else None,
                  progress=cfg.progress, total=cfg.steps, desc=f"{cfg.objective} {run.spec.name}",
-                 callback=callback, peak_flops=peak["peak_flops"])
+                 callback=callback, peak_flops=peak["peak_flops"], tensorboard=cfg.tensorboard)
     log.add({"event": "start", "step": run.step, "world_size": dist.world, "device": str(dist.device),
              "params": sum(p.numel() for p in run.net.parameters()), "spec": run.spec.name,
              "compile": cfg.compile, "peak_gflops": peak["peak_flops"] / 1e9,
@@ -210,6 +210,7 @@ def _check_run_folder(out: Path) -> None:
     for name in RUN_FILES:
         txn.target(out, name, where="train.out", error=TrainError)
     txn.target(out, "best", where="train.keep_best", error=TrainError, folder=True)
+    txn.target(out, TENSORBOARD_DIR, where="train.tensorboard", error=TrainError, folder=True)
 
 
 def _check_arguments(data, out, resume, overwrite, fit_vocab, config, callback, tokenizer) -> None:

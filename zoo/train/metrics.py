@@ -28,8 +28,10 @@ class RunLog:
     callback.  A log that is not ``enabled`` (ranks other than 0) keeps and writes nothing."""
 
     def __init__(self, out: Path, *, enabled: bool, resumed_at: int | None, progress: bool,
-                 total: int, desc: str, callback=None, peak_flops: float | None = None):
+                 total: int, desc: str, callback=None, peak_flops: float | None = None,
+                 tensorboard: bool = False):
         self.out, self.enabled, self.callback = out, enabled, callback
+        self.tb = open_tensorboard(out, resumed_at) if tensorboard and enabled else None
         self.peak_flops = peak_flops
         self.history: list[dict] = []
         self.bar = None
@@ -60,6 +62,8 @@ class RunLog:
         self.history.append(rec)
         append(self.out, METRICS, json.dumps(rec, ensure_ascii=False) + "\n", where="train.out",
                error=CheckpointError)  # under the run's lock, never through a symlink
+        if self.tb is not None:
+            write_scalars(self.tb, rec)
         if notify and self.callback is not None:
             self.callback(rec)
 
@@ -152,6 +156,47 @@ class RunLog:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
+
+
+#: the TensorBoard folder of a run (``tensorboard --logdir OUT`` shows every run below it)
+TENSORBOARD_DIR = "tensorboard"
+#: record fields that are facts, not curves
+_NOT_SCALARS = ("step", "event", "elapsed_s", "world_size", "params", "peak_gflops")
+
+
+def open_tensorboard(out: Path, resumed_at: int | None):
+    """A ``SummaryWriter`` on ``out/tensorboard`` (``torch.utils.tensorboard``; it needs the
+    ``tensorboard`` package: the ``track`` extra).  A resumed run purges the events after its saved
+    step, so TensorBoard shows the redone steps once."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # optional: only when asked for
+    except ImportError as exc:
+        raise CheckpointError("tensorboard=True needs the tensorboard package", where="train.tensorboard",
+                              fix="pip install 'zoo-transformers[track]' (or pip install tensorboard), "
+                                  "or train without tensorboard") from exc
+    d = out / TENSORBOARD_DIR
+    if d.is_symlink():
+        raise CheckpointError(f"{TENSORBOARD_DIR} is a symlink", where="train.out",
+                              fix="remove it: zoo writes only inside the run folder")
+    return SummaryWriter(log_dir=str(d), purge_step=resumed_at + 1 if resumed_at else None)
+
+
+def write_scalars(tb, rec: dict) -> None:
+    """Every number of a step record as a scalar: ``train/loss``, ``train/lr``, ``eval/eval_loss``,
+    ``task/acc`` (the task metrics), ``end/...`` for the end record's totals."""
+    step = rec.get("step")
+    if step is None or rec.get("event") in ("start", "estimate", "compiled"):
+        return
+    for k, v in rec.items():
+        if k in _NOT_SCALARS or isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            continue
+        group = ("end" if rec.get("event") == "end" else "task" if k.startswith("task_")
+                 else "eval" if k.startswith("eval_") else "train")
+        tb.add_scalar(f"{group}/{k[5:] if group == 'task' else k}", v, step)
+    tb.flush()
 
 
 def read_metrics(out: str | os.PathLike) -> list[dict]:
