@@ -20,7 +20,13 @@ logits in float32):
   ``cache_layout`` says it keeps: MLA keeps ``r + d_r`` latent numbers per token) plus the prompt's
   forward (beam search: ``B x num_beams`` rows);
 - **a training step**: a forward that keeps activations for backward, plus gradients and AdamW's two
-  moments (3 x the parameters).
+  moments (3 x the parameters);
+- **an activation cache** (``model.run_with_cache``, ``model.generate(..., return_cache=True)``,
+  :func:`check_cache`): the forward plus, for every hook point kept, ``B x T`` times its width --
+  ``h x T`` for the score maps (``hook_attn_scores``, ``hook_pattern``), ``h x d`` for
+  ``hook_result``, ``d_ff`` for the feed-forward's inner hooks, the vocabulary for
+  ``unembed.hook_out``, 1 for a norm's ``hook_scale``, ``d`` (or ``h x head_dim`` when wider) for
+  the rest.  The hooks' names come from the caller (``zoo.inside.hooks``), their widths from here.
 
 Cost: the forward check is a few integer multiplications on numbers cached per model (measured in
 ``docs/TRUST.md``); memory is read only when an estimate passes :data:`FLOOR` (256 MiB), so
@@ -350,3 +356,41 @@ def check_train_step(model, batch_size: int, seq_len: int, where: str = "train.b
                    f"activations kept for backward {human_bytes(acts)}, gradients and optimizer "
                    f"moments {human_bytes(state)}",
                    "lower batch_size or the sequence length (block_size)")
+
+
+def _hook_width(name: str, p: Plan, s: _Stack, Tk: int) -> int:
+    """Numbers one token leaves in the hook point ``name`` (see the module docstring)."""
+    leaf = name.rsplit(".", 1)[-1]
+    if leaf in ("hook_attn_scores", "hook_pattern"):
+        return s.heads * Tk
+    if leaf == "hook_result":
+        return s.heads * s.d
+    if leaf == "hook_scale" or leaf == "hook_tokens":
+        return 1
+    if name.startswith("unembed.") and leaf == "hook_out":
+        return p.vocab
+    if ".mlp." in name or ".moe." in name or ".experts" in name:
+        return max(s.d, s.d_ff)
+    return max(s.d, s.cache_per_token)
+
+
+def check_cache(model, names: list[str], B: int, T: int, T_src: int | None = None,
+                where: str = "run_with_cache.ids") -> None:
+    """Refuse an activation cache of the hook points ``names`` over ``B x T`` tokens (``T_src``: an
+    encoder-decoder's source) that cannot fit beside its forward -- before the forward runs."""
+    if B * max(T, T_src or 0) < 256:  # nothing this small can pass the floor
+        return
+    p = plan(model)
+    s = max(p.stacks.values(), key=lambda x: x.heads * x.d + x.d_ff)  # the wider stack for every name
+    Tk = max(T, T_src or 0)
+    per = {n: B * Tk * _hook_width(n, p, s, Tk) * 4 for n in names}  # recorded as float32 at most
+    kept = sum(per.values())
+    total = kept + forward_bytes(p, B, T, T_src)[0]
+    if total < FLOOR:
+        return
+    top = sorted(per, key=per.get, reverse=True)[:2]
+    refuse_if_over(p, total, f"caching {len(names)} hook points over {B} x {Tk} tokens", where,
+                   f"the cache alone {human_bytes(kept)}, the largest {', '.join(top)} "
+                   f"({human_bytes(per[top[0]]) if top else '0 B'} each)",
+                   "cache fewer hook points (names_filter='blocks.0.*' or a list of names), or a "
+                   "shorter input")

@@ -61,6 +61,7 @@ from torch import nn
 
 from ..components import KERNEL_TAPS, TAPS, AttentionKernel, BuildContext, Norm, repeat_kv, tapping
 from ..errors import ZooError, did_you_mean
+from ..guard.run_budget import check_cache
 from ..model.layers import Attention, AttnArgs, Block, call_kernel, kernel_steps
 from ..registry import get_registry
 
@@ -748,10 +749,36 @@ def run_with_cache(model, *args, names_filter=None, fwd_hooks: Iterable = (), de
     """``(model(*args, **kwargs), cache)`` with every activation matching ``names_filter`` (a name,
     glob, list or predicate; default all but :data:`PER_HEAD_INPUTS`, which are TL's opt-in).
     Hooks in ``fwd_hooks`` run first, so the cache holds what they returned."""
+    keep = _matcher(names_filter) if names_filter is not None else _everything
+    _size_cache(model, keep, args[0] if args else kwargs.get("ids", kwargs.get("src")),
+                args[1] if len(args) > 1 else kwargs.get("tgt"), 0, "run_with_cache.ids")
     with Hooks(model, fwd_hooks, names_filter if names_filter is not None else _everything,
                detach=detach) as h:
         out = model(*args, **kwargs)
     return out, _assemble(h.records, model)
+
+
+def _size_cache(model, keep, ids, tgt, new: int, where: str) -> None:
+    """Hold the cache these hook points will record against the work budget before anything runs
+    (:func:`zoo.guard.run_budget.check_cache`); ``ids`` a tensor or list(s) of ids, ``new`` tokens
+    to be generated after them.  Shapes it cannot read are left to the model's own checks."""
+    if isinstance(ids, torch.Tensor) and ids.dim() == 2:
+        B, T = ids.shape
+    elif isinstance(ids, (list, tuple)) and ids and all(isinstance(r, (list, tuple)) for r in ids):
+        B, T = len(ids), max(len(r) for r in ids)
+    elif isinstance(ids, (list, tuple)):
+        B, T = 1, len(ids)
+    else:
+        return
+    T_src = None
+    if getattr(model.spec, "arch", None) == "encoder_decoder":
+        T_src, T = T, (tgt.size(-1) if isinstance(tgt, torch.Tensor) else 1) + new
+    else:
+        T += new
+    if B * max(T, T_src or 0) < 256:
+        return
+    check_cache(model, [n for n in hook_names(model) if keep(n)], int(B), int(T),
+                           None if T_src is None else int(T_src), where)
 
 
 @contextlib.contextmanager
@@ -795,6 +822,8 @@ def generate(model, ids, max_new_tokens: int = 32, *, fwd_hooks: Iterable = (),
         raise ZooError("return_cache takes token ids", where="generate.ids",
                        fix="encode the prompt first: model.tokenizer.encode(text)")
     keep = _matcher(names_filter) if names_filter is not None else _everything
+    _size_cache(model, lambda n: keep(n) and not n.startswith("unembed."), ids, None,
+                max_new_tokens if isinstance(max_new_tokens, int) else 0, "generate.max_new_tokens")
     with Hooks(model, pairs, lambda n: keep(n) and not n.startswith("unembed.")) as h:
         seq = _generate(model, ids, max_new_tokens, **options)
         call = h.last_call
