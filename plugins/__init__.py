@@ -53,6 +53,7 @@ BUILTINS = (
     "ffn_normformer",
     "ffn_bilinear",
     "ffn_moe",
+    "ffn_none",
     "placement_rezero",
     "placement_layerscale",
     "placement_stochastic_depth",
@@ -74,6 +75,7 @@ BUILTINS = (
     "task_numerals",
     "task_poems",
     "task_padded_copy",
+    "task_induction",
     "task_grokking",
     "task_lm_extrapolation",
 )
