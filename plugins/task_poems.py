@@ -30,7 +30,11 @@ class PoemsConfig:
 
 class Poems(Task):
     arch = "decoder"
-    metrics = {"eval_loss": "min", "causal_loss": "min"}
+    metrics = {"causal_loss": "min", "eval_loss": "min"}
+    #: past-only: every position scored from its own prefix (a forward of ids[:, :t + 1]); the
+    #: teacher-forced eval_loss is what a model without its look-ahead mask can cheat
+    primary = "causal_loss"
+    past_only = ("causal_loss",)
 
     def __init__(self, config: PoemsConfig):
         super().__init__(config)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 import zoo
-from zoo.experiment.tasks import SyntheticTask, symbols
+from zoo.experiment.tasks import PAST_METRICS, SyntheticTask, symbols
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,14 @@ class LagConfig:
 
 
 class Lag(SyntheticTask):
-    metrics = {"acc": "max", "acc_2x": "max", "exact": "max"}  # acc_{extrapolate}x per config
+    metrics = {"acc": "max", "acc_2x": "max", "past_acc_2x": "max", "exact": "max"}  # _{extrapolate}x per config
 
     def __init__(self, config: LagConfig):
         self.alphabet = symbols(config.vocab)
         super().__init__(config)
-        self.metrics = {"acc": "max", f"acc_{config.extrapolate}x": "max", "exact": "max"}
+        k = config.extrapolate
+        self.metrics = {**PAST_METRICS, f"past_acc_{k}x": "max", "acc": "max", f"acc_{k}x": "max",
+                        "exact": "max"}
 
     def seq_len(self):
         return self.config.length
@@ -64,7 +66,8 @@ class Lag(SyntheticTask):
                 out = self.score(model, self.eval_examples(), "")
                 long = self.score(model, self.eval_examples(self.max_eval_len()),
                                   f"_{self.config.extrapolate}x")
-            out[f"acc_{self.config.extrapolate}x"] = long[f"acc_{self.config.extrapolate}x"]
+            for m in ("acc", "past_acc"):  # teacher-forced and past-only, at the longer length
+                out[f"{m}_{self.config.extrapolate}x"] = long[f"{m}_{self.config.extrapolate}x"]
         finally:
             model.train(was)
         return out

@@ -175,7 +175,8 @@ def test_metrics_on_a_hand_worked_copy_example():
         return prefix[len(prefix) - n - 1]  # the token n + 1 places back
 
     perfect = task.score(Rule(copy_rule, task.tok.vocab_size), ex, "")
-    assert perfect == {"acc": 1.0, "exact": 1.0, "gen_exact": 1.0}
+    assert perfect == {"acc": 1.0, "exact": 1.0, "gen_exact": 1.0, "past_acc": 1.0, "past_exact": 1.0}
+    assert m["past_acc"] == pytest.approx(3 / 4) and m["past_exact"] == pytest.approx(1 / 2)
 
 
 def test_generation_exposes_a_model_that_reads_the_future():

@@ -34,7 +34,7 @@ from ..train.metrics import read_metrics
 from .selection import VAL_PREFIX, base_of, select
 from .spec import GENERAL_METRICS, derived_directions, min_effects, parse, task_metrics, tune_select
 from .stats import finite, holm, mean_ci, paired, significant_verdict, two_proportions, verdict, wilson
-from .tasks import get_task
+from .tasks import get_task, is_past_only, is_teacher_forced, primary_metric
 
 #: What a ``--quick`` run's report says first: its numbers test the machinery, not the claim.
 SMOKE_NOTE = ("**Smoke test** (`--quick`): a small version of the experiment that checks the machinery "
@@ -194,10 +194,19 @@ class Results:
     def _exp(self):
         return parse(self.experiment, quick=self.plan.get("quick", False))
 
-    def _directions(self) -> dict:
+    def _task(self):
         t0 = self.trial_plans[0]
-        task = get_task(t0.task, t0.task_params)
+        return get_task(t0.task, t0.task_params)
+
+    def _directions(self) -> dict:
+        task = self._task()
         return {**GENERAL_METRICS, **task_metrics(task), **derived_directions(self._exp(), task)}
+
+    def sees_future(self, variant: str) -> bool:
+        """Whether a finished trial of ``variant`` was measured to see the future
+        (:func:`zoo.experiment.tasks.future_leak`, ``result.json``'s ``causality``)."""
+        return any(bool((t.result.get("causality") or {}).get("sees_future")) for t in self.trials
+                   if t.variant == variant and t.result)
 
     def _min_effects(self) -> dict:
         t0 = self.trial_plans[0]
@@ -216,6 +225,8 @@ class Results:
         floors = self._min_effects()
         smoke = " (smoke test)" if self.smoke_test else ""
         plans = {t.variant: t for t in self.trial_plans}
+        task = self._task()
+        primary = primary_metric(task)
         rows = []
         for vname in self.variants:
             v = exp.variant(vname)
@@ -234,7 +245,13 @@ class Results:
                     row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"],
                                verdict=verdict(d, dirs.get(m), floors.get(m, 0.0)) + smoke
                                if d["n"] else "pending")
+                    cheat = [x for x in (vname, ref.name) if self.sees_future(x)]
+                    if d["n"] and cheat and is_teacher_forced(task, m):
+                        row["verdict"] = (f"not comparable: {cheat[0]} sees the future "
+                                          f"(teacher-forced metric; judge on {primary or 'a past-only metric'})")
                 row["min_effect"] = floors.get(m, 0.0)
+                row["scored"] = ("teacher-forced" if is_teacher_forced(task, m) else
+                                 "past-only" if is_past_only(task, m) else "no answer")
                 rows.append(row)
         return self._statistics(rows)
 
@@ -361,7 +378,7 @@ class Results:
                   "|---|---:|---:|---:|---|---|---|---|---|"]
         for r in self.table():
             lines.append(f"| {r['variant']} | {r['params']:,} | {r['train_flops']:.3g} | {r['steps']} | "
-                         f"{r['metric']} | {_pm(r['mean'], r['half'])} {_ncell(r)} | {r['reference'] or '-'} | "
+                         f"{_mname(r)} | {_pm(r['mean'], r['half'])} {_ncell(r)} | {r['reference'] or '-'} | "
                          f"{_iv(r['diff'], r['diff_lo'], r['diff_hi'])} | {r['verdict']} |")
         if exp.get("description"):
             lines += ["", exp["description"].strip()]
@@ -543,7 +560,7 @@ class Results:
         exp = self.experiment
         rows = "".join(
             f"<tr><td>{html.escape(r['variant'])}</td><td>{r['params']:,}</td><td>{r['train_flops']:.3g}</td>"
-            f"<td>{r['steps']}</td><td>{html.escape(r['metric'])}</td><td>{_pm(r['mean'], r['half'])} "
+            f"<td>{r['steps']}</td><td>{html.escape(_mname(r))}</td><td>{_pm(r['mean'], r['half'])} "
             f"{html.escape(_ncell(r))}</td><td>{html.escape(r['reference'] or '-')}</td>"
             f"<td>{_iv(r['diff'], r['diff_lo'], r['diff_hi'])}</td><td><b>{html.escape(r['verdict'])}</b></td></tr>"
             for r in self.table())
@@ -590,6 +607,12 @@ def _message_figure(text: str):
     fig = Figure(figsize=(4, 1.2))
     fig.text(0.02, 0.5, text, fontsize=7, wrap=True)
     return fig
+
+
+def _mname(row: dict) -> str:
+    """A table's metric cell: teacher-forced scores are named as such (a model that sees the future
+    can cheat them; past-only ones it cannot)."""
+    return row["metric"] + (" (teacher-forced)" if row.get("scored") == "teacher-forced" else "")
 
 
 def _ncell(row: dict) -> str:

@@ -42,7 +42,7 @@ from ..inside.costs import forward_cost
 from ..inside.trace import trace
 from ..io.checkpoint import atomic_write
 from ..model.build import build
-from ..model.spec import parse_spec
+from ..model.spec import apply_overrides, parse_spec
 from ..train import train as train_model
 from ..train.config import TrainConfig
 from ..train.metrics import read_metrics
@@ -51,43 +51,35 @@ from .results import Results
 from .selection import VAL_PREFIX, combos, tuned_name
 from .spec import (Experiment, ExperimentError, Variant, deep_merge, load, load_plugins, threshold_metrics,
                    tune_select)
-from .tasks import get_task
+from .tasks import future_leak, get_task
 from .trial import EXPERIMENT, RESULT, TRIAL, Trial  # noqa: F401 - re-exported
+
+#: logits at positions <= c that move by more than this fraction of their scale when the tokens
+#: after c change mean the model sees the future (a causal model's move is exactly 0: masked scores
+#: weigh exp(-inf); float32 reordering noise would be ~1e-7)
+LEAK_TOL = 1e-4
 
 
 
 
 # ---------------------------------------------------------------------- planning
-def _set_path(d: dict, key: str, value: Any, where: str) -> None:
-    parts = key.split(".")
-    cur = d
-    for p in parts[:-1]:
-        nxt = cur.get(p)
-        if isinstance(nxt, str):
-            nxt = {"kind": nxt}
-        elif nxt is None:
-            nxt = {}
-        elif not isinstance(nxt, dict):
-            raise ExperimentError(f"cannot set {key!r}: {p!r} is not a mapping", where=where)
-        cur[p] = nxt
-        cur = nxt
-    cur[parts[-1]] = value
-
-
 def resolve_spec(exp: Experiment, overrides: dict, where: str):
     """The variant's model spec: the base (a preset plus fields, or a full spec) with the
-    variant's dotted spec overrides applied, validated by the spec parser."""
+    variant's dotted spec overrides applied by the one override rule of ``zoo build --set`` and
+    ``zoo.build(**overrides)`` (:func:`zoo.model.spec.apply_overrides`: ``norm.kind: rmsnorm`` drops
+    LayerNorm's parameters and keeps the placement), validated by the spec parser.  A refusal is the
+    spec's own error, placed at this variant: one where, one problem, one fix."""
     base = exp.base_dict()
     preset = base.pop("preset", None)
     try:
         d = parse_spec(preset).to_dict() if preset else {}
         d = deep_merge(d, base)
-        for k, v in overrides.items():
-            _set_path(d, k, v, where)
-        return parse_spec(d)
-    except ZooError as exc:
-        raise ExperimentError(f"{exc}", where=where,
-                              fix="check the base spec and this variant's overrides") from exc
+        return parse_spec(apply_overrides(d, overrides))
+    except ZooError as exc:  # the spec's message, id and fix kept (was: its text and a second fix)
+        raise ExperimentError(exc.what, where=f"{where}, {exc.where}" if exc.where else where,
+                              options=exc.options,
+                              fix=exc.fix or "check the base spec and this variant's overrides",
+                              message_id=exc.message_id, params=exc.params, fix_ids=exc.fix_ids) from exc
 
 
 def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
@@ -216,11 +208,13 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
     if "eval_loss" in res.final:
         metrics.setdefault("eval_loss", res.final["eval_loss"])
     metrics.update(extra)
+    leak = future_leak(res.model, task.probe(), res.model.spec.vocab_size)
     tps = [r["tokens_per_s"] for r in res.history if "tokens_per_s" in r]
     record = {"key": trial.key(), "variant": trial.variant, "seed": trial.seed, "steps": res.step,
               "params": trial.params, "train_flops": trial.train_flops, "metrics": metrics,
               "wall_time_s": res.wall_time, "pid": os.getpid(), "tokens_per_s": (sum(tps[1:]) / len(tps[1:])) if len(tps) > 1
-              else (tps[0] if tps else None), "finished": time.time()}
+              else (tps[0] if tps else None), "finished": time.time(),
+              "causality": {"max_logit_change": leak, "sees_future": leak > LEAK_TOL}}
     text = json.dumps(record, indent=1, ensure_ascii=False)
     atomic_write(out / RESULT, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return record

@@ -358,7 +358,9 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
                      executor=tuple(sorted((k, _freeze(v)) for k, v in executor.items())),
                      thresholds=json.dumps(thresholds), tune=tune, tune_select=tune_select,
                      source=source, raw=raw)
-    _check_against_registry(exp)
+    primary = _check_against_registry(exp)
+    if primary and primary not in exp.metrics:  # every verdict table has the past-only score
+        exp = dataclasses.replace(exp, metrics=exp.metrics + (primary,))
     adds = tuple(n for t in thresholds for n in threshold_metrics(t) if n not in exp.metrics)
     if adds:  # each threshold's steps and reached-rate are results of the experiment
         exp = dataclasses.replace(exp, metrics=exp.metrics + adds)
@@ -550,8 +552,9 @@ def _parse_budget(b: Any) -> Budget:
     return Budget(**{k: float(v)})
 
 
-def _check_against_registry(exp: Experiment) -> None:
-    """Task kind and parameters, trainer options of variants, and metric names, checked now."""
+def _check_against_registry(exp: Experiment) -> str | None:
+    """Task kind and parameters, trainer options of variants, and metric names, checked now;
+    returns the task's primary (past-only) metric, which :func:`parse` adds to ``metrics``."""
     load_plugins(exp.plugins)
     task = get_task(exp.task, dict(exp.task_params), where="experiment.task")
     for i, v in enumerate(exp.variants):
@@ -577,6 +580,7 @@ def _check_against_registry(exp: Experiment) -> None:
     for m, _ in exp.success:
         if m not in known:
             _bad(f"success.{m}", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+    return getattr(task, "primary", None)  # the past-only metric verdicts use (zoo.experiment.tasks)
 
 
 def _check_tune(exp: Experiment, task, known: dict) -> None:

@@ -10,10 +10,21 @@ trainer and the experiment need:
   of its tokens, independent of any seed) and a fixed fraction of the hash space is reserved for
   evaluation; training draws reject those examples, evaluation keeps only them.  Membership is a
   function of the example alone, so no seed, batch size or step can leak one into training;
-- **exact metrics**: ``acc`` (teacher-forced accuracy on the answer tokens), ``exact`` (every answer
-  token of an example right), and for tasks whose answer ends the sequence ``gen_exact`` (the model
-  *generates* the answer greedily from the prompt, one token at a time, with nothing of the answer
-  visible: the number that exposes a decoder that reads the future).
+- **exact metrics**, in two kinds:
+
+  - *past-only* scores, which a model that sees the future cannot cheat: ``past_acc`` (each answer
+    token predicted from its prefix alone -- a forward of ``ids[:, :t + 1]`` per answer position
+    ``t``, rows grouped by position, so nothing after ``t`` ever enters the model), ``past_exact``
+    (every answer token of an example right that way), and for tasks whose answer ends the sequence
+    ``gen_exact`` (the model *generates* the answer greedily from the prompt).  ``past_acc`` is the
+    task's :attr:`~SyntheticTask.primary` metric: an experiment that names no metrics is judged on
+    it, and its verdicts hold whatever the variants' masks are;
+  - *teacher-forced* scores, from one forward of the whole sequence as in training: ``acc`` (per
+    answer token) and ``exact``.  They are cheap and equal the past-only ones for a causal model,
+    but a decoder without its look-ahead mask reads the answer from the next input position and
+    scores ~1.0 on them.  They stay available under these names (every metric not in
+    :attr:`~SyntheticTask.past_only` counts as teacher-forced) and the results table refuses a verdict on them between variants
+    of which one sees the future (:func:`future_leak` measures that on every finished trial).
 
 Shapes: ``n`` examples, ``T`` tokens.  ``draw`` returns symbol indices (not token ids): ``ids (n, T)``
 and ``labels (n, T)`` with ``-1`` where nothing is predicted, and ``start (n,)`` where the answer
@@ -42,6 +53,8 @@ from ..registry import get_registry
 from ..train.objectives import Objective, ce_sum
 
 IGNORE = -100
+#: the past-only scores of every synthetic task (see the module docstring), "max" = higher is better
+PAST_METRICS = {"past_acc": "max", "past_exact": "max"}
 #: symbols tasks write with (distinct characters; Greek and Cyrillic extend the Latin set)
 SYMBOLS = ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
            "αβγδεζηθικλμνξοπρστυφχψωΓΔΘΛΞΠΣΦΨΩбвгдежзийклмнптфцчшщыэюя")
@@ -76,13 +89,28 @@ class SyntheticTask(Task):
     """
 
     arch: ClassVar[str] = "decoder"
-    metrics: ClassVar[dict] = {"acc": "max", "exact": "max"}
+    metrics: ClassVar[dict] = {"past_acc": "max", "past_exact": "max", "acc": "max", "exact": "max"}
+    #: the past-only metric verdicts use by default (an experiment without ``metrics:``)
+    primary: ClassVar[str] = "past_acc"
+    #: metrics scored from the past alone (a name ``m`` also covers ``m_2x`` ...); every other
+    #: metric is teacher-forced -- one forward of the whole sequence, which a model that sees the
+    #: future cheats (:func:`is_teacher_forced`)
+    past_only: ClassVar[tuple] = ("past_acc", "past_exact", "gen_exact")
     #: the answer ends the sequence, so greedy generation can be scored (adds ``gen_exact``)
     answer_at_end: ClassVar[bool] = False
     alphabet: str = ""
 
+    def __init_subclass__(cls, **kw):
+        # every synthetic task has the past-only scores, listed first (the first metric is the
+        # primary one, :class:`zoo.components.Task`), whatever metrics its class declares
+        super().__init_subclass__(**kw)
+        if "metrics" in cls.__dict__:
+            cls.metrics = {**PAST_METRICS, **{k: v for k, v in cls.metrics.items() if k not in PAST_METRICS}}
+
     def __init__(self, config):
         super().__init__(config)
+        if "metrics" in self.__dict__:  # an instance that set its own (per config) keeps them
+            self.metrics = {**PAST_METRICS, **self.metrics}
         self.tok = tokenizer("char", text=self.alphabet)
         self.sym2id = torch.tensor([self.tok.stoi[c] for c in self.alphabet])  # symbol -> token id
 
@@ -253,7 +281,11 @@ class SyntheticTask(Task):
         pred = predict(model, b["ids"], b.get("mask"))  # (n, T) argmax token ids
         sel = b["labels"] != IGNORE
         right = (pred == b["labels"]) | ~sel
-        out = {f"acc{suffix}": float((pred == b["labels"])[sel].float().mean()),
+        past = predict_past(model, b["ids"], sel, b.get("mask"))  # (n, T), -1 where no label
+        past_right = (past == b["labels"]) | ~sel
+        out = {f"past_acc{suffix}": float((past == b["labels"])[sel].float().mean()),
+               f"past_exact{suffix}": float(past_right.all(-1).float().mean()),
+               f"acc{suffix}": float((pred == b["labels"])[sel].float().mean()),
                f"exact{suffix}": float(right.all(-1).float().mean())}
         if self.answer_at_end and ex.get("start") is not None:
             out[f"gen_exact{suffix}"] = generation_exact(model, b, ex["start"], ex.get("length"))
@@ -280,6 +312,73 @@ def predict(model, ids: torch.Tensor, mask: torch.Tensor | None = None, batch: i
         m = mask[i:i + batch] if mask is not None else None
         outs.append(model(ids[i:i + batch], attention_mask=m).argmax(-1))
     return torch.cat(outs)
+
+
+def predict_past(model, ids: torch.Tensor, sel: torch.Tensor, mask: torch.Tensor | None = None,
+                 batch: int = 256) -> torch.Tensor:
+    """Past-only argmax ``(n, T)``: at every position ``t`` where ``sel[:, t]`` (an answer is
+    scored), the prediction of a forward of ``ids[rows, :t + 1]`` alone -- the model never receives
+    a token after ``t``, so no mask (or its absence) can let it read the answer.  Rows are grouped
+    by position (one forward per scored position and chunk of ``batch`` rows: ``O(P T)`` tokens for
+    ``P`` scored positions); ``-1`` where nothing is scored."""
+    n, T = ids.shape
+    out = torch.full((n, T), -1, dtype=torch.long)
+    for t in sel.any(0).nonzero().flatten().tolist():
+        rows = sel[:, t].nonzero().flatten()
+        for i in range(0, rows.numel(), batch):
+            r = rows[i:i + batch]
+            m = mask[r, :t + 1] if mask is not None else None
+            out[r, t] = model(ids[r, :t + 1], attention_mask=m)[:, -1].argmax(-1)
+    return out
+
+
+def future_leak(model, ids: list[int], vocab_size: int) -> float:
+    """How much the logits at positions ``<= c`` move when every token after ``c`` is changed
+    (``c`` = the middle of ``ids``; each later token becomes the next id, mod ``vocab_size``): the
+    largest absolute change, relative to the largest logit there (an untrained model's logits are
+    small).  Exactly 0 for a model that sees only the past (a masked score weighs exp(-inf) = 0); a
+    decoder without its look-ahead mask moves them.  Measured on every trial (``result.json``'s ``causality``):
+    teacher-forced metrics are not compared across a variant that sees the future."""
+    if len(ids) < 2:
+        return 0.0
+    c = (len(ids) - 1) // 2
+    a = torch.tensor([ids])
+    b = a.clone()
+    b[0, c + 1:] = (b[0, c + 1:] + 1) % vocab_size
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            la, lb = model(a)[0, :c + 1], model(b)[0, :c + 1]
+    finally:
+        model.train(was)
+    scale = max(float(la.float().abs().max()), 1e-12)
+    return float((la.float() - lb.float()).abs().max()) / scale
+
+
+#: measurements that score no answer, so a look at the future cannot inflate them
+NOT_ANSWER_SCORES = ("entropy_init",)
+
+
+def is_past_only(task, metric: str) -> bool:
+    """Whether ``metric`` of ``task`` is scored from the past alone: the task's
+    :attr:`SyntheticTask.past_only` names (``past_acc``, ``past_exact``, ``gen_exact``, and their
+    per-length variants ``past_acc_2x``; Poems: ``causal_loss``)."""
+    return any(metric == m or metric.startswith(m + "_") for m in getattr(task, "past_only", ()))
+
+
+def is_teacher_forced(task, metric: str) -> bool:
+    """Whether ``metric`` of ``task`` may be cheated by a model that sees the future.  Safe by
+    default: every metric a task does not declare past-only (:func:`is_past_only`) counts as
+    teacher-forced -- ``acc``, ``exact``, the trainer's ``train_loss`` / ``eval_loss``, and any
+    metric of a task that declares nothing -- except measurements that score no answer
+    (:data:`NOT_ANSWER_SCORES`)."""
+    return not is_past_only(task, metric) and metric not in NOT_ANSWER_SCORES
+
+
+def primary_metric(task) -> str | None:
+    """The task's past-only metric that verdicts use by default (None: the task declares none)."""
+    return getattr(task, "primary", None)
 
 
 def generation_exact(model, b: dict, start: torch.Tensor, length: torch.Tensor | None) -> float:
