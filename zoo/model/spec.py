@@ -11,6 +11,7 @@ per-stack fields (:data:`STACK_FIELDS`) for that stack only.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -526,17 +527,79 @@ def list_presets() -> list[str]:
 def parse_spec(source: Any, registry=None, **overrides: Any) -> ModelSpec:
     """Parse and validate a spec from a path, preset name, YAML text, dict or ModelSpec.
 
-    ``overrides`` replace top-level fields (``num_layers=2``, ``attention="eager"``,
-    ``decoder={"num_layers": 1}``) before validation.
+    ``overrides`` are applied before validation by the one override rule, :func:`apply_overrides`
+    (``num_layers=2``, ``attention="eager"``, ``decoder={"num_layers": 1}``, and dotted paths such
+    as ``**{"norm.kind": "rmsnorm"}``).
     """
-    raw = resolve_spec_source(source)
-    for k, v in overrides.items():
-        if k not in _ALL_KEYS:
-            best = closest(k, _ALL_KEYS)
-            raise SpecError.of("spec.unknown_override", where=k, options=_ALL_KEYS, field=k,
+    return _validate(apply_overrides(resolve_spec_source(source), overrides), registry)
+
+
+#: spec fields (at the top level or in an ``encoder:`` / ``decoder:`` section) that hold one
+#: ``{kind: NAME, **params}`` component entry, and the entries nested in them that belong to
+#: another component and so survive a change of kind (a norm's ``placement``)
+_ENTRY_FIELDS = {"attention": (), "positions": (), "ffn": (), "dense_ffn": (), "norm": ("placement",),
+                 "placement": ()}
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict:
+    """``raw`` (a spec as a dict) with ``overrides`` applied: the one override rule of ``zoo.build(spec,
+    **overrides)``, ``zoo build --set KEY=VALUE`` and an experiment's ``set: {KEY: VALUE}``.
+
+    A key is a field (``num_layers``) or a dotted path into one (``norm.placement``, ``ffn.activation``,
+    ``decoder.num_layers``, ``norm.placement.kind``); a string entry on the way becomes ``{kind: ...}``.
+    Setting a component entry's kind -- ``norm: rmsnorm``, ``norm: {kind: rmsnorm, eps: 1e-6}`` or
+    ``norm.kind: rmsnorm`` alike -- replaces the component: the old component's own parameters go
+    (LayerNorm's ``bias`` means nothing to RMSNorm), what belongs to another component stays (the
+    norm's ``placement``, unless the new value names one), and the new value's parameters apply.
+    ``norm.kind`` set to the kind already there changes nothing.  Any other key is set as given.
+    An unknown first field is a :class:`SpecError` listing the fields."""
+    out = copy.deepcopy(dict(raw))
+    for key, value in overrides.items():
+        parts = str(key).split(".")
+        if parts[0] not in _ALL_KEYS or not all(parts):
+            best = closest(parts[0], _ALL_KEYS)
+            raise SpecError.of("spec.unknown_override", where=str(key), options=_ALL_KEYS, field=key,
                                suggestion=best, fix="hint.did_you_mean" if best else None)
-        raw[k] = v
-    return _validate(raw, registry)
+        _override(out, parts, value, str(key))
+    return out
+
+
+def _override(d: dict, parts: list[str], value: Any, key: str) -> None:
+    head, rest = parts[0], parts[1:]
+    if head in _ENTRY_FIELDS and (rest == ["kind"] or (not rest and _is_entry(value))):
+        d[head] = _replace_entry(d.get(head), value if not rest else {"kind": value}, _ENTRY_FIELDS[head],
+                                 dotted=bool(rest))
+        return
+    if not rest:
+        d[head] = value
+        return
+    cur = d.get(head)
+    if isinstance(cur, str):
+        cur = {"kind": cur}
+    elif cur is None:
+        cur = {}
+    elif isinstance(cur, Mapping):
+        cur = dict(cur)
+    else:
+        raise SpecError(f"cannot set '{key}': '{head}' holds {short(cur)}, not a mapping", where=key,
+                        fix=f"set `{head}` itself")
+    _override(cur, rest, value, key)
+    d[head] = cur
+
+
+def _is_entry(value: Any) -> bool:
+    """A component entry as written: a name, or a mapping with a ``kind``."""
+    return isinstance(value, str) or (isinstance(value, Mapping) and "kind" in value)
+
+
+def _replace_entry(old: Any, new: Any, children: tuple[str, ...], dotted: bool) -> Any:
+    old_entry = {"kind": old} if isinstance(old, str) else dict(old) if isinstance(old, Mapping) else {}
+    new_entry = {"kind": new} if isinstance(new, str) else dict(new)
+    if dotted and old_entry and new_entry["kind"] == old_entry.get("kind"):
+        return old  # norm.kind: layernorm on a layernorm: nothing changes
+    kept = {c: old_entry[c] for c in children if c in old_entry and c not in new_entry}
+    merged = {**new_entry, **kept}
+    return merged["kind"] if list(merged) == ["kind"] else merged
 
 
 def _validate(raw: dict, registry) -> ModelSpec:
