@@ -89,6 +89,30 @@ def run_cmd(experiment, out, jobs, threads, quick, executor):
     click.echo(f"report: {res.out / 'report.html'}")
 
 
+@command.command("tune")
+@click.argument("experiment")
+@click.option("--trials", type=int, required=True, help="Optuna trials per variant (in total: a rerun resumes).")
+@click.option("--out", default=None, help="Results folder (default runs/experiments/NAME-tune[-quick]).")
+@click.option("--threads", type=int, default=1, help="Intra-op threads of the trials.")
+@click.option("--quick", is_flag=True, help="Apply the experiment's quick: block (a small version).")
+@click.option("--seed", "sampler_seed", type=int, default=0, help="Seed of Optuna's TPE sampler.")
+def tune_cmd(experiment, trials, out, threads, quick, sampler_seed):
+    """Search EXPERIMENT's tune: space with Optuna, one study per variant (pip install optuna);
+    the study is a journal file in the results folder, so the same command resumes."""
+    from zoo.experiment.tune import search
+
+    def show(e):
+        val = "failed (no finite score)" if e["value"] is None else f"{e['value']:.4g}"
+        click.echo(f"  {e['variant']} at {e['setting']}: validation {val} over {e['n']} seed(s)")
+
+    summary = search(experiment, trials=trials, out=out, quick=quick, threads=threads,
+                     sampler_seed=sampler_seed, progress=show)
+    for v, s in summary["variants"].items():
+        click.echo(f"{v}: best {s['best_setting']} (validation {summary['metric']} {s['best_value']}), "
+                   f"{len(s['trials'])} trial(s)")
+    click.echo(f"results: {summary['out']} (zoo experiment report FOLDER for the test-half table)")
+
+
 @command.command("report")
 @click.argument("folder")
 @click.option("--no-inside", is_flag=True, help="Skip the attention figures (no checkpoint loading).")
