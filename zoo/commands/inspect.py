@@ -7,15 +7,21 @@ waves, RoPE rotation or the score bias, by the spec), ``experts.png`` for a mixt
 ``inspect.json`` (tokens, attention weights, residual norms, norm statistics, next-token
 predictions, parameter table, compute-cost table and crossover; with ``--measure`` also measured
 forward times beside the FLOPs-based estimate).
+
+Every file goes through zoo's one writer (:func:`zoo.guard.transaction.write_file` with ``root=OUT``):
+written atomically, and refused when ``OUT/NAME`` is a symlink (it could point outside OUT) or not
+a regular file.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
 
 import zoo
+from zoo.guard.files import short
 
 
 @click.command("inspect")
@@ -34,15 +40,27 @@ def command(checkpoint, text, out, head, tokenizer, seed, device, measure):
     from zoo.inside import costs as accounting, plots
     from zoo.commands.run import load_model
 
+    from zoo.guard.transaction import write_file
+
+    out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise zoo.ZooError(f"{short(str(out))} exists and is not a folder", where="inspect.out",
+                           fix="name a folder (new or existing) for the figures")
     model = load_model(checkpoint, seed=seed, device=device, tokenizer=tokenizer)
     tr = zoo.trace(model, text=text)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     spec, stack = model.spec, model.spec.roles[-1]
     written = []
 
+    def write(name, fill):
+        # the one writer: a symlink or a non-file at OUT/name is refused, and the file is replaced
+        # atomically (a link to a file outside OUT was overwritten through before)
+        written.append(write_file(out / name, fill, where=f"inspect.out: {name}", root=out))
+
     def save(fig, name):
-        written.append(plots.save_figure(fig, out / name))
+        import matplotlib.pyplot as plt
+
+        write(name, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+        plt.close(fig)
 
     save(plots.attention_grid(tr), "attention_grid.png")
     for i in range(spec.stack(stack).num_layers):
@@ -75,8 +93,8 @@ def command(checkpoint, text, out, head, tokenizer, seed, device, measure):
         for row in data["measured"]:
             click.echo(f"T={row['seq_len']}: measured {row['measured_s'] * 1e3:.2f} ms, "
                        f"estimate {row['estimated_s'] * 1e3:.2f} ms ({row['flops'] / 1e9:.3f} GFLOPs)")
-    (out / "inspect.json").write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    written.append(out / "inspect.json")
+    text_out = json.dumps(data, ensure_ascii=False, indent=1)
+    write("inspect.json", lambda tmp: Path(tmp).write_text(text_out, encoding="utf-8"))
     nxt = data.get("next_token", [])
     if nxt:
         click.echo("next token: " + ", ".join(f"{r.get('text', r['id'])!r} {r['p']:.3f}" for r in nxt))
