@@ -48,6 +48,7 @@ from ..train.config import TrainConfig
 from ..train.metrics import read_metrics
 from ..train.state import STATE_FILE
 from .results import Results
+from .matching import match_params
 from .selection import VAL_PREFIX, combos, tuned_name
 from .spec import (Experiment, ExperimentError, Variant, deep_merge, load, load_plugins, threshold_metrics,
                    tune_select)
@@ -103,6 +104,10 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
         if spec.arch != task.arch:
             raise ExperimentError(f"task '{exp.task}' trains {task.arch} models; this spec is {spec.arch}",
                                   where=where, fix=f"use a {task.arch} base spec")
+        if exp.budget.params is not None:  # parameter-matched: this variant's width for the count
+            fitted, _ = match_params(spec.replace(vocab_size=task.tokenizer().vocab_size), exp.budget.params,
+                                     exp.budget.params_tolerance, where)
+            spec = spec.replace(d_model=fitted.d_model, d_ff=fitted.d_ff)
         fitted = spec.replace(vocab_size=task.tokenizer().vocab_size)
         cfg = dataclasses.replace(TrainConfig(), **train)
         seq = task.seq_len() if hasattr(task, "seq_len") else (cfg.block_size or min(spec.max_len, 128))

@@ -98,6 +98,9 @@ class Budget:
     steps: int | None = None
     tokens: float | None = None
     flops: float | None = None
+    # beside one of those: every variant's width set to this many parameters (zoo.experiment.matching)
+    params: float | None = None
+    params_tolerance: float = 0.05
 
     @property
     def kind(self) -> str:
@@ -534,9 +537,28 @@ def _parse_train(train: Any, where: str) -> tuple:
 
 
 def _parse_budget(b: Any) -> Budget:
+    """One of steps / tokens / flops, and optionally ``params: N`` (``params_tolerance``: 0.05)."""
+    if isinstance(b, dict) and ("params" in b or "params_tolerance" in b):
+        rest = {k: v for k, v in b.items() if k not in ("params", "params_tolerance")}
+        if "params" not in b:
+            _bad("budget.params_tolerance", "goes with params: N", fix="add params: N, or remove it")
+        out = {}
+        for k, lo, hi in (("params", 1.0, 1e13), ("params_tolerance", 0.0, 1.0)):
+            v = b.get(k, 0.05)
+            if isinstance(v, str):
+                try:
+                    v = float(v)
+                except ValueError:
+                    _bad(f"budget.{k}", f"not a number: {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (k == "params_tolerance" and v == 0):
+                _bad(f"budget.{k}", f"must be a number in {'[1, 1e13]' if k == 'params' else '(0, 1]'}, got {v!r}",
+                     fix="e.g. budget: {steps: 400, params: 2.0e5, params_tolerance: 0.05}")
+            out[k] = float(v)
+        return dataclasses.replace(_parse_budget(rest), **out)
     if not isinstance(b, dict) or len(b) != 1 or next(iter(b)) not in ("steps", "tokens", "flops"):
-        _bad("budget", "must be exactly one of {steps: N}, {tokens: N}, {flops: N}",
-             fix="e.g. budget: {flops: 2e12} for an equal-compute comparison")
+        _bad("budget", "must be exactly one of {steps: N}, {tokens: N}, {flops: N} (and optionally params: N)",
+             fix="e.g. budget: {flops: 2e12} for an equal-compute comparison, "
+                 "or {steps: 400, params: 2e5} for equal parameter counts")
     k, v = next(iter(b.items()))
     if isinstance(v, str):
         try:
