@@ -15,7 +15,8 @@ GGUF, as ``tests/real_models.py`` caches it):
   prefill -- said in the table);
 - ``llama.cpp/plain``: repacking off (multi-token batches work: it also gives llama.cpp's prefill);
 - ``zoo/<mode>``: ``zoo.convert.from_gguf`` (float32, exact), then each precision mode of
-  :mod:`zoo.run.precision` (``int8``, ``int4``), each with ``compile=True`` too where it works.
+  :mod:`zoo.run.precision` (``int8``, ``int4``, and ``q4``: the file's own Q4_1 / Q8_0 blocks in
+  zoo's block kernels, :func:`zoo.run.precision.quantize_q4`), each with ``compile=True`` too.
 
 Protocol: a 32-token prompt (the start of an English paragraph, tokenized by the file's own
 tokenizer), then 128 greedy tokens; decode tok/s = 128 / (time of prompt + 128 tokens - time of
@@ -158,8 +159,10 @@ def zoo_modes(path: Path, modes: list[str]) -> tuple[dict, object]:
             m = precision.quantize_int8(copy.deepcopy(base))
         elif name == "int4":
             m = precision.quantize_int4(copy.deepcopy(base))
+        elif name == "q4":  # the file's own Q4_1 / Q8_0 blocks, zoo's block kernels
+            m = precision.quantize_q4(copy.deepcopy(base))
         else:
-            raise SystemExit(f"unknown mode {mode!r}: float32, bfloat16, int8, int4, each optionally +compile")
+            raise SystemExit(f"unknown mode {mode!r}: float32, bfloat16, int8, int4, q4, each optionally +compile")
         out[f"zoo/{mode}"] = Zoo(m, comp == "compile")
     return out, base
 
@@ -242,7 +245,7 @@ def main(argv=None) -> None:
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--prefill", type=int, default=512)
-    ap.add_argument("--modes", nargs="+", default=["float32", "int8", "int4", "int4+compile"])
+    ap.add_argument("--modes", nargs="+", default=["float32", "int8", "int4", "int4+compile", "q4", "q4+compile"])
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if not args.gguf.exists():

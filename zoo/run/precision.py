@@ -734,6 +734,10 @@ class BlockLinear(_Packed):
         bias = linear.bias.detach().cpu().to(linear.weight.dtype) if linear.bias is not None else None
         self.register_buffer("bias", bias)
         self._kernel = (codes, scale, lo, bias)  # a plain attribute: see Int8Linear
+        from . import qkernels
+
+        qkernels.available()  # builds the ops once (quantize_q4 checked they build)
+        self._ops, self._dequant_rows = qkernels.OPS, qkernels.DEQUANT_ROWS
         self.in_features, self.out_features = k, n
         self.dtype = linear.weight.dtype
         self.num_weights = linear.weight.numel() + (bias.numel() if bias is not None else 0)
@@ -744,23 +748,21 @@ class BlockLinear(_Packed):
         """The float32 weights ``(out, in)`` the blocks stand for."""
         codes, scale, lo, _ = self._kernel
         if self.bits == 4:
-            return torch.ops.zoo.q4_dequant(codes, scale, lo)
-        return torch.ops.zoo.q8_dequant(codes, scale)
+            return self._ops["q4_dequant"](codes, scale, lo)
+        return self._ops["q8_dequant"](codes, scale)
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
-        from .qkernels import DEQUANT_ROWS
-
         codes, scale, lo, bias = self._kernel
         x2 = x.reshape(-1, self.in_features)
         if x2.dtype != torch.float32:
             x2 = x2.float()
         x2 = x2.contiguous()
-        if x2.size(0) >= DEQUANT_ROWS:  # a prefill: one float32 GEMM on the unpacked weights
+        if x2.size(0) >= self._dequant_rows:  # a prefill: one float32 GEMM on the unpacked weights
             y = nn.functional.linear(x2, self.dequantized(), bias=None)
         elif self.bits == 4:
-            y = torch.ops.zoo.q4_mm(x2, codes, scale, lo)
+            y = self._ops["q4_mm"](x2, codes, scale, lo)
         else:
-            y = torch.ops.zoo.q8_mm(x2, codes, scale)
+            y = self._ops["q8_mm"](x2, codes, scale)
         if bias is not None:
             y = y + bias
         if y.dtype != self.dtype:

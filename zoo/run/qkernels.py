@@ -354,6 +354,11 @@ def _build() -> None:
         return scale.new_empty(codes.size(0), codes.size(1))
 
 
+#: the ops' default overloads once built (calling an overload skips ``torch.ops``' look-ups, a few
+#: microseconds a call that ~200 products a decoding step would pay): name -> OpOverload
+OPS: dict = {}
+
+
 def available() -> bool:
     """True once the block kernels are built and loaded (the first call builds them: ~30-90 s with
     a cold cache, then a load from ``TORCH_EXTENSIONS_DIR``); False where they cannot be (no C++
@@ -365,6 +370,8 @@ def available() -> bool:
             else:
                 try:
                     _build()
+                    OPS.update({n: getattr(torch.ops.zoo, n).default
+                                for n in ("q4_mm", "q8_mm", "q4_dequant", "q8_dequant")})
                     _state.update(ok=True, why=None)
                 except Exception as exc:  # noqa: BLE001 - no compiler, a failed build: fall back
                     _state.update(ok=False, why=f"{type(exc).__name__}: {str(exc).strip()[:300]}")
