@@ -79,11 +79,15 @@ def list_cmd():
 @click.option("--quick", is_flag=True, help="Apply the experiment's quick: block (a small version).")
 @click.option("--executor", type=click.Choice(["local", "inline", "submitit", "slurm"]), default="local",
               help="Where trials run (submitit / slurm: pip install submitit).")
-def run_cmd(experiment, out, jobs, threads, quick, executor):
+@click.option("--rerun-mismatched", is_flag=True,
+              help="Train again the trials whose result.json does not match (other code, edited, "
+                   "checkpoint swapped) instead of refusing.")
+def run_cmd(experiment, out, jobs, threads, quick, executor, rerun_mismatched):
     """Run (or resume) EXPERIMENT: a shipped name or a YAML file."""
     import zoo.experiment as ze
 
     res = ze.run(experiment, out=out, jobs=jobs, threads=threads, quick=quick, executor=executor,
+                 rerun_mismatched=rerun_mismatched,
                  progress=Printer(5.0 if sys.stdout.isatty() else 15.0))
     click.echo(res.markdown())
     click.echo(f"report: {res.out / 'report.html'}")

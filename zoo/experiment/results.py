@@ -40,7 +40,7 @@ from .tasks import get_task, is_past_only, is_teacher_forced, primary_metric
 SMOKE_NOTE = ("**Smoke test** (`--quick`): a small version of the experiment that checks the machinery "
               "runs end to end. Its numbers are not evidence for or against the claim; run without "
               "`--quick` for that.")
-from .trial import EXPERIMENT, RESULT, Trial
+from .trial import EXPERIMENT, RESULT, Trial, check_record, read_record
 
 REPORT_FILES = ("results.md", "results.csv", "report.html")
 
@@ -58,6 +58,7 @@ class TrialState:
     step: int = 0
     history: list = field(default_factory=list)
     result: dict | None = None
+    reason: str = ""  # why a "mismatched" trial's result.json is not counted
 
     @property
     def curve(self) -> list[tuple[int, float]]:
@@ -103,15 +104,16 @@ class Results:
             d = t.folder(self.out)
             st = TrialState(t.id, t.variant, t.seed, d, t.steps)
             st.history = read_metrics(d)
-            rf = d / RESULT
-            if rf.is_file():
-                try:
-                    rec = json.loads(rf.read_text(encoding="utf-8"))
-                    if rec.get("key") == t.key():
-                        st.result, st.status = rec, "done"
-                except json.JSONDecodeError:
-                    pass
-            if st.status != "done":
+            rec, why = read_record(d / RESULT)
+            if why != "missing":
+                reason = check_record(t, d, rec, why)
+                if reason:  # never counted: marked, with the reason, in every report
+                    st.status, st.reason = "mismatched", reason
+                else:
+                    st.result, st.status = rec, "done"
+            if st.status == "mismatched":
+                pass
+            elif st.status != "done":
                 logs = [r for r in st.history if "step" in r]
                 st.step = logs[-1]["step"] if logs else 0
                 if (d / "worker.log").is_file() and "error:" in (d / "worker.log").read_text(
@@ -359,6 +361,11 @@ class Results:
         lines += self.selection_lines()
         seeds = sorted({t.seed for t in self.trial_plans})
         done = sum(t.status == "done" for t in self.trials)
+        bad = [t for t in self.trials if t.status == "mismatched"]
+        if bad:  # refused records: named, never counted
+            lines += [f"**{len(bad)} trial(s) not counted** (their result.json cannot stand for them; "
+                      "`zoo experiment run ... --rerun-mismatched` trains them again):", ""]
+            lines += [f"- `{t.id}`: {t.reason}" for t in bad] + [""]
         lines += [f"Task `{self.trial_plans[0].task}` {self.trial_plans[0].task_params}; "
                   f"{len(self.variants)} variants x {len(seeds)} seeds; {done}/{len(self.trials)} "
                   "trials finished.", "",

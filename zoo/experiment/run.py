@@ -54,6 +54,7 @@ from .spec import (Experiment, ExperimentError, Variant, deep_merge, load, load_
                    tune_select)
 from .tasks import future_leak, get_task
 from .trial import EXPERIMENT, RESULT, TRIAL, Trial  # noqa: F401 - re-exported
+from .trial import check_record, code_changes, file_sha256, read_record, record_sha256
 
 #: logits at positions <= c that move by more than this fraction of their scale when the tokens
 #: after c change mean the model sees the future (a causal model's move is exactly 0: masked scores
@@ -129,7 +130,7 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
             trials.append(Trial(variant=v.name, seed=s, spec=spec.to_dict(), train=train, task=exp.task,
                                 task_params=tparams, steps=int(steps), seq_len=int(seq), params=params,
                                 flops_per_step=per_step, metrics=trial_metrics(exp), probe=exp.probe,
-                                plugins=exp.plugins))
+                                plugins=exp.plugins, code=code_identity(spec.to_dict(), exp.task)))
     return trials
 
 
@@ -177,6 +178,90 @@ def task_scores(trial: Trial, task, res) -> dict:
     return metrics
 
 
+# ---------------------------------------------------------------------- provenance
+def _kinds(entry) -> list[str]:
+    if isinstance(entry, str):
+        return [entry]
+    if isinstance(entry, dict) and isinstance(entry.get("kind"), str):
+        return [entry["kind"]]
+    if isinstance(entry, list):
+        return [k for e in entry for k in _kinds(e)]
+    return []
+
+
+def used_components(spec: dict, task_kind: str) -> list[tuple[str, str]]:
+    """``(family, kind)`` of every registered component a model spec (its shared fields and its
+    ``encoder:`` / ``decoder:`` sections) and the task use; activations named by a feed-forward
+    entry count too."""
+    from ..components import FAMILIES
+
+    out = {("task", task_kind)}
+    sections = [spec] + [spec[k] for k in ("encoder", "decoder") if isinstance(spec.get(k), dict)]
+    for sec in sections:
+        for f in FAMILIES:
+            if f.field is None:
+                continue
+            entry = sec.get(f.parent, {}).get(f.field) if f.parent else sec.get(f.field)
+            if f.parent and not isinstance(sec.get(f.parent), dict):
+                entry = None
+            out.update((f.name, k) for k in _kinds(entry))
+        ffn = sec.get("ffn")
+        if isinstance(ffn, dict) and isinstance(ffn.get("activation"), str):
+            out.add(("activation", ffn["activation"]))
+    return sorted(out)
+
+
+_GIT: dict = {}
+
+
+def git_state() -> tuple[dict | None, str]:
+    """``({"commit", "dirty"}, "")`` of the git checkout zoo runs from, or ``(None, why)`` outside
+    one (an installed package) or without git.  Read once per process."""
+    if "v" not in _GIT:
+        root = Path(__file__).resolve().parents[2]
+        try:
+            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                  text=True, timeout=10)
+            if head.returncode != 0:
+                _GIT["v"] = (None, "not a git checkout: no commit recorded")
+            else:
+                st = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                                     "--untracked-files=no"], capture_output=True, text=True, timeout=30)
+                _GIT["v"] = ({"commit": head.stdout.strip(), "dirty": bool(st.stdout.strip())}, "")
+        except (OSError, subprocess.SubprocessError):
+            _GIT["v"] = (None, "git is not available: no commit recorded")
+    return _GIT["v"]
+
+
+def source_digests(spec: dict, task_kind: str) -> dict[str, str]:
+    """``{module: sha256}`` of the source file of every plugin module the model and the task use
+    (the registry knows each component's class, hence its module), read now from disk."""
+    from ..registry import get_registry
+
+    reg = get_registry()
+    out: dict[str, str] = {}
+    for fam, kind in used_components(spec, task_kind):
+        try:
+            cls = reg.get(fam, kind).cls
+        except ZooError:
+            continue  # not a registered name (the spec parser already refused real unknowns)
+        mod = sys.modules.get(cls.__module__)
+        f = getattr(mod, "__file__", None)
+        if f and cls.__module__ not in out:
+            out[cls.__module__] = file_sha256(Path(f)) or "unreadable"
+    return out
+
+
+def code_identity(spec: dict, task_kind: str) -> dict:
+    """The code a trial runs: the zoo version, the git commit and dirty flag (None outside a
+    checkout, with ``git_note`` saying so) and :func:`source_digests`.  It is part of the trial
+    (so of its key) and of its ``result.json``."""
+    from ..version import __version__
+
+    git, note = git_state()
+    return {"zoo": __version__, "git": git, "git_note": note, "sources": source_digests(spec, task_kind)}
+
+
 # ---------------------------------------------------------------------- one trial (the worker)
 def attention_entropy(model, ids: list[int]) -> float:
     """Mean entropy (nats) of the attention rows of every layer and head on ``ids``: ``log(T)``
@@ -195,6 +280,11 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
     load_plugins(trial.plugins)
     task = get_task(trial.task, trial.task_params)
     spec = parse_spec(trial.spec)
+    code = code_identity(trial.spec, trial.task)
+    if trial.code and code["sources"] != trial.code.get("sources"):
+        raise ExperimentError("the code changed since the experiment was planned: "
+                              + ", ".join(code_changes(trial.code, code)), where=f"trial {trial.id}",
+                              fix="rerun the same command: it plans the trials again with this code")
     knobs = {**trial.train, "progress": False}
     extra: dict = {}
     if "entropy_init" in trial.metrics:  # the same initial weights the trainer starts from
@@ -219,7 +309,10 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
               "params": trial.params, "train_flops": trial.train_flops, "metrics": metrics,
               "wall_time_s": res.wall_time, "pid": os.getpid(), "tokens_per_s": (sum(tps[1:]) / len(tps[1:])) if len(tps) > 1
               else (tps[0] if tps else None), "finished": time.time(),
-              "causality": {"max_logit_change": leak, "sees_future": leak > LEAK_TOL}}
+              "causality": {"max_logit_change": leak, "sees_future": leak > LEAK_TOL},
+              "code": trial.code or code, "spec_sha256": trial.spec_sha256(),
+              "weights_sha256": file_sha256(out / "model.safetensors")}
+    record["record_sha256"] = record_sha256(record)
     text = json.dumps(record, indent=1, ensure_ascii=False)
     atomic_write(out / RESULT, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return record
@@ -227,14 +320,22 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
 
 def finished(trial: Trial, out: Path) -> dict | None:
     """The trial's completion record, if it finished (and is this very trial)."""
-    f = trial.folder(out) / RESULT
-    if not f.is_file():
-        return None
-    try:
-        rec = json.loads(f.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, OSError):
-        return None
-    return rec if rec.get("key") == trial.key() else None
+    rec, why = read_record(trial.folder(out) / RESULT)
+    return rec if rec is not None and not check_record(trial, trial.folder(out), rec, why) else None
+
+
+def mismatched(trials: list[Trial], out: Path) -> dict[str, str]:
+    """``{trial id: why}`` for every trial whose folder holds a ``result.json`` that cannot stand
+    for it (:func:`check_record`): other code, edited, swapped checkpoint, damaged."""
+    bad = {}
+    for t in trials:
+        rec, why = read_record(t.folder(out) / RESULT)
+        if why == "missing":
+            continue
+        reason = check_record(t, t.folder(out), rec, why)
+        if reason:
+            bad[t.id] = reason
+    return bad
 
 
 # ---------------------------------------------------------------------- the whole experiment
@@ -250,7 +351,7 @@ def default_jobs(n_trials: int, threads: int | None = None) -> tuple[int, int]:
 def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | None = None,
         threads: int | None = None, quick: bool = False, executor: str = "local",
         progress: Callable[[dict], None] | None = None, report: bool = True,
-        poll_s: float = 0.5) -> "Results":
+        poll_s: float = 0.5, rerun_mismatched: bool = False) -> "Results":
     """Run (or resume) an experiment and return its :class:`~zoo.experiment.results.Results`.
 
     ``experiment``: a shipped name, YAML path or text, dict, or :class:`Experiment`.  ``out``: the
@@ -259,11 +360,28 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
     called with dicts ``{"event": "start" | "trial" | "done" | "failed" | "end", ...}``: per trial
     ``id``, ``variant``, ``seed``, ``step``, ``steps``, ``loss``, ``eta_s``; overall ``finished``,
     ``total``, ``eta_s``.  ``report=False`` skips writing the report files.
+
+    A trial folder whose ``result.json`` cannot stand for its trial (:func:`check_record`: written
+    by other code -- the changed plugin sources are named --, edited, its checkpoint swapped or
+    replaced, damaged) is refused with an :class:`ExperimentError` listing them, before anything
+    runs; ``rerun_mismatched=True`` (``--rerun-mismatched``) clears those trial folders and trains
+    them again instead.
     """
     exp = load(experiment, quick=quick)
     trials = plan(exp)
     out = Path(out) if out is not None else Path("runs") / "experiments" / (exp.name + ("-quick" if quick else ""))
     _claim_folder(exp, trials, out)
+    bad = mismatched(trials, out)
+    if bad and not rerun_mismatched:
+        shown = "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:3])
+        raise ExperimentError(f"{len(bad)} finished trial(s) do not match this run: {shown}"
+                              + (f"; and {len(bad) - 3} more" if len(bad) > 3 else ""),
+                              where="experiment.out",
+                              fix="pass --rerun-mismatched (rerun_mismatched=True) to train them "
+                                  "again, or another --out")
+    for t in trials:
+        if t.id in bad:  # cleared: trained afresh (no resume from a state of other code)
+            _clear_trial(t, out)
     todo = [t for t in trials if finished(t, out) is None]
     jobs, threads = default_jobs(len(todo) or 1, threads) if jobs is None else (jobs, threads or 1)
     emit = progress or (lambda e: None)
@@ -317,6 +435,23 @@ def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(rec, indent=1, ensure_ascii=False)
     atomic_write(f, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
+def _clear_trial(t: Trial, out: Path) -> None:
+    """Remove a trial's folder (refused when it, or a folder above it inside ``out``, is a
+    symlink: zoo never deletes through a link)."""
+    import shutil
+
+    d = t.folder(out)
+    rel = d.relative_to(out)
+    here = Path(out)
+    for part in rel.parts:
+        here = here / part
+        if here.is_symlink():
+            raise ExperimentError(f"{rel} is a symlink; zoo does not write or delete through links",
+                                  where="experiment.out", fix="remove the link")
+    if d.is_dir():
+        shutil.rmtree(d)
 
 
 def _write_trial(t: Trial, out: Path) -> Path:
