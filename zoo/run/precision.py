@@ -22,6 +22,10 @@ int4       ~0.56         :func:`quantize_int4` (CPU): weight-only, asymmetric, p
                          ``group_size`` inputs (below); the product runs in PyTorch's own int4
                          kernel ``aten._weight_int4pack_mm_for_cpu`` with bfloat16 activations;
                          the LM head is int8 (``head=``)
+q4         ~0.56         :func:`quantize_q4` (CPU): GGUF's own Q4_1 blocks (4-bit codes, a float
+                         scale and minimum per 32 inputs) and a Q8_0 LM head, kept exactly as a
+                         converted file stores them and multiplied in zoo's block kernels
+                         (:mod:`zoo.run.qkernels`): the float32 conversion's answers
 =========  ============  ======================================================================
 
 **Why weight-only.**  Large language models carry activation outliers: a few channels of a layer's
