@@ -44,6 +44,12 @@ footer { display: none !important; }
 #run-card pre { overflow-x: auto; max-width: 100%; }
 #cmp-table th, #verify-table th { white-space: nowrap; word-break: normal; }
 .zoo-stale { padding: 8px; border: 1px dashed #888; border-radius: 6px; opacity: 0.8; }
+/* Experiments at 1280 px (issue 34): headers on one line ("paramete rs" / "se ed s" no more), cells
+   wrapped between words ("within nois" clipped no more), the tables scroll sideways if they must */
+#exp-table th, #exp-progress th { white-space: nowrap !important; word-break: keep-all !important; }
+#exp-table td, #exp-progress td { white-space: normal; word-break: normal; overflow-wrap: anywhere; }
+#exp-table, #exp-progress { overflow-x: auto; }
+#exp-table table, #exp-progress table { table-layout: auto !important; }
 """
 
 

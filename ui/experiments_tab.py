@@ -330,12 +330,13 @@ def build(tr, lang_state) -> dict:
             ui["status"] = gr.Markdown("", elem_id="exp-status")
             ui["progress"] = tr.add(gr.Dataframe(headers=[tr(h) for h in PROGRESS_HEADERS], label=tr("exp.progress"),
                                                  interactive=False, elem_id="exp-progress"),
-                                    label="exp.progress", headers=PROGRESS_HEADERS)
+                                    label="exp.progress",  # an empty table's headers follow the switch as a value
+                                    value=lambda lang: _df([], PROGRESS_HEADERS, lang))
     ui["curves"] = tr.add(gr.Plot(label=tr("exp.curves"), elem_id="exp-curves", elem_classes=["zoo-plot"]),
                           label="exp.curves")
     ui["table"] = tr.add(gr.Dataframe(headers=[tr(h) for h in TABLE_HEADERS], label=tr("exp.table"),
                                       interactive=False, wrap=True, elem_id="exp-table"),
-                         label="exp.table", headers=TABLE_HEADERS)
+                         label="exp.table", value=lambda lang: _df([], TABLE_HEADERS, lang))
     with gr.Row():
         ui["trial"] = tr.add(gr.Dropdown([], label=tr("exp.trial"), elem_id="exp-trial"), label="exp.trial")
         ui["open"] = tr.add(gr.Button(tr("exp.open"), elem_id="exp-open"), value="exp.open")
@@ -362,6 +363,13 @@ def redraw(lang: str, name: str | None):
         return None
     p = poll(name, lang)
     return _df(p["progress"], PROGRESS_HEADERS, lang), _df(p["table"], TABLE_HEADERS, lang), p["status"]
+
+
+#: The committed report and its figures sit at the bottom of the tab: "Show full report" brings
+#: the figures (or the error box) into view -- the gallery read as blank until scrolled to (issue 34).
+SHOW_REPORT_JS = """() => { const err = document.querySelector('#exp-error');
+  const el = err && err.querySelector('strong') ? err : document.querySelector('#exp-gallery');
+  if (el) el.scrollIntoView({block: 'start', behavior: 'instant'}); }"""
 
 
 def _wire(ui: dict, lang_state) -> None:
@@ -401,7 +409,7 @@ def _wire(ui: dict, lang_state) -> None:
         return shipped_report(name, lang)
 
     ui["report"].click(on_report, [ui["pick"], lang_state], [ui["report_md"], ui["gallery"], ui["error"]],
-                       api_visibility="private")
+                       api_visibility="private").then(None, js=SHOW_REPORT_JS)
 
     @inline_errors(2)
     def on_open(name, trial, lang):
