@@ -25,7 +25,7 @@ import torch
 import zoo
 
 CATEGORIES = ("converter", "generation", "checkpoints", "yaml", "sizes", "training",
-              "tokenizer files", "paths", "using a model")
+              "tokenizer files", "paths", "using a model", "chat templates", "gguf", "generation options")
 
 #: Hostile-looking inputs that are in fact valid and rightly accepted (anything else accepted is
 #: "silent": the table counts it, and tests/guard/test_hostile.py fails on it).
@@ -38,6 +38,7 @@ ACCEPTED = {
     "max_len 10**18 (rope: no table)",  # rope keeps no max_len-sized table: nothing to refuse
     "resume option beta2=0.0", "resume option grad_clip=0",  # valid edges of AdamW and clipping
     "tokenizer file published pattern (llama 3)", "tokenizer file NFKC + Lowercase + Prepend",
+    "beams with every token a stop token",  # valid: every beam ends at its first token (issue 35)
 }
 
 
@@ -941,9 +942,157 @@ def _health() -> list[Case]:
     return out
 
 
+# ---------------------------------------------------------------------- issue 35: new surfaces
+_NESTED_LOOPS = "".join(f"{{% for a{i} in [1] %}}" for i in range(25)) + "x" + "{% endfor %}" * 25
+#: Hostile chat templates (as a checkpoint's metadata may carry them) -> what the refusal says
+#: (tests/guard/test_sandbox.py checks each message; the corpus counts the outcomes).
+CHAT_TEMPLATES = {
+    "division by zero": ("{{ 1 / 0 }}", "ZeroDivisionError"),
+    "cycler() with no items": ("{{ cycler().next() }}", "RuntimeError"),
+    "25 nested loops": (_NESTED_LOOPS, "nests too deeply"),
+    "5,000 nested parentheses": ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "nests too deeply"),
+    "raise_exception printed": ("{{ raise_exception }}", "prints a function"),
+    "a cycler printed": ("{{ cycler(1, 2) }}", "prints a Cycler"),
+    "range printed in a list": ("{{ [range] }}", "prints a list"),
+    "'x' * 10**9": ("{{ 'x' * 10**9 }}", "more than 512 MiB|more than 8,000,000 characters"),
+    "indent(2e8)": ("{{ 'a\nb' | indent(2e8) }}", "TypeError"),
+    "indent(200000000)": ("{{ 'a\nb' | indent(200000000) }}", "MiB|characters|did not finish"),
+    "tojson(indent=1e8)": ("{{ messages | tojson(indent=1e8) }}", "TypeError"),
+    "tojson(indent=10**8)": ("{{ messages | tojson(indent=100000000) }}", "MiB|characters|did not finish"),
+    "nested range(99999) loops": ("{% for i in range(99999) %}{% for j in range(99999) %}{{ '' }}"
+                                  "{% endfor %}{% endfor %}", "did not finish"),
+    "a macro calling itself": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recurses"),
+    "a string doubled 40 times": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+                                  "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+                                  "MiB|did not finish"),
+    "memory taken, nothing printed": ("{% set big = 'x' * 10**9 %}done", "MiB"),
+    "a 10-million-character prompt": ("{% for i in range(100) %}{{ 'x' * 100000 }}{% endfor %}",
+                                      "more than 8,000,000 characters"),
+}
+
+
+def _chat_templates() -> list[Case]:
+    from zoo.run.chat import render
+
+    msgs = [{"role": "user", "content": "hello"}]
+    return [Case("chat templates", name, lambda c, t=t: render(t, msgs))
+            for name, (t, _) in CHAT_TEMPLATES.items()]
+
+
+def _gguf_header(kvs=(), *, n_tensors=0, n_kv=None, tail=b"", version=3) -> bytes:
+    out = b"GGUF" + struct.pack("<IQQ", version, n_tensors, len(kvs) if n_kv is None else n_kv)
+    for key, value in kvs:
+        out += struct.pack("<Q", len(key)) + key.encode() + value
+    return out + tail
+
+
+def _gguf_tensor(name: bytes, dims, qtype: int, offset: int = 0) -> bytes:
+    return struct.pack("<Q", len(name)) + name + struct.pack(f"<I{len(dims)}QIQ", len(dims), *dims, qtype, offset)
+
+
+def _gguf() -> list[Case]:
+    from zoo.convert import from_gguf
+
+    u32 = lambda v: struct.pack("<II", 4, v)  # noqa: E731 - a UINT32 value
+    files = {
+        "array of numbers past the end": _gguf_header([("a", struct.pack("<IIQ", 9, 4, 10**12))]),
+        "array of strings past the end": _gguf_header([("a", struct.pack("<IIQ", 9, 8, 10**9))]),
+        "nested arrays": _gguf_header([("a", struct.pack("<IIQIIQ", 9, 9, 1, 9, 9, 1))]),
+        "a string of 2**63 bytes": _gguf_header([("a", struct.pack("<IQ", 8, 2**63))]),
+        "2**60 tensors": _gguf_header(n_tensors=2**60),
+        "2**62 metadata entries": _gguf_header(n_kv=2**62),
+        "an unknown value type": _gguf_header([("a", struct.pack("<I", 77))]),
+        "a tensor past the end": _gguf_header(n_tensors=1, tail=_gguf_tensor(b"t", (4096, 4096), 0)),
+        "a tensor of five dimensions": _gguf_header(n_tensors=1, tail=_gguf_tensor(b"t", (1,) * 5, 0)),
+        "a row of half a Q8_0 block": _gguf_header(n_tensors=1, tail=_gguf_tensor(b"t", (16,), 8) + bytes(64)),
+        "tensor type 9999": _gguf_header(n_tensors=1, tail=_gguf_tensor(b"t", (4,), 9999) + bytes(64)),
+        "a tensor named twice": _gguf_header(n_tensors=2, tail=_gguf_tensor(b"t", (8,), 0)
+                                             + _gguf_tensor(b"t", (8,), 0, 32) + bytes(96)),
+        "a key named twice": _gguf_header([("a", u32(1)), ("a", u32(2))]),
+        "alignment 3": _gguf_header([("general.alignment", u32(3))]),
+        "a key not UTF-8": b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2) + b"\xff\xfe" + u32(1),
+        "version 99": _gguf_header(version=99),
+        "magic only": b"GGUF",
+        "empty file": b"",
+        "not GGUF: a secret": b"token=hunter2\x1b[31m",
+        "no architecture": _gguf_header([("general.name", struct.pack("<IQ", 8, 1) + b"x")]),
+    }
+
+    def run(c, data):
+        p = c.fresh("gguf") / "m.gguf"
+        p.write_bytes(data)
+        return from_gguf(p)
+    return [Case("gguf", name, lambda c, d=d: run(c, d)) for name, d in files.items()]
+
+
+def _generation_options() -> list[Case]:
+    gen = zoo.run.generate.generate
+    P = torch.tensor([[1, 2, 3]])
+    rules = {"suppress every token": {"suppress_tokens": list(range(300))},
+             "bad_words every token": {"bad_words": [[i] for i in range(300)]},
+             "vocab_limit=5 + no_repeat_ngram_size=1": {"vocab_limit": 5, "no_repeat_ngram_size": 1}}
+    modes = {"greedy": {}, "sampling": {"do_sample": True, "seed": 0}, "beams": {"num_beams": 3},
+             "beam sampling": {"num_beams": 3, "do_sample": True, "seed": 0}}
+    out = [Case("generation options", f"{r}, {m}", lambda c, o={**ro, **mo}: gen(c.model.eval(), P, 8, **o))
+           for r, ro in rules.items() for m, mo in modes.items()]
+    out.append(Case("generation options", "beams with every token a stop token",
+                    lambda c: gen(c.model.eval(), P, 5, num_beams=3, stop_tokens=list(range(300)))))
+
+    def numerals(c, text):
+        import warnings
+
+        m = zoo.load("numerals_t5")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return m.generate(text, 4)
+    out.append(Case("generation options", "numeral of 4,301 digits", lambda c: numerals(c, "1" * 4301)))
+    for ch in ("\x1c", "\x1f", "\x85"):
+        out.append(Case("generation options", f"poem prompt with {ch!r}",
+                        lambda c, ch=ch: zoo.load("poet_gpt").generate(f"床前{ch}明月光，", 2)))
+
+    def contract(c, pattern):
+        from zoo.run.input_contract import InputContract
+
+        return InputContract.from_json({"description": "x", "example": "a", "pattern": pattern})
+    out.append(Case("generation options", "contract pattern (?:(?:a|aa){16}){16}",
+                    lambda c: contract(c, "(?:(?:a|aa){16}){16}")))
+
+    def over_budget(c, call):
+        import zoo.guard.run_budget as rb
+
+        m = zoo.build("gpt_tiny", max_len=4096, positions={"kind": "rope"}).eval()
+        old, rb.BUDGET = rb.BUDGET, 300 * 2**20
+        try:
+            return call(m)
+        finally:
+            rb.BUDGET = old
+    out.append(Case("generation options", "run_with_cache of 2,048 tokens over the budget",
+                    lambda c: over_budget(c, lambda m: m.run_with_cache(torch.zeros(1, 2048, dtype=torch.long)))))
+    out.append(Case("generation options", "generate(return_cache=True) 4 x 2,000 over the budget",
+                    lambda c: over_budget(c, lambda m: m.generate(torch.zeros(4, 1000, dtype=torch.long), 1000,
+                                                                  return_cache=True))))
+
+    def int8_bf16(c):
+        from zoo.run import precision
+
+        m = zoo.build("gpt_tiny", num_layers=1, d_model=32, num_heads=2, vocab_size=300, max_len=64, seed=0)
+        return precision.quantize_int8(m).to(torch.bfloat16)(P)
+
+    def int4_train(c):
+        from zoo.run import precision
+
+        m = zoo.build("gpt_tiny", num_layers=1, d_model=64, num_heads=2, vocab_size=300, max_len=64, seed=0)
+        q = precision.quantize_int4(m).train()
+        q(P).float().sum().backward()
+    out += [Case("generation options", "quantize_int8 then bfloat16", int8_bf16),
+            Case("generation options", "quantize_int4 then backward", int4_train)]
+    return out
+
+
 def cases() -> list[Case]:
     return [*_converter(), *_generation(), *_checkpoints(), *_yaml(), *_sizes(), *_training(),
-            *_tokenizer_files(), *_paths(), *_entry_points(), *_work(), *_health()]
+            *_tokenizer_files(), *_paths(), *_entry_points(), *_work(), *_health(),
+            *_chat_templates(), *_gguf(), *_generation_options()]
 
 
 # ---------------------------------------------------------------------- running one

@@ -20,33 +20,11 @@ import pytest
 from zoo.guard import sandbox
 from zoo.run.chat import ChatError, compile_template, folder_template, render
 
-MSGS = [{"role": "user", "content": "hello"}]
-NESTED_LOOPS = "".join(f"{{% for a{i} in [1] %}}" for i in range(25)) + "x" + "{% endfor %}" * 25
+import hostile_corpus as hc  # noqa: E402
 
-#: (template, what the refusal says)
-HOSTILE = {
-    "division by zero": ("{{ 1 / 0 }}", "ZeroDivisionError"),
-    "cycler() with no items": ("{{ cycler().next() }}", "RuntimeError"),
-    "25 nested loops": (NESTED_LOOPS, "nests too deeply"),
-    "5,000 nested parentheses": ("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", "nests too deeply"),
-    "raise_exception printed": ("{{ raise_exception }}", "prints a function"),
-    "a cycler printed": ("{{ cycler(1, 2) }}", "prints a Cycler"),
-    "range printed in a list": ("{{ [range] }}", "prints a list"),
-    "'x' * 10**9": ("{{ 'x' * 10**9 }}", "more than 512 MiB|more than 8,000,000 characters"),
-    "indent(2e8)": ("{{ 'a\nb' | indent(2e8) }}", "TypeError"),
-    "indent(200000000)": ("{{ 'a\nb' | indent(200000000) }}", "MiB|characters|did not finish"),
-    "tojson(indent=1e8)": ("{{ messages | tojson(indent=1e8) }}", "TypeError"),
-    "tojson(indent=10**8)": ("{{ messages | tojson(indent=100000000) }}", "MiB|characters|did not finish"),
-    "nested range(99999) loops": ("{% for i in range(99999) %}{% for j in range(99999) %}{{ '' }}"
-                                  "{% endfor %}{% endfor %}", "did not finish"),
-    "a macro calling itself": ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recurses"),
-    "a string doubled 40 times": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}"
-                                  "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
-                                  "MiB|did not finish"),
-    "memory taken, nothing printed": ("{% set big = 'x' * 10**9 %}done", "MiB"),
-    "a 10-million-character prompt": ("{% for i in range(100) %}{{ 'x' * 100000 }}{% endfor %}",
-                                      "more than 8,000,000 characters"),
-}
+MSGS = [{"role": "user", "content": "hello"}]
+#: (template, what the refusal says): the corpus's table, so the hostile table counts the same cases
+HOSTILE = hc.CHAT_TEMPLATES
 
 
 @pytest.fixture
@@ -83,7 +61,7 @@ def test_what_may_be_printed_text_numbers_data_undefined():
 
 
 def test_a_broken_template_is_refused_when_it_is_read_not_at_the_first_chat(tmp_path):
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": NESTED_LOOPS}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": hc.CHAT_TEMPLATES["25 nested loops"][0]}))
     with pytest.raises(ChatError, match="nests too deeply"):
         folder_template(tmp_path)
     with pytest.raises(ChatError, match="does not parse"):

@@ -174,7 +174,7 @@ class Header:
         if self.version not in VERSIONS:
             raise ConvertError(f"GGUF version {short(self.version)} is not read (versions "
                                f"{', '.join(map(str, VERSIONS))} are)", where=self.where,
-                               options=list(VERSIONS), fix="convert the model again with a current llama.cpp")
+                               options=[str(v) for v in VERSIONS], fix="convert the model again with a current llama.cpp")
         n_tensors = self._u("<Q", "the tensor count")
         n_kv = self._u("<Q", "the metadata count")
         if n_kv > self._left() // MIN_ENTRY:
