@@ -232,3 +232,16 @@ def test_a_language_switch_words_the_check_again_without_running_it(monkeypatch)
     _, err_en = et.validate("name: x\nbogus: 1\n")
     _, err_zh = et.validate("name: x\nbogus: 1\n", "zh")
     assert len(calls) == 2 and err_en and err_zh and err_en != err_zh
+
+
+def test_the_empty_tables_headers_follow_the_language_switch():
+    """issue 34: the empty trials table kept 'trial status step loss' in 中文 (the frontend ignores
+    a headers-only update); the switch sends the empty table, headers translated, as its value."""
+    from zoo.ui.app import build_app
+    from zoo.ui.i18n import t
+
+    tr = build_app().zoo_translator
+    updates = dict(zip(map(id, tr.switch_outputs), tr.switch("zh", [None] * len(tr.switch_inputs))))
+    for elem, keys in (("exp-progress", et.PROGRESS_HEADERS), ("exp-table", et.TABLE_HEADERS)):
+        box = next(c for c in tr.switch_outputs if getattr(c, "elem_id", None) == elem)
+        assert list(updates[id(box)]["value"].columns) == [t(k, "zh") for k in keys], elem
