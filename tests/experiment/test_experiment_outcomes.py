@@ -12,6 +12,7 @@ import zoo.experiment as ze
 from zoo.experiment.results import Results
 from zoo.experiment.run import _claim_folder, plan
 from zoo.experiment.stats import holm, two_proportions, wilson
+from zoo.experiment.trial import file_sha256, record_sha256
 
 EXP = {"name": "jumps", "base": {"preset": "gpt_tiny", "num_layers": 1, "d_model": 32, "num_heads": 2,
                                  "d_ff": 64, "max_len": 16},
@@ -39,8 +40,14 @@ def _write(out, exp):
             (d / "metrics.jsonl").write_text(json.dumps({"event": "stopped", "step": 7, "error": STOPPED}) + "\n")
             (d / "worker.log").write_text(f"error: {STOPPED}\n")
             continue
+        # the worker's record (zoo.experiment.run.run_trial): bound to the trial, its code and the
+        # checkpoint beside it (here a stand-in file: the table reads metrics, not weights)
+        (d / "model.safetensors").write_bytes(f"weights of {t.id}".encode())
         rec = {"key": t.key(), "variant": t.variant, "seed": t.seed, "steps": t.steps, "params": t.params,
-               "train_flops": t.train_flops, "metrics": {"acc": acc, "train_loss": 2.0 - acc + 0.01 * t.seed}}
+               "train_flops": t.train_flops, "metrics": {"acc": acc, "train_loss": 2.0 - acc + 0.01 * t.seed},
+               "code": t.code, "spec_sha256": t.spec_sha256(),
+               "weights_sha256": file_sha256(d / "model.safetensors")}
+        rec["record_sha256"] = record_sha256(rec)
         (d / "result.json").write_text(json.dumps(rec))
     return Results.from_dir(out)
 
