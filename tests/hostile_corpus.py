@@ -25,7 +25,8 @@ import torch
 import zoo
 
 CATEGORIES = ("converter", "generation", "checkpoints", "yaml", "sizes", "training",
-              "tokenizer files", "paths", "using a model", "chat templates", "gguf", "generation options")
+              "tokenizer files", "paths", "using a model", "chat templates", "gguf", "generation options",
+              "experiments")
 
 #: Hostile-looking inputs that are in fact valid and rightly accepted (anything else accepted is
 #: "silent": the table counts it, and tests/guard/test_hostile.py fails on it).
@@ -1089,10 +1090,144 @@ def _generation_options() -> list[Case]:
     return out
 
 
+_EXP = {"name": "hostile", "base": {"preset": "gpt_tiny", "num_layers": 1, "d_model": 16, "num_heads": 2,
+                                    "d_ff": 32, "max_len": 16},
+        "variants": [{"name": "a", "set": {}}], "seeds": 1, "task": {"kind": "copy", "length": 4, "vocab": 6},
+        "train": {"batch_size": 4, "eval_every": 1000, "save_every": 1000}, "budget": {"steps": 1}}
+
+
+def _exp(**change) -> dict:
+    d = json.loads(json.dumps(_EXP))
+    d.update(change)
+    return d
+
+
+def _planned(c: Ctx, name: str) -> Path:
+    """A results folder holding a planned (not run) experiment: its experiment.json, no trial."""
+    import zoo.experiment as ze
+    from zoo.experiment.run import _claim_folder
+
+    out = c.root / "exp" / name
+    exp = ze.load(_EXP)
+    _claim_folder(exp, ze.plan(exp), out)
+    return out
+
+
+def _guard_outside(c: Ctx, action: Callable[[Path], Any]) -> Any:
+    """``action(victim)`` with a file outside every results folder; raises DataLost if it changed."""
+    victim = c.root / "exp-victim.txt"
+    victim.write_text("precious", encoding="utf-8")
+    try:
+        return action(victim)
+    finally:
+        if victim.read_text(encoding="utf-8") != "precious":
+            raise DataLost("a file outside the results folder was overwritten")
+
+
+def _experiments() -> list[Case]:
+    import zoo.experiment as ze
+
+    def parse(d):
+        return lambda c: ze.parse(d)
+
+    def run(out_of=None, **kw):
+        def go(c):
+            out = out_of(c) if out_of else c.root / "exp" / "run"
+            return ze.run(_EXP, out=out, executor=kw.pop("executor", "inline"), report=False, **kw)
+        return go
+
+    def damaged_plan(data: bytes):
+        def go(c):
+            out = c.root / "exp" / f"plan{len(data)}{abs(hash(data)) % 1000}"
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "experiment.json").write_bytes(data)
+            return ze.Results.from_dir(out)
+        return go
+
+    def damaged_result(data: bytes | None, sparse: int = 0):
+        def go(c):
+            out = _planned(c, f"res{sparse}{abs(hash(data)) % 1000}")
+            f = out / "trials" / "a" / "seed0" / "result.json"
+            f.parent.mkdir(parents=True, exist_ok=True)
+            if sparse:
+                with open(f, "wb") as fh:
+                    fh.truncate(sparse)
+            else:
+                f.write_bytes(data)
+            ze.Results.from_dir(out).markdown()  # the report reads it: marked, not a crash
+            return ze.run(_EXP, out=out, executor="inline", report=False)  # resume refuses it
+        return go
+
+    def fifo(c):
+        return _fifo(c.root / "exp-fifo")
+
+    def a_file(c):
+        return _touch(c.root / "exp-file", b"x")
+
+    def report_through_link(name):
+        def go(c):
+            out = _planned(c, "link" + name.replace("/", "_"))
+
+            def act(victim):
+                (out / name).parent.mkdir(parents=True, exist_ok=True)
+                (out / name).symlink_to(victim)
+                return ze.Results.from_dir(out).write_report(inside=False)
+            return _guard_outside(c, act)
+        return go
+
+    def trial_link(c):
+        out = _planned(c, "triallink")
+        (out / "trials").mkdir()
+        elsewhere = _mkdir(c.root / "exp-elsewhere")
+        (out / "trials" / "a").symlink_to(elsewhere)
+        return ze.run(_EXP, out=out, executor="inline", report=False)
+
+    grid64k = {"num_layers": list(range(40)), "d_ff": list(range(40)), "d_model": list(range(40))}
+    return [
+        Case("experiments", "variant named ..", parse(_exp(variants=[{"name": ".."}]))),
+        Case("experiments", "variant named .", parse(_exp(variants=[{"name": "."}]))),
+        Case("experiments", "variant name with /", parse(_exp(variants=[{"name": "a/../../b"}]))),
+        Case("experiments", "variant name 300 chars", parse(_exp(variants=[{"name": "a" * 300}]))),
+        Case("experiments", "variant name with NUL", parse(_exp(variants=[{"name": "a\x00b"}]))),
+        Case("experiments", "grid value ../../../../x",
+             parse(_exp(variants=None, grid={"positions": ["../../../../x"]}))),
+        Case("experiments", "grid value with /", parse(_exp(variants=None, grid={"task.length": ["4/x"]}))),
+        Case("experiments", "64,000-variant grid", parse(_exp(variants=None, grid=grid64k))),
+        Case("experiments", "budget steps .inf", parse(_exp(budget={"steps": math.inf}))),
+        Case("experiments", "budget flops nan", parse(_exp(budget={"flops": math.nan}))),
+        Case("experiments", "budget tokens -inf", parse(_exp(budget={"tokens": -math.inf}))),
+        Case("experiments", "budget steps 1e30", parse(_exp(budget={"steps": 1e30}))),
+        Case("experiments", "task poems path /etc/passwd", parse(_exp(task={"kind": "poems", "path": "/etc/passwd"}))),
+        Case("experiments", "task poems path ../../x", parse(_exp(task={"kind": "poems", "path": "../../x"}))),
+        Case("experiments", "out=''", run(lambda c: "")),
+        Case("experiments", "out=/dev/null", run(lambda c: "/dev/null")),
+        Case("experiments", "out a file", run(a_file)),
+        Case("experiments", "out a FIFO", run(fifo)),
+        Case("experiments", "jobs=0", run(jobs=0)),
+        Case("experiments", "jobs=-3", run(jobs=-3)),
+        Case("experiments", "threads=0", run(threads=0)),
+        Case("experiments", "executor nosuch", run(executor="nosuch")),
+        Case("experiments", "experiment.json truncated", damaged_plan(b'{"name": "x", "trials": [')),
+        Case("experiments", "experiment.json binary", damaged_plan(bytes(range(256)))),
+        Case("experiments", "experiment.json []", damaged_plan(b"[]")),
+        Case("experiments", "experiment.json trials [1]",
+             damaged_plan(b'{"name": "x", "experiment": {}, "trials": [1]}')),
+        Case("experiments", "result.json []", damaged_result(b"[]")),
+        Case("experiments", "result.json non-UTF-8", damaged_result(b'{"key": "\xff\xfe"}')),
+        Case("experiments", "result.json steps null", damaged_result(b'{"key": null, "steps": null}')),
+        Case("experiments", "result.json 3 GB sparse", damaged_result(None, sparse=3 * 2 ** 30)),
+        Case("experiments", "results.md symlink out", report_through_link("results.md")),
+        Case("experiments", "results.csv symlink out", report_through_link("results.csv")),
+        Case("experiments", "report.html symlink out", report_through_link("report.html")),
+        Case("experiments", "figures/curves.png symlink out", report_through_link("figures/curves.png")),
+        Case("experiments", "trials/a symlink out", trial_link),
+    ]
+
+
 def cases() -> list[Case]:
     return [*_converter(), *_generation(), *_checkpoints(), *_yaml(), *_sizes(), *_training(),
             *_tokenizer_files(), *_paths(), *_entry_points(), *_work(), *_health(),
-            *_chat_templates(), *_gguf(), *_generation_options()]
+            *_chat_templates(), *_gguf(), *_generation_options(), *_experiments()]
 
 
 # ---------------------------------------------------------------------- running one

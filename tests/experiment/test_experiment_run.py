@@ -57,7 +57,7 @@ def test_parallel_trials_are_ordinary_runs(tmp_path):
     recs = [json.loads(line) for line in (t.folder / "metrics.jsonl").read_text().splitlines()]
     assert recs[0]["event"] == "start" and recs[-1]["event"] == "end" and recs[-1]["steps"] == 30
     rows = res.table()
-    assert {r["metric"] for r in rows} == {"train_loss", "acc", "gen_exact"}
+    assert {r["metric"] for r in rows} == {"train_loss", "acc", "gen_exact", "past_acc"}  # + the primary
     assert all(r["params"] == res.trial_plans[0].params and r["train_flops"] > 0 for r in rows)
     # a second run of the same command finds everything finished and runs nothing
     again = []
@@ -74,7 +74,7 @@ def test_report_is_self_contained_without_machine_paths(tmp_path):
     res = ze.run({**TINY, "seeds": 2, "variants": TINY["variants"][:1]}, out=out, jobs=2)
     files = res.write_report()
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert html.count("data:image/png;base64,") == 3  # curves, metrics, one attention view
+    assert html.count("data:image/png;base64,") == 4  # curves, metrics, task curves, one attention view
     assert "<img" in html and "src=\"http" not in html and "src='figures" not in html
     for name in ("results.md", "results.csv", "report.html"):
         text = (out / name).read_text(encoding="utf-8")

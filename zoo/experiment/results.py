@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import ZooError
+from ..guard.transaction import target, write_file
 from ..inside import plots
 from ..inside.trace import trace
 from ..io.loading import load as load_model
@@ -92,10 +93,20 @@ class Results:
     @classmethod
     def from_dir(cls, out: str | os.PathLike) -> "Results":
         f = Path(out) / EXPERIMENT
-        if not f.is_file():
+        if not os.path.lexists(f):
             raise ZooError("no experiment results in this folder", where=str(Path(out).name),
                            fix="pass the --out folder of `zoo experiment run`")
-        return cls(Path(out), json.loads(f.read_text(encoding="utf-8")))
+        plan, why = read_record(f)
+        if plan is None or not isinstance(plan.get("trials"), list) or not isinstance(plan.get("name"), str) \
+                or not isinstance(plan.get("experiment"), dict):
+            raise ZooError(f"the folder's {EXPERIMENT} is {why or 'damaged (not an experiment record)'}",
+                           where=str(Path(out).name), fix="run the experiment again into a new --out")
+        try:
+            return cls(Path(out), plan)
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise ZooError(f"the folder's {EXPERIMENT} is damaged ({type(exc).__name__}: its trials "
+                           "are not trial records)", where=str(Path(out).name),
+                           fix="run the experiment again into a new --out") from exc
 
     def refresh(self) -> "Results":
         """Re-read every trial's files (cheap: call it to poll a running experiment)."""
@@ -116,8 +127,7 @@ class Results:
             elif st.status != "done":
                 logs = [r for r in st.history if "step" in r]
                 st.step = logs[-1]["step"] if logs else 0
-                if (d / "worker.log").is_file() and "error:" in (d / "worker.log").read_text(
-                        encoding="utf-8", errors="replace"):
+                if "error:" in _tail(d / "worker.log"):
                     st.status = "failed"
                 elif st.history:
                     st.status = "running"
@@ -398,7 +408,9 @@ class Results:
         w.writeheader()
         for r in rows:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-        Path(path).write_text(buf.getvalue(), encoding="utf-8")
+        text = buf.getvalue()
+        write_file(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
+                   root=Path(path).parent, where=Path(path).name)
         return Path(path)
 
     # ------------------------------------------------------------------ figures
@@ -408,15 +420,21 @@ class Results:
         metric's mean and 95% interval per variant), and ``attention_<variant>`` (the inside view,
         finished trials only)."""
         folder = Path(folder) if folder is not None else self.out / "figures"
-        folder.mkdir(parents=True, exist_ok=True)
-        out = {"curves": plots.save_figure(self.curves_figure(), folder / "curves.png")}
+        root = self.out if folder == self.out / "figures" else folder
+        if root == self.out:
+            target(self.out, "figures", where="figures", folder=True)  # a symlinked figures/ is refused
+
+        def save_figure(fig, path):  # the one writer: no symlink, nothing outside the folder
+            return write_file(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"), root=root,
+                              where=f"figures/{Path(path).name}")
+        out = {"curves": save_figure(self.curves_figure(), folder / "curves.png")}
         if any(t.result for t in self.trials):
-            out["metrics"] = plots.save_figure(self.metrics_figure(), folder / "metrics.png")
+            out["metrics"] = save_figure(self.metrics_figure(), folder / "metrics.png")
         if self.task_curve_metrics():
-            out["task_curves"] = plots.save_figure(self.task_curves_figure(), folder / "task_curves.png")
+            out["task_curves"] = save_figure(self.task_curves_figure(), folder / "task_curves.png")
         if inside:
             for v, fig in self.attention_figures().items():
-                out[f"attention_{v}"] = plots.save_figure(fig, folder / f"attention_{_safe(v)}.png")
+                out[f"attention_{v}"] = save_figure(fig, folder / f"attention_{_safe(v)}.png")
         return out
 
     def curves_figure(self):
@@ -552,10 +570,14 @@ class Results:
     # ------------------------------------------------------------------ the report
     def write_report(self, inside: bool = True) -> dict[str, Path]:
         """``results.md``, ``results.csv``, ``figures/*.png`` and ``report.html`` into the folder."""
-        (self.out / "results.md").write_text(self.markdown(), encoding="utf-8")
+        md = self.markdown()
+        write_file(self.out / "results.md", lambda tmp: Path(tmp).write_text(md, encoding="utf-8"),
+                   root=self.out, where="results.md")
         self.write_csv(self.out / "results.csv")
         figs = self.figures(inside=inside)
-        (self.out / "report.html").write_text(self.html(figs), encoding="utf-8")
+        page = self.html(figs)
+        write_file(self.out / "report.html", lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
+                   root=self.out, where="report.html")
         return {"results.md": self.out / "results.md", "results.csv": self.out / "results.csv",
                 "report.html": self.out / "report.html", **figs}
 
@@ -614,6 +636,17 @@ def _message_figure(text: str):
     fig = Figure(figsize=(4, 1.2))
     fig.text(0.02, 0.5, text, fontsize=7, wrap=True)
     return fig
+
+
+def _tail(path: Path, n: int = 65536) -> str:
+    """The last ``n`` bytes of a log as text ('' when there is none; never read whole)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - n))
+            return fh.read(n).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _mname(row: dict) -> str:

@@ -40,6 +40,7 @@ import torch
 from ..errors import ZooError
 from ..inside.costs import forward_cost
 from ..inside.trace import trace
+from ..guard.transaction import lock, target, write_file
 from ..io.checkpoint import atomic_write
 from ..model.build import build
 from ..model.spec import apply_overrides, parse_spec
@@ -351,7 +352,7 @@ def default_jobs(n_trials: int, threads: int | None = None) -> tuple[int, int]:
 def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | None = None,
         threads: int | None = None, quick: bool = False, executor: str = "local",
         progress: Callable[[dict], None] | None = None, report: bool = True,
-        poll_s: float = 0.5, rerun_mismatched: bool = False) -> "Results":
+        poll_s: float = 0.5, rerun_mismatched: bool = False, wait: Any = False) -> "Results":
     """Run (or resume) an experiment and return its :class:`~zoo.experiment.results.Results`.
 
     ``experiment``: a shipped name, YAML path or text, dict, or :class:`Experiment`.  ``out``: the
@@ -368,54 +369,82 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
     them again instead.
     """
     exp = load(experiment, quick=quick)
-    trials = plan(exp)
     out = Path(out) if out is not None else Path("runs") / "experiments" / (exp.name + ("-quick" if quick else ""))
-    _claim_folder(exp, trials, out)
-    bad = mismatched(trials, out)
-    if bad and not rerun_mismatched:
-        shown = "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:3])
-        raise ExperimentError(f"{len(bad)} finished trial(s) do not match this run: {shown}"
-                              + (f"; and {len(bad) - 3} more" if len(bad) > 3 else ""),
-                              where="experiment.out",
-                              fix="pass --rerun-mismatched (rerun_mismatched=True) to train them "
-                                  "again, or another --out")
-    for t in trials:
-        if t.id in bad:  # cleared: trained afresh (no resume from a state of other code)
-            _clear_trial(t, out)
-    todo = [t for t in trials if finished(t, out) is None]
-    jobs, threads = default_jobs(len(todo) or 1, threads) if jobs is None else (jobs, threads or 1)
-    emit = progress or (lambda e: None)
-    emit({"event": "start", "total": len(trials), "skipped": len(trials) - len(todo), "jobs": jobs,
-          "threads": threads, "out": str(out), "todo": [t.id for t in todo]})
-    failures: dict[str, str] = {}
-    if executor == "inline":
-        for t in todo:
-            try:
-                _write_trial(t, out)
-                run_trial(t, t.folder(out), threads)
-                emit({"event": "done", "id": t.id})
-            except ZooError as exc:
-                failures[t.id] = str(exc)
-                emit({"event": "failed", "id": t.id, "error": str(exc)})
-    elif executor == "local":
-        failures = _run_local(todo, trials, out, jobs, threads, emit, poll_s)
-    elif executor in ("submitit", "slurm"):
-        failures = _run_submitit(todo, trials, out, jobs, threads, emit, poll_s, executor, exp)
-    else:
+    out = _check_out(out, jobs, threads)  # the cheap refusals first, before any model is built
+    if executor not in ("local", "inline", "submitit", "slurm"):
         raise ZooError(f"unknown executor {executor!r}", where="executor",
                        options=["local", "inline", "submitit", "slurm"])
-    res = Results.from_dir(out)
-    emit({"event": "end", "finished": sum(1 for t in trials if finished(t, out)), "total": len(trials),
-          "failed": failures})
-    if report:
-        res.write_report()
-    if failures:
-        first = next(iter(failures.items()))
-        raise ZooError(f"{len(failures)} trial(s) failed; first: {first[0]}: {first[1]}",
-                       where=f"experiment {exp.name}",
-                       fix=f"see {first[0]}/worker.log in the results folder; rerun the same "
-                           "command to retry them (finished trials are kept)")
-    return res
+    trials = plan(exp)
+    # one writer per results folder: a second `zoo experiment run` on it is refused naming the
+    # holder's pid (wait=True / seconds: waits); the kernel drops the lock if this process dies
+    with lock(out, where="experiment.out", wait=wait, error=ExperimentError):
+        _claim_folder(exp, trials, out)
+        bad = mismatched(trials, out)
+        if bad and not rerun_mismatched:
+            shown = "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:3])
+            raise ExperimentError(f"{len(bad)} finished trial(s) do not match this run: {shown}"
+                                  + (f"; and {len(bad) - 3} more" if len(bad) > 3 else ""),
+                                  where="experiment.out",
+                                  fix="pass --rerun-mismatched (rerun_mismatched=True) to train them "
+                                      "again, or another --out")
+        for t in trials:
+            if t.id in bad:  # cleared: trained afresh (no resume from a state of other code)
+                _clear_trial(t, out)
+        todo = [t for t in trials if finished(t, out) is None]
+        jobs, threads = default_jobs(len(todo) or 1, threads) if jobs is None else (jobs, threads or 1)
+        emit = progress or (lambda e: None)
+        emit({"event": "start", "total": len(trials), "skipped": len(trials) - len(todo), "jobs": jobs,
+              "threads": threads, "out": str(out), "todo": [t.id for t in todo]})
+        failures: dict[str, str] = {}
+        if executor == "inline":
+            for t in todo:
+                try:
+                    _write_trial(t, out)
+                    run_trial(t, t.folder(out), threads)
+                    emit({"event": "done", "id": t.id})
+                except ZooError as exc:
+                    failures[t.id] = str(exc)
+                    emit({"event": "failed", "id": t.id, "error": str(exc)})
+        elif executor == "local":
+            failures = _run_local(todo, trials, out, jobs, threads, emit, poll_s)
+        elif executor in ("submitit", "slurm"):
+            failures = _run_submitit(todo, trials, out, jobs, threads, emit, poll_s, executor, exp)
+        else:
+            raise ZooError(f"unknown executor {executor!r}", where="executor",
+                           options=["local", "inline", "submitit", "slurm"])
+        res = Results.from_dir(out)
+        emit({"event": "end", "finished": sum(1 for t in trials if finished(t, out)), "total": len(trials),
+              "failed": failures})
+        if report:
+            res.write_report()
+        if failures:
+            first = next(iter(failures.items()))
+            raise ZooError(f"{len(failures)} trial(s) failed; first: {first[0]}: {first[1]}",
+                           where=f"experiment {exp.name}",
+                           fix=f"see {first[0]}/worker.log in the results folder; rerun the same "
+                               "command to retry them (finished trials are kept)")
+        return res
+
+
+def _check_out(out: Path, jobs: Any, threads: Any) -> Path:
+    """The results folder and the worker counts, checked before anything is written: ``out`` must
+    name a folder (not '', not a file, FIFO or device such as /dev/null, not a symlink); ``jobs``
+    and ``threads`` positive integers."""
+    if str(out) in ("", "."):
+        raise ExperimentError("the results folder is empty (it would be the current folder)",
+                              where="experiment.out", fix="pass --out NEW_FOLDER")
+    for name, v in (("jobs", jobs), ("threads", threads)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 4096):
+            raise ExperimentError(f"--{name} must be a whole number from 1 to 4096, got {v!r}",
+                                  where=f"experiment.{name}", fix=f"e.g. --{name} 2")
+    if os.path.lexists(out):
+        if os.path.islink(out):
+            raise ExperimentError(f"the results folder '{out.name}' is a symlink; zoo does not write "
+                                  "through links", where="experiment.out", fix="pass a real folder")
+        if not out.is_dir():
+            raise ExperimentError(f"'{out.name}' exists and is not a folder (a file, a FIFO or a "
+                                  "device)", where="experiment.out", fix="pass --out NEW_FOLDER")
+    return out
 
 
 def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
@@ -423,11 +452,11 @@ def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
     f = out / EXPERIMENT
     rec = {"name": exp.name, "fingerprint": exp.fingerprint(), "quick": exp.quick,
            "experiment": json.loads(exp.raw), "trials": [t.to_dict() for t in trials]}
-    if f.is_file():
-        try:
-            old = json.loads(f.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            old = {}
+    if os.path.lexists(f):
+        old, why = read_record(f)
+        if old is None:
+            raise ExperimentError(f"the folder's {EXPERIMENT} is {why}", where="experiment.out",
+                                  fix="pass another --out, or delete the folder")
         if old.get("fingerprint") != rec["fingerprint"]:
             raise ExperimentError(f"the folder holds the results of another experiment "
                                   f"({old.get('name')!r}, or this one with other settings)",
@@ -455,10 +484,15 @@ def _clear_trial(t: Trial, out: Path) -> None:
 
 
 def _write_trial(t: Trial, out: Path) -> Path:
+    """The trial's folder, made inside ``out`` (a symlink at any step refused: a trial is never
+    trained into a folder a link points to), with its ``trial.json``."""
     d = t.folder(out)
+    rel = str(d.relative_to(out))
+    target(out, rel, where=f"trial {t.id}", error=ExperimentError, folder=True)
     d.mkdir(parents=True, exist_ok=True)
     text = json.dumps(t.to_dict(), indent=1, ensure_ascii=False)
-    atomic_write(d / TRIAL, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_file(d / TRIAL, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"), root=out,
+               where=f"trial {t.id}", error=ExperimentError)
     return d
 
 
@@ -579,7 +613,12 @@ def _run_submitit(todo, trials, out, jobs, threads, emit, poll_s, kind, exp) -> 
                        fix="pip install 'zoo-transformers[experiments]' (or pip install submitit)") from exc
     folder = out / "submitit"
     if kind == "slurm":
-        ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+        try:
+            ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
+        except Exception as exc:  # noqa: BLE001 - submitit's RuntimeError when no cluster answers
+            raise ZooError(f"no Slurm cluster is reachable from here ({type(exc).__name__})",
+                           where="executor", fix="run on a Slurm login node, or use --executor "
+                           "local / submitit") from exc
     else:
         ex = submitit.LocalExecutor(folder=folder)
     params = {"timeout_min": 24 * 60}

@@ -29,6 +29,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import importlib.metadata as md
 import os
 import re
@@ -63,6 +64,13 @@ TOP_KEYS = ("name", "title", "claim", "description", "base", "variants", "grid",
             "task", "train", "budget", "metrics", "min_effect", "probe", "plugins", "quick", "executor",
             "success", "threshold", "tune")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.=,+-]{1,80}$")
+#: a variant name becomes a folder (OUT/trials/<name>): no leading dot (so never '.' or '..'), no
+#: '/', NUL or other separator, at most 80 characters -- checked once, here, for listed and grid names
+_PATH_NAME_RE = re.compile(r"^[A-Za-z0-9_=,+-][A-Za-z0-9_.=,+-]{0,79}$")
+#: the most variants one experiment may plan (a grid's product is counted before it is built)
+MAX_VARIANTS = 4096
+#: the largest step budget (a finite integer: .inf and nan are refused at parse time)
+MAX_STEPS = 10 ** 9
 
 
 class ExperimentError(ZooError):
@@ -456,7 +464,7 @@ def _parse_variants(data: dict) -> list[Variant]:
             extra = set(it) - {"name", "set", "description"}
             if extra:
                 _bad(f"{w}.{sorted(extra)[0]}", "unknown variant field", options=["name", "set", "description"])
-            if not isinstance(it["name"], str) or not _NAME_RE.match(it["name"]):
+            if not isinstance(it["name"], str) or not _PATH_NAME_RE.match(it["name"]):
                 _bad(f"{w}.name", f"invalid variant name {it['name']!r}", fix="letters, digits, _ . = , + -")
             sets = it.get("set") or {}
             if not isinstance(sets, dict):
@@ -469,11 +477,26 @@ def _parse_variants(data: dict) -> list[Variant]:
             _bad("grid", "must map each key to a non-empty list of values",
                  fix="e.g. grid: {num_layers: [2, 12], norm.placement: [pre, post]}")
         keys = [_check_key(k, "grid") for k in grid]
+        size = math.prod(len(grid[k]) for k in keys)
+        if size > MAX_VARIANTS:
+            _bad("grid", f"the grid makes {size:,} variants; at most {MAX_VARIANTS:,} are planned",
+                 fix="use fewer values per key, or split the experiment")
         for combo in itertools.product(*(grid[k] for k in keys)):
             name = ",".join(f"{k.split('.')[-1]}={_short_val(v)}" for k, v in zip(keys, combo))
+            if not _PATH_NAME_RE.match(name):
+                _bad("grid", f"the grid value(s) make the variant name {short(name)}, which cannot be "
+                     "a folder name", fix="grid values of letters, digits and _ . = , + - (no '/', "
+                     "no leading '.', at most 80 characters for the whole name)")
             out.append(Variant(name, tuple(sorted((k, _freeze(v)) for k, v in zip(keys, combo)))))
-    names = [v.name for v in out]
-    dup = next((n for n in names if names.count(n) > 1), None)
+    if len(out) > MAX_VARIANTS:
+        _bad("variants", f"{len(out):,} variants; at most {MAX_VARIANTS:,} are planned")
+    seen: set[str] = set()
+    dup = None
+    for v in out:  # one pass (a 64,000-variant grid was an O(n^2) count)
+        if v.name in seen:
+            dup = v.name
+            break
+        seen.add(v.name)
     if dup:
         _bad("variants", f"two variants are named {dup!r}", fix="give every variant its own name")
     return out
@@ -505,8 +528,25 @@ def _parse_task(task: Any) -> tuple[str, tuple]:
         return task, ()
     if isinstance(task, dict) and isinstance(task.get("kind"), str):
         params = {k: _freeze(v) for k, v in task.items() if k != "kind"}
+        for k, v in params.items():  # a task's data file: confined (see _check_task_path)
+            if k == "path" or k.endswith("_path"):
+                _check_task_path(v, f"task.{k}")
         return task["kind"], tuple(sorted(params.items()))
     _bad("task", "must be a task name or {kind: NAME, ...params}", fix="e.g. task: {kind: mqar, num_kv_pairs: 8}")
+
+
+def _check_task_path(v: Any, where: str) -> None:
+    """The rule for a task's data file (``task: {kind: poems, path: ...}``): empty (the task's
+    shipped data) or a relative path without ``..`` and without NUL, so it names a file inside the
+    folder the experiment is run from -- never an absolute path or a walk up to any file of the
+    machine.  (Symlinks out are refused when the file is read, by the task's reader.)"""
+    if v in ("", None):
+        return
+    if not isinstance(v, str) or "\x00" in v or v.startswith(("/", "~")) or "\\" in v \
+            or any(p == ".." for p in v.split("/")) or len(v) > 4096:
+        _bad(where, f"a task's data path must be relative and stay inside the folder the experiment "
+             f"runs from, got {short(v)}", fix="copy the file below the current folder and name it "
+             "relative to it (or leave it empty for the shipped data)")
 
 
 def _parse_train(train: Any, where: str) -> tuple:
@@ -565,9 +605,11 @@ def _parse_budget(b: Any) -> Budget:
             v = float(v)
         except ValueError:
             _bad(f"budget.{k}", f"not a number: {v!r}")
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-        _bad(f"budget.{k}", f"must be a positive number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
+        _bad(f"budget.{k}", f"must be a finite positive number, got {short(v)}")
     if k == "steps":
+        if v > MAX_STEPS:
+            _bad("budget.steps", f"at most {MAX_STEPS:,} steps, got {short(v)}")
         if int(v) != v:
             _bad("budget.steps", "must be an integer")
         return Budget(steps=int(v))
