@@ -16,12 +16,13 @@ A contract is data, stored as JSON under ``zoo.extra.input_contract`` (write it 
      "example": "10086"}                                      # a valid input, quoted in errors
 
 Every field but ``description`` and ``example`` is optional.  Whatever the pattern says, a
-contract admits no control character but tab, newline and carriage return (Python's ``\s`` matches
-the separators ``\x1c``-``\x1f`` and ``\x85``, so the poem models' ``[\s...]`` let them through as
-"Chinese text"); a validator's number is compared by its length before ``int()`` reads it.  The pattern is matched with the
-tokenizer's special tokens (``<mask>``, ...) taken out, so one pattern serves a fill-mask model; it
-is refused when it could backtrack catastrophically (:func:`zoo.guard.tokenizer_files.regex_hazard`), as
-metadata comes from files other people made.
+contract admits no control character but tab, newline and carriage return (Python's ``\\s`` matches
+the separators ``\\x1c``-``\\x1f`` and ``\\x85``, so the poem models' ``[\\s...]`` let them through as
+"Chinese text"); a validator's number is compared by its length before ``int()`` reads it.
+
+The pattern is matched with the tokenizer's special tokens (``<mask>``, ...) taken out, so one
+pattern serves a fill-mask model; it is refused when it could backtrack catastrophically
+(:func:`zoo.guard.tokenizer_files.regex_hazard`), as metadata comes from files other people made.
 
 Independently of any contract, the tokenizer's unknown characters are reported: a prompt with more
 than :data:`MAX_UNKNOWN` of its characters unknown to the tokenizer is refused (the model would see a
