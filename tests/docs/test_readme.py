@@ -4,8 +4,9 @@ come from one source.
 What "runs" means here:
 
 - A ```` ```python ```` block runs in a fresh interpreter (nothing carried over from an earlier
-  block but the files it wrote), in document order, in a scratch folder that holds a link to the
-  repository's ``data/`` -- a newcomer pastes the blocks from a clone, in order.  It must exit 0.
+  block but the files it wrote), in document order, in a scratch folder that holds links to the
+  repository's ``data/`` and ``plugins/`` -- a newcomer pastes the blocks at the root of the clone
+  (README: "from the root of the clone"), in order.  It must exit 0.
 - A ```` ```yaml ```` block is a spec: ``zoo.spec`` must accept it.
 - Each line of an indented (shell) block is run with ``bash`` in the same folder and must exit 0,
   except the lines below, chosen one by one (a new README line that fits none of them simply runs):
@@ -46,6 +47,7 @@ SHORTENED = [
 CHECKED_ONLY = {
     "pip install torch --index-url https://download.pytorch.org/whl/cpu": "torch",
     'pip install -e ".[ui]" && zoo ui': "extras+ui",
+    'pip install -e ".[convert]"': "extras+convert",
     'python3 -m pip install -q -e ".[ui,test]" -e ./plugins/zoo-linear-attention && python3 -m pytest -q': "extras",
     # installed into the scratch folder (pip --target), not into the suite's environment
     "pip install ./plugins/zoo-linear-attention": "local package",
@@ -109,6 +111,12 @@ def _check_only(how: str, line: str, work: Path) -> None:
         assert set(named.split(",")) <= set(extras), (line, sorted(extras))
     for folder in re.findall(r"-e (\./plugins/[\w-]+)", line):  # a local plugin package it installs
         assert (ROOT / folder / "pyproject.toml").is_file(), folder
+    if how == "extras+convert":  # the conversion block's import: what the extra installs
+        import importlib.util
+        for extra in extras["convert"]:
+            dist = re.match(r"[\w-]+", extra).group(0)
+            assert importlib.util.find_spec(dist.replace("-", "_")) is not None, extra
+        assert any(e.startswith("transformers") for e in extras["convert"]), extras["convert"]
     if how == "torch":
         import torch  # noqa: F401 - the step installs torch; the suite runs on it
     if how == "extras+ui":
@@ -116,7 +124,7 @@ def _check_only(how: str, line: str, work: Path) -> None:
                            text=True, env=_env(), timeout=120)
         assert r.returncode == 0, r.stderr
     if how == "local package":
-        folder = ROOT / line.split()[-1]
+        folder = work / line.split()[-1]  # from the root, as the README says (a link to the clone's)
         assert (folder / "pyproject.toml").is_file(), folder
         r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                             "--no-build-isolation", "--target", str(work / "site"), str(folder)],
@@ -126,7 +134,8 @@ def _check_only(how: str, line: str, work: Path) -> None:
 
 def run_readme(name: str, work: Path, skip: set[str] = frozenset()) -> list[str]:
     """Run README ``name``'s blocks in ``work``; returns what was run (for the report on failure)."""
-    (work / "data").symlink_to(ROOT / "data", target_is_directory=True)
+    for folder in ("data", "plugins"):  # what the blocks read from the clone's root
+        (work / folder).symlink_to(ROOT / folder, target_is_directory=True)
     done = []
     for kind, code in blocks((ROOT / name).read_text(encoding="utf-8")):
         if _bare(code) in skip:
@@ -297,3 +306,14 @@ def test_zoo_train_prints_an_estimate_then_a_meaningful_interruption(tmp_path):
                  r"saved: training loss \d+\.\d{4}", first)
     assert m and "{}" not in first, stdout
     assert (out / "model.safetensors").is_file()  # the checkpoint the line promises
+
+
+def test_verify_of_a_plugin_not_installed_says_so_in_a_line():
+    """``zoo verify linear_attention`` before the plugin is installed: one short error saying to
+    install it (was: every one of the ~100 component names, 2,000 characters)."""
+    env = {**_env(), "ZOO_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    r = subprocess.run([sys.executable, "-m", "zoo.cli", "verify", "linear_attention"], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no component or plugin named 'linear_attention'" in r.stderr and "install the plugin" in r.stderr
+    assert len(r.stderr) < 500 and "tokenizer:byte" not in r.stderr, r.stderr

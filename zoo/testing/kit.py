@@ -203,11 +203,17 @@ class Kit:
             if n in reg.plugins:
                 plugins.append(n)
             if not hit and n not in reg.plugins:
-                options = sorted({c.key for c in comps} | set(reg.plugins))
+                # the names to choose from are a hundred: suggest the closest, never print them all
+                everything = sorted({c.key for c in comps} | set(reg.plugins))
+                installed = sorted(p.name for p in reg.plugins.values() if not p.builtin)
                 raise UnknownComponentError(
-                    f"no component or plugin named '{n}'", where="verify", options=options,
-                    fix=did_you_mean(n, options) or "write family:name, a component name or a "
-                                                    "plugin name (`zoo components`, `zoo plugins`)")
+                    f"no component or plugin named '{n}'", where="verify",
+                    fix="; ".join(filter(None, (
+                        did_you_mean(n, everything),
+                        f"installed plugins: {', '.join(installed) or 'none besides the built-ins'} "
+                        f"(install the plugin first; `zoo plugins` lists what is loaded)",
+                        f"or name one of the {len(comps)} components, as family:name or by its name "
+                        f"(`zoo components`)"))))
             out += [c for c in hit if c not in out]
         return out, plugins
 
