@@ -306,6 +306,15 @@ def _df(rows, headers, lang):
     return pd.DataFrame(rows, columns=[t(h, lang) for h in headers])
 
 
+def _empty(headers):
+    """The switch's value for an empty table: no rows, ``headers`` in the new language (its keys
+    listed as ``i18n_keys`` for the translation checks)."""
+    def empty(lang):
+        return _df([], headers, lang)
+    empty.i18n_keys = tuple(headers)
+    return empty
+
+
 def build(tr, lang_state) -> dict:
     import gradio as gr
     import zoo.experiment as ze
@@ -331,12 +340,12 @@ def build(tr, lang_state) -> dict:
             ui["progress"] = tr.add(gr.Dataframe(headers=[tr(h) for h in PROGRESS_HEADERS], label=tr("exp.progress"),
                                                  interactive=False, elem_id="exp-progress"),
                                     label="exp.progress",  # an empty table's headers follow the switch as a value
-                                    value=lambda lang: _df([], PROGRESS_HEADERS, lang))
+                                    value=_empty(PROGRESS_HEADERS))
     ui["curves"] = tr.add(gr.Plot(label=tr("exp.curves"), elem_id="exp-curves", elem_classes=["zoo-plot"]),
                           label="exp.curves")
     ui["table"] = tr.add(gr.Dataframe(headers=[tr(h) for h in TABLE_HEADERS], label=tr("exp.table"),
                                       interactive=False, wrap=True, elem_id="exp-table"),
-                         label="exp.table", value=lambda lang: _df([], TABLE_HEADERS, lang))
+                         label="exp.table", value=_empty(TABLE_HEADERS))
     with gr.Row():
         ui["trial"] = tr.add(gr.Dropdown([], label=tr("exp.trial"), elem_id="exp-trial"), label="exp.trial")
         ui["open"] = tr.add(gr.Button(tr("exp.open"), elem_id="exp-open"), value="exp.open")
