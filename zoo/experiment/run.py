@@ -40,14 +40,17 @@ import torch
 from ..errors import ZooError
 from ..inside.costs import forward_cost
 from ..inside.trace import trace
+from ..components import FAMILIES
 from ..guard.transaction import lock, target, write_file
 from ..io.checkpoint import atomic_write
 from ..model.build import build
 from ..model.spec import apply_overrides, parse_spec
+from ..registry import get_registry
 from ..train import train as train_model
 from ..train.config import TrainConfig
 from ..train.metrics import read_metrics
 from ..train.state import STATE_FILE
+from ..version import __version__
 from .results import Results
 from .matching import match_params
 from .selection import VAL_PREFIX, combos, tuned_name
@@ -194,8 +197,6 @@ def used_components(spec: dict, task_kind: str) -> list[tuple[str, str]]:
     """``(family, kind)`` of every registered component a model spec (its shared fields and its
     ``encoder:`` / ``decoder:`` sections) and the task use; activations named by a feed-forward
     entry count too."""
-    from ..components import FAMILIES
-
     out = {("task", task_kind)}
     sections = [spec] + [spec[k] for k in ("encoder", "decoder") if isinstance(spec.get(k), dict)]
     for sec in sections:
@@ -237,8 +238,6 @@ def git_state() -> tuple[dict | None, str]:
 def source_digests(spec: dict, task_kind: str) -> dict[str, str]:
     """``{module: sha256}`` of the source file of every plugin module the model and the task use
     (the registry knows each component's class, hence its module), read now from disk."""
-    from ..registry import get_registry
-
     reg = get_registry()
     out: dict[str, str] = {}
     for fam, kind in used_components(spec, task_kind):
@@ -257,8 +256,6 @@ def code_identity(spec: dict, task_kind: str) -> dict:
     """The code a trial runs: the zoo version, the git commit and dirty flag (None outside a
     checkout, with ``git_note`` saying so) and :func:`source_digests`.  It is part of the trial
     (so of its key) and of its ``result.json``."""
-    from ..version import __version__
-
     git, note = git_state()
     return {"zoo": __version__, "git": git, "git_note": note, "sources": source_digests(spec, task_kind)}
 
