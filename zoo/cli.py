@@ -4,6 +4,8 @@ named ``command`` and is imported only when invoked, so ``zoo --help`` stays fas
 A user error (every :class:`zoo.ZooError`) is printed as one line -- where, what, the fix -- with exit
 status 2, never a traceback.  Anything else is a bug (in zoo or a plugin): one short line naming the
 exception, exit status 1, and ``zoo --debug ...`` (or ``ZOO_DEBUG=1``) shows the full traceback.
+That is the command line's error boundary (:func:`as_zoo_error`): the escaped exception becomes a
+``ZooError`` naming the command (``where: zoo convert``) with the original as its ``__cause__``.
 """
 from __future__ import annotations
 
@@ -80,12 +82,26 @@ def main(argv=None):
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # a bug, not a user error: say so in one line
+        err = as_zoo_error(exc, where=f"zoo {command_of(args) or ''}".strip())
         if debug:
-            raise
-        click.secho(f"error: unexpected {type(exc).__name__}: {one_line(exc, 300)} -- this is a bug "
-                    f"in zoo or a plugin; run `zoo --debug ...` to see the traceback", fg="red",
-                    err=True)
+            raise err from exc
+        click.secho(f"error: {one_line(err, 600)}", fg="red", err=True)
         sys.exit(1)
+
+
+def command_of(args: list[str]) -> str | None:
+    """The sub-command named in ``args`` (None before one is named)."""
+    return next((a for a in args if a in COMMANDS), None)
+
+
+def as_zoo_error(exc: BaseException, *, where: str) -> ZooError:
+    """The error boundary of an entry point: ``exc`` (not a ZooError: a bug in zoo or a plugin) as a
+    ZooError that says where it escaped, with ``exc`` as its ``__cause__``; the CLI prints it in one
+    line with exit status 1 (a user error is status 2), ``zoo --debug`` raises it with the chain."""
+    err = ZooError(f"unexpected {type(exc).__name__}: {one_line(exc, 300)} -- this is a bug in zoo or a "
+                   "plugin", where=where, fix="run `zoo --debug ...` to see the traceback, and report it")
+    err.__cause__ = exc
+    return err
 
 
 if __name__ == "__main__":
