@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 import zoo
 from zoo.components import FeedForward
 
