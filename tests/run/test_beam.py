@@ -163,7 +163,7 @@ def test_zoo_run_beams_and_the_run_tab():
     result = CliRunner().invoke(run_command, [path, "-p", prompt, "-n", "12",
                                               "--beams", "4", "--no-repeat-ngram-size", "2"])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == prompt + want
+    assert result.stdout.strip() == prompt + want  # the speed line goes to stderr
     names = [name for name, _ in run_tab.ui_options()]
     assert {"num_beams", "length_penalty", "no_repeat_ngram_size"} <= set(names)
     shown = list(run_tab.run("poet_gpt", prompt, temperature=0, max_new_tokens=12, num_beams=4,

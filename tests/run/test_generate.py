@@ -348,7 +348,7 @@ def test_cli_run_streams_and_fills_masks(tmp_path):
     res = CliRunner().invoke(cli, ["run", str(tmp_path / "gpt"), "--prompt", "你好", "-n", "9"])
     assert res.exit_code == 0, res.output
     expected = zoo.load(tmp_path / "gpt").generate("你好", 9)
-    assert res.output == "你好" + expected + "\n"
+    assert res.stdout == "你好" + expected + "\n"  # stdout: the text alone; the speed line is on stderr
     ctok = tokenizer("char", text="北京是中国的首都")
     bert = zoo.build("bert_tiny", num_layers=1, vocab_size=ctok.vocab_size, seed=0)
     zoo.save(bert, tmp_path / "bert", tokenizer=ctok)
