@@ -194,7 +194,6 @@ ALLOWED = {
     ("zoo/train/metrics.py", "plot_history"): "writes loss.png into the run folder train() checked",
     ("zoo/train/prepare.py", "data_fingerprint"): "hashes the data file train() checked",
     ("zoo/inside/plots.py", "*"): "matplotlib writes the figure to a path the caller checked",
-    ("zoo/commands/inspect.py", "command"): "writes figures into --out (to route: issue 22 follow-up)",
     ("zoo/experiment/*", "*"): "the experiment's own run files (issue 21; to route: follow-up)",
     ("plugins/task_poems.py", "*"): "the shipped poems corpus inside the package",
     ("zoo/io/tokenizers.py", "*"): "no file access: the name read_text is not called here",

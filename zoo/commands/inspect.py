@@ -51,15 +51,13 @@ def command(checkpoint, text, out, head, tokenizer, seed, device, measure):
     spec, stack = model.spec, model.spec.roles[-1]
     written = []
 
-    def write(name, fill):
+    def save(fig, name):
         # the one writer: a symlink or a non-file at OUT/name is refused, and the file is replaced
         # atomically (a link to a file outside OUT was overwritten through before)
-        written.append(write_file(out / name, fill, where=f"inspect.out: {name}", root=out))
-
-    def save(fig, name):
         import matplotlib.pyplot as plt
 
-        write(name, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+        written.append(write_file(out / name, lambda tmp: fig.savefig(tmp, dpi=120, format="png"),
+                                  where=f"inspect.out: {name}", root=out))
         plt.close(fig)
 
     save(plots.attention_grid(tr), "attention_grid.png")
@@ -94,7 +92,8 @@ def command(checkpoint, text, out, head, tokenizer, seed, device, measure):
             click.echo(f"T={row['seq_len']}: measured {row['measured_s'] * 1e3:.2f} ms, "
                        f"estimate {row['estimated_s'] * 1e3:.2f} ms ({row['flops'] / 1e9:.3f} GFLOPs)")
     text_out = json.dumps(data, ensure_ascii=False, indent=1)
-    write("inspect.json", lambda tmp: Path(tmp).write_text(text_out, encoding="utf-8"))
+    written.append(write_file(out / "inspect.json", lambda tmp: Path(tmp).write_text(text_out, encoding="utf-8"),
+                              where="inspect.out: inspect.json", root=out))
     nxt = data.get("next_token", [])
     if nxt:
         click.echo("next token: " + ", ".join(f"{r.get('text', r['id'])!r} {r['p']:.3f}" for r in nxt))
