@@ -16,8 +16,10 @@ for a CPU run; a Chinese character is 3 bytes, a 64-byte window about 21 charact
 (``tokenizer: char``: about 6,000 ids, read from both files -- held-out poems use characters the
 training poems never show; a vocabulary, as in WikiText's, is fixed over every split, and no sequence
 of the held-out text is ever trained on).  Metrics (nats per token, lower is better; perplexity is
-``exp``): ``loss_1x``, ``loss_2x``, ``loss_4x`` and ``ppl_1x``, ``ppl_2x``, ``ppl_4x``.  The model's
-``max_len`` must hold ``4L``.
+``exp``): ``loss_1x``, ``loss_2x``, ``loss_4x`` and ``ppl_1x``, ``ppl_2x``, ``ppl_4x`` (teacher-
+forced: the whole window given, exact for a causal model), and ``causal_loss`` (past-only: each
+position of the first windows of ``L`` predicted from its own prefix; the primary metric, which a
+decoder without its look-ahead mask cannot cheat).  The model's ``max_len`` must hold ``4L``.
 """
 from __future__ import annotations
 
@@ -50,12 +52,21 @@ class LMExtrapolationConfig:
             raise ValueError("tokenizer must be 'byte' or 'char'")
 
 
+#: held-out windows the past-only ``causal_loss`` scores (``L`` forwards of ``(R, <= L)`` tokens)
+CAUSAL_ROWS = 8
+
+
 class LMExtrapolation(Task):
     arch = "decoder"
     metrics = {"loss_4x": "min", "loss_2x": "min", "loss_1x": "min",
-               "ppl_4x": "min", "ppl_2x": "min", "ppl_1x": "min"}
+               "ppl_4x": "min", "ppl_2x": "min", "ppl_1x": "min", "causal_loss": "min"}
     #: teacher-forced scores (the whole window given): equal to past-only ones for a causal model
-    teacher_forced = tuple(metrics)
+    teacher_forced = ("loss_4x", "loss_2x", "loss_1x", "ppl_4x", "ppl_2x", "ppl_1x")
+    #: ``causal_loss``: the first :data:`CAUSAL_ROWS` windows of ``L`` tokens, each position
+    #: predicted from its own past alone (one forward per prefix), which a model that reads the
+    #: next input token cannot cheat; the metric an experiment about decoders is judged on
+    primary = "causal_loss"
+    past_only = ("causal_loss",)
 
     def __init__(self, config: LMExtrapolationConfig):
         super().__init__(config)
@@ -135,6 +146,9 @@ class LMExtrapolation(Task):
                 loss = tot / m
                 out[f"loss_{f}x"] = loss
                 out[f"ppl_{f}x"] = math.exp(loss)
+            x, y = ids.view(-1, block)[:CAUSAL_ROWS], labels.view(-1, block)[:CAUSAL_ROWS]  # (R, L)
+            last = torch.stack([model(x[:, :t + 1])[:, -1] for t in range(block)], 1)  # (R, L, V)
+            out["causal_loss"] = float(F.cross_entropy(last.reshape(-1, last.size(-1)), y.reshape(-1)))
         finally:
             model.train(was)
         return out

@@ -83,7 +83,7 @@ def test_report_is_self_contained_without_machine_paths(tmp_path):
     md = (out / "results.md").read_text(encoding="utf-8")
     assert "Student-t" in md and "| causal | " in md
     csv = (out / "results.csv").read_text(encoding="utf-8").splitlines()
-    assert csv[0].startswith("variant,reference,params,train_flops") and len(csv) == 1 + 3
+    assert csv[0].startswith("variant,reference,params,train_flops") and len(csv) == 1 + 4  # 3 metrics + the primary past_acc
     assert set(files) >= {"curves", "metrics", "attention_causal"}
 
 
