@@ -192,7 +192,11 @@ def test_submitit_job_array(tmp_path):
 
 def test_broken_variant_changes_the_verdict(tmp_path):
     """The same model twice is "within noise"; the look-ahead mask removed is not: its training
-    loss collapses (it reads the answer) and that is a claim the interval supports."""
+    loss collapses (it reads the answer), the interval shows it -- and because the variant sees the
+    future, a teacher-forced metric draws no verdict (issue 33.1).  (Its past-only score is not
+    asserted here: predicting from the prefix alone, a model without the mask attends both ways
+    within the prefix -- a prefix-LM, no future read -- and on this task at 150 steps it scored
+    "better" on past_acc; tests/experiment/test_past_only.py holds the cheater to chance.)"""
     data = {**TINY, "seeds": 3, "budget": {"steps": 150},
             "base": {**TINY["base"], "d_model": 64, "num_heads": 4, "d_ff": 128, "positions": "learned"},
             "variants": [{"name": "causal", "set": {}}, {"name": "causal_again", "set": {"mask": "causal"}},
@@ -200,8 +204,8 @@ def test_broken_variant_changes_the_verdict(tmp_path):
     res = ze.run(data, out=tmp_path / "out", jobs=2, report=False)
     v = {(r["variant"], r["metric"]): r for r in res.table()}
     assert v[("causal_again", "train_loss")]["verdict"] == "within noise"
-    assert v[("no_mask", "train_loss")]["verdict"] == "better"  # lower loss: it reads the future
-    assert v[("no_mask", "train_loss")]["diff_hi"] < 0
+    assert v[("no_mask", "train_loss")]["verdict"].startswith("not comparable: no_mask sees the future")
+    assert v[("no_mask", "train_loss")]["diff_hi"] < 0  # lower loss: it reads the future
 
 
 def test_cli_list_run_errors_and_report(tmp_path):

@@ -260,7 +260,7 @@ class Results:
                     cheat = [x for x in (vname, ref.name) if self.sees_future(x)]
                     if d["n"] and cheat and is_teacher_forced(task, m):
                         row["verdict"] = (f"not comparable: {cheat[0]} sees the future "
-                                          f"(teacher-forced metric; judge on {primary or 'a past-only metric'})")
+                                          f"(teacher-forced metric; judge on {primary or 'a past-only metric'})" + smoke)
                 row["min_effect"] = floors.get(m, 0.0)
                 row["scored"] = ("teacher-forced" if is_teacher_forced(task, m) else
                                  "past-only" if is_past_only(task, m) else "no answer")
