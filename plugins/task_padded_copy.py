@@ -131,6 +131,11 @@ class PaddedCopy(Copy):
     min_effects: ClassVar[dict] = {m: 0.01 for m in LEAK_METRICS}
 
     @torch.no_grad()
+    def max_eval_len(self) -> int:
+        """Evaluation feeds rows of ``seq_len() + extra_pad`` tokens (the "more padding"
+        perturbation), so the model's ``max_len`` must hold them."""
+        return super().max_eval_len() + self.config.extra_pad
+
     def evaluate(self, model) -> dict:
         """The copy task's metrics (evaluation mode), ``acc_trainmode`` (teacher-forced accuracy on
         the same held-out set with the norms in training mode, batches of ``probe_rows``) and the
