@@ -146,7 +146,7 @@ def test_zoo_run_compile_prints_the_eager_text():
     comp = runner.invoke(cli, args + ["--compile"])
     assert eager.exit_code == 0, eager.output
     assert comp.exit_code == 0, comp.output
-    assert comp.output == eager.output and len(comp.output.strip()) > len("春眠不觉晓")
+    assert comp.stdout == eager.stdout and len(comp.stdout.strip()) > len("春眠不觉晓")
 
 
 @pytest.mark.parametrize("preset, options, where", [
