@@ -208,7 +208,7 @@ def test_the_real_model_runs_in_the_browser(folder, tmp_path):
             page.locator("#run-prompt textarea").fill(PROMPT)
             page.locator("#run-max-new-tokens input[type=number]").fill("4")
             page.locator("#run-go").click()
-            sync.expect(page.locator("#run-output textarea")).to_have_value(re.compile(r"^ Paris"), timeout=60_000)
+            sync.expect(page.locator("#run-output textarea")).to_have_value(re.compile(r"^The capital of France is Paris"), timeout=60_000)
             sync.expect(page.locator("#run-error")).to_have_text("")
             page.screenshot(path=str(SHOTS / "real_model_run.png"), full_page=True)
             assert not outside, outside
