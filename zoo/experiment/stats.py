@@ -84,16 +84,21 @@ def t_ppf(q: float, df: float) -> float:
         raise ValueError("q must be in (0, 1)")
     if q < 0.5:
         return -t_ppf(1 - q, df)
-    lo, hi = 0.0, 1.0
+    hi = 1.0
     while t_cdf(hi, df) < q:
         hi *= 2
+    return _invert(lambda x: t_cdf(x, df), q, 0.0, hi, 1e-12)
+
+
+def _invert(cdf, q: float, lo: float, hi: float, tol: float) -> float:
+    """The ``x`` in ``[lo, hi]`` where the increasing ``cdf(x)`` reaches ``q``, by bisection to ``tol``."""
     for _ in range(200):
         mid = (lo + hi) / 2
-        if t_cdf(mid, df) < q:
+        if cdf(mid) < q:
             lo = mid
         else:
             hi = mid
-        if hi - lo < 1e-12:
+        if hi - lo < tol:
             break
     return (lo + hi) / 2
 
@@ -199,16 +204,7 @@ def norm_ppf(q: float) -> float:
     """The ``q`` quantile of the standard normal (bisection on ``erf``, to 1e-15)."""
     if not 0 < q < 1:
         raise ValueError("q must be in (0, 1)")
-    lo, hi = -40.0, 40.0
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < q:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-15:
-            break
-    return (lo + hi) / 2
+    return _invert(lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2))), q, -40.0, 40.0, 1e-15)
 
 
 def wilson(k: int, n: int, level: float = 0.95) -> dict:
