@@ -11,7 +11,7 @@ import pytest
 import zoo.experiment as ze
 from zoo.experiment.run import code_identity, used_components
 from zoo.experiment.spec import ExperimentError
-from zoo.registry import get_registry
+from zoo.registry import Registry, set_registry
 
 TASK_SRC = '''"""A tmp task plugin (the copy task under another name) whose source the test edits."""
 import zoo
@@ -66,9 +66,19 @@ def test_a_plugin_edit_between_runs_is_refused_naming_the_file(tmp_path, monkeyp
     src.parent.mkdir()
     src.write_text(TASK_SRC, encoding="utf-8")
     monkeypatch.syspath_prepend(str(src.parent))
-    reg = get_registry()
-    if "h1_tmp_task" not in reg.plugins:
-        reg.add_plugin(importlib.import_module("h1_tmp_task_plugin"), name="h1_tmp_task")
+    # a registry of this test's own: the tmp plugin never leaks into the process-wide one (it did,
+    # and the later every-task-has-a-paragraph test failed on its one-line docstring)
+    reg = Registry()
+    reg.add_plugin(importlib.import_module("h1_tmp_task_plugin"), name="h1_tmp_task")
+    old = set_registry(reg)
+    try:
+        edited_between_runs(tmp_path, src)
+    finally:
+        set_registry(old)
+        sys.modules.pop("h1_tmp_task_plugin", None)
+
+
+def edited_between_runs(tmp_path, src):
     out = tmp_path / "out"
     exp = tiny("h1_tmp_copy")
     first = ze.run(exp, out=out, executor="inline", threads=1, report=False)
