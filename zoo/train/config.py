@@ -25,6 +25,11 @@ MAX_LR = 10.0                # AdamW's useful range ends far below
 MAX_WEIGHT_DECAY = 10.0
 
 OBJECTIVES = ("clm", "mlm", "prefix_lm", "seq2seq")
+#: which parameters AdamW's weight decay applies to: the weight ``matrices`` of the linear layers only
+#: (biases, norm gains and embeddings undecayed: GPT-2 / nanoGPT practice, the default), or ``all``
+#: of them (``torch.optim.AdamW(model.parameters())``: Power et al. 2022 and Nanda et al. 2023 decay
+#: every parameter, embeddings included, in their grokking runs)
+WEIGHT_DECAY_SCOPES = ("matrices", "all")
 #: where a training window cut from the document stream may begin: at ``any`` token, or only at a
 #: ``line`` start (the first token, or right after a newline or a document separator), or only at
 #: a ``document`` start.  A model trained on windows that may begin mid-line never learns that the
@@ -54,6 +59,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.1     # cosine decays to lr * min_lr_ratio
     warmup: int = 100             # linear warm-up steps
     weight_decay: float = 0.1
+    weight_decay_scope: str = "matrices"  # what is decayed: "matrices" or "all" (WEIGHT_DECAY_SCOPES)
     beta1: float = 0.9
     beta2: float = 0.98
     grad_clip: float = 1.0        # max global grad norm (0 = off)
@@ -129,6 +135,7 @@ class TrainConfig:
         number("min_lr_ratio", 0, 1)
         integer("warmup", 0)
         number("weight_decay", 0, MAX_WEIGHT_DECAY)
+        choice("weight_decay_scope", "weight-decay scope", WEIGHT_DECAY_SCOPES)
         number("beta1", 0, 1, hi_open=True, fix="AdamW's betas lie in [0, 1); 0.9 is usual")
         number("beta2", 0, 1, hi_open=True, fix="AdamW's betas lie in [0, 1); 0.98 or 0.999 is usual")
         number("grad_clip", 0, math.inf, fix="pass a finite max grad norm (0 turns clipping off)")

@@ -1,5 +1,6 @@
-"""The optimisation recipe: AdamW with decoupled weight decay on matrices only, and a learning-rate
-schedule that is a pure function of the step (linear warm-up, then cosine decay)."""
+"""The optimisation recipe: AdamW with decoupled weight decay (on matrices only by default, on every
+parameter with ``weight_decay_scope: all``), and a learning-rate schedule that is a pure function of
+the step (linear warm-up, then cosine decay)."""
 from __future__ import annotations
 
 import math
@@ -27,14 +28,21 @@ def _no_decay(name: str, p: nn.Parameter) -> bool:
 
 
 def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (biases, norms and embeddings are not decayed).
-    Tied parameters appear once."""
+    """AdamW with two parameter groups: ``weight_decay`` on the first, 0 on the second.
+
+    ``cfg.weight_decay_scope`` says what is decayed: ``"matrices"`` (the default, GPT-2 / nanoGPT
+    practice) decays the weight matrices of the linear layers only -- biases, norm gains and
+    embeddings go to the second group; ``"all"`` decays every trainable parameter, embeddings, norms
+    and biases included (``torch.optim.AdamW(model.parameters(), weight_decay=...)``, what the
+    grokking papers use) and leaves the second group empty.  Tied parameters appear once; frozen
+    ones (``requires_grad`` False) not at all."""
     seen, decay, plain = set(), [], []
+    decay_all = cfg.weight_decay_scope == "all"
     for name, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (plain if _no_decay(name, p) else decay).append(p)
+        (plain if not decay_all and _no_decay(name, p) else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": plain, "weight_decay": 0.0}]
     kw = {"fused": True} if next(model.parameters()).is_cuda else {}
