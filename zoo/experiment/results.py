@@ -220,6 +220,26 @@ class Results:
         return any(bool((t.result.get("causality") or {}).get("sees_future")) for t in self.trials
                    if t.variant == variant and t.result)
 
+    def _cheater(self, a: str, b: str, task, metric: str) -> str | None:
+        """The variant of the pair ``(a, b)`` that sees the future, when its comparison draws no
+        verdict on ``metric`` (issue 33.1): on a decoder task, a variant measured to see the future
+        is compared on *no* metric -- past-only ones included, since predicting from a prefix alone
+        it is still a prefix-LM attending both ways within that prefix, which a causal model cannot
+        be; elsewhere (an encoder-decoder task), on its teacher-forced metrics.  None: comparable."""
+        cheat = [x for x in (a, b) if self.sees_future(x)]
+        if not cheat:
+            return None
+        if getattr(task, "arch", "decoder") == "decoder" or is_teacher_forced(task, metric):
+            return cheat[0]
+        return None
+
+    @staticmethod
+    def _not_comparable(cheat: str, task, primary: str | None) -> str:
+        if getattr(task, "arch", "decoder") == "decoder":
+            return f"not comparable: {cheat} sees the future (trained without the look-ahead mask)"
+        return (f"not comparable: {cheat} sees the future "
+                f"(teacher-forced metric; judge on {primary or 'a past-only metric'})")
+
     def _min_effects(self) -> dict:
         t0 = self.trial_plans[0]
         return min_effects(get_task(t0.task, t0.task_params), self._exp().min_effect)
@@ -257,10 +277,9 @@ class Results:
                     row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"],
                                verdict=verdict(d, dirs.get(m), floors.get(m, 0.0)) + smoke
                                if d["n"] else "pending")
-                    cheat = [x for x in (vname, ref.name) if self.sees_future(x)]
-                    if d["n"] and cheat and is_teacher_forced(task, m):
-                        row["verdict"] = (f"not comparable: {cheat[0]} sees the future "
-                                          f"(teacher-forced metric; judge on {primary or 'a past-only metric'})" + smoke)
+                    cheat = self._cheater(vname, ref.name, task, m)
+                    if d["n"] and cheat:
+                        row["verdict"] = self._not_comparable(cheat, task, primary) + smoke
                 row["min_effect"] = floors.get(m, 0.0)
                 row["scored"] = ("teacher-forced" if is_teacher_forced(task, m) else
                                  "past-only" if is_past_only(task, m) else "no answer")
@@ -356,6 +375,10 @@ class Results:
                 d = two_proportions(k, n, sum(bool(hit(x)) for x in rv.values()), len(rv))
                 row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"], p=d["p"],
                            verdict=significant_verdict(d, direction) + smoke)
+                task = self._task()
+                cheat = self._cheater(keep["variant"], keep["reference"], task, source)
+                if cheat:  # a rate of a variant that sees the future: no verdict either
+                    row["verdict"] = self._not_comparable(cheat, task, primary_metric(task)) + smoke
         return row
 
     # ------------------------------------------------------------------ text
