@@ -12,8 +12,15 @@ pair of the *training* half, computed exactly like ``acc`` on the held-out half.
 training and thresholded (``steps_to_train_acc_0.99`` vs ``steps_to_acc_0.99``), the gap between the
 two is the grokking delay.  Metrics: ``acc`` (held-out pairs), ``train_acc`` (training pairs),
 ``gen_exact`` (held-out, generated).
+
+Options beyond ``modadd``'s: ``full_batch: true`` makes every training step use every training pair
+exactly once (the papers' full-batch setting: Nanda et al. train on the whole 30% at each step)
+instead of ``batch_size`` pairs drawn with replacement; ``batch_size`` then only sizes the
+evaluation batches.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -21,6 +28,16 @@ import zoo
 from zoo.experiment.tasks import predict
 
 from .task_modadd import ModAdd, ModAddConfig
+
+
+@dataclass(frozen=True)
+class GrokkingConfig(ModAddConfig):
+    full_batch: bool = False  # each training step: every training pair once (else batch_size drawn)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not isinstance(self.full_batch, bool):
+            raise ValueError(f"full_batch must be true or false, got {self.full_batch!r}")
 
 
 class Grokking(ModAdd):
@@ -36,6 +53,16 @@ class Grokking(ModAdd):
         ex = self.rows(a, b)
         keep = (~self.is_heldout(ex)).nonzero().squeeze(1)
         return {k: v[keep] for k, v in ex.items()}
+
+    def sample(self, gen, n, *, heldout, length=None):
+        """With ``full_batch``, a training draw is the whole training half (every pair once, ``n``
+        ignored); otherwise, and for held-out draws, ``modadd``'s sampling."""
+        if self.config.full_batch and not heldout:
+            cache = self.__dict__.setdefault("_train_cache", {})
+            if "ex" not in cache:
+                cache["ex"] = self.train_examples()
+            return dict(cache["ex"])
+        return super().sample(gen, n, heldout=heldout, length=length)
 
     @torch.no_grad()
     def evaluate(self, model) -> dict:
@@ -55,4 +82,4 @@ class Grokking(ModAdd):
 
 @zoo.hookimpl
 def register_tasks(register):
-    register("grokking", Grokking, config=ModAddConfig)
+    register("grokking", Grokking, config=GrokkingConfig)

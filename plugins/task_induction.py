@@ -20,7 +20,12 @@ Metrics: ``acc`` (teacher-forced accuracy on the scored positions: the in-contex
 ``exact`` (every scored position of a row right) and ``induction_score``: the largest, over layers
 and heads, mean attention weight from each scored position (token ``x_j`` of a second copy) to the
 position right after ``x_j``'s first occurrence (the token ``x_{j+1}``), ``L - 1`` back --
-TransformerLens' induction score, at each chunk's own offset.  The in-context accuracy jumps (a
+TransformerLens' induction score, at each chunk's own offset.
+
+``loss_on``: which positions the *training* loss covers -- ``copies`` (the default: the scored
+positions above) or ``all`` (every next token of the row, the first copies' unpredictable tokens
+included: the language-model loss of ``scripts/train_induction.py``, the recipe of the shipped
+``induction_2l``).  The metrics and the held-out loss always cover the scored positions only.  The in-context accuracy jumps (a
 model forms the circuit or does not), so the task declares ``success: {acc: 0.9}`` and the results
 table adds the success rate with its Wilson interval.  Chance level for the accuracy is ``1 / vocab``.
 """
@@ -44,8 +49,11 @@ class InductionConfig:
     min_length: int = 4       # the shortest
     heldout: float = 0.2
     eval_examples: int = 256
+    loss_on: str = "copies"   # training loss on the scored positions ("copies") or every token ("all")
 
     def __post_init__(self):
+        if self.loss_on not in ("copies", "all"):
+            raise ValueError(f"loss_on must be 'copies' or 'all', got {self.loss_on!r}")
         if not 2 <= self.min_length <= self.length:
             raise ValueError("min_length must be in [2, length]")
         if not self.length <= self.vocab <= 120:
@@ -88,7 +96,14 @@ class Induction(SyntheticTask):
                     lab[i, a:e] = full[i, a + 1:e + 1]
                     off[i, a:e] = L - 1
                 pos += 2 * L
-        return {"ids": full[:, :-1], "labels": lab, "start": None, "offset": off}
+        return {"ids": full[:, :-1], "labels": lab, "start": None, "offset": off, "next": full[:, 1:]}
+
+    def sample(self, gen, n, *, heldout, length=None):
+        """Training draws with ``loss_on: all`` label every position with its next token."""
+        ex = super().sample(gen, n, heldout=heldout, length=length)
+        if self.config.loss_on == "all" and not heldout:
+            ex = {**ex, "labels": ex["next"]}
+        return ex
 
     def eval_examples(self, length=None):
         """The fixed held-out set, drawn once per task object (the row loop is Python)."""
