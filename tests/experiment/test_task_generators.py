@@ -134,6 +134,32 @@ def test_mqar_is_zoologys_definition():
                 assert int(ids[p + 1]) == int(lab[p])  # ... which is the next input token
 
 
+def test_mqar_without_filler_puts_the_queries_right_after_the_pairs():
+    """Zoology's generator without ``random_non_queries``: ``k1 v1 .. kN vN`` then every key once, in
+    a random order, each followed by its value; nothing else (``seq_len = 4N``).  Pinned on a seed."""
+    task = get_task("mqar", {"vocab_size": 16, "seq_len": 16, "num_kv_pairs": 4, "filler": False})
+    ex = task.draw(torch.Generator().manual_seed(0), 64)
+    assert ex["ids"].shape == (64, 16)
+    assert ex["ids"][0].tolist() == [2, 12, 3, 9, 4, 8, 6, 15, 4, 8, 2, 12, 3, 9, 6, 15]
+    orders = set()
+    for ids, lab in zip(ex["ids"], ex["labels"]):
+        keys, values = ids[0:8:2].tolist(), ids[1:8:2].tolist()
+        kv = dict(zip(keys, values))
+        q = ids[8::2].tolist()  # the query keys: the pairs' keys, each once
+        assert sorted(q) == sorted(keys)
+        orders.add(tuple(keys.index(k) for k in q))
+        assert (lab >= 0).nonzero().squeeze(1).tolist() == [8, 10, 12, 14]  # every query answered
+        assert [int(lab[p]) for p in (8, 10, 12, 14)] == [kv[k] for k in q]
+        assert ids[9::2].tolist() == [kv[k] for k in q]  # each answer is the next input
+    assert len(orders) > 10  # the query order is random, not the context's
+    longer = get_task("mqar", {"vocab_size": 16, "seq_len": 24, "num_kv_pairs": 4, "filler": False})
+    lab = longer.draw(torch.Generator().manual_seed(1), 8)["labels"]
+    assert ((lab >= 0).nonzero()[:, 1].unique().tolist()) == [8, 10, 12, 14]  # the tail is unscored
+    with pytest.raises(zoo.ZooError) as e:
+        get_task("mqar", {"filler": "no"})
+    assert "filler" in str(e.value)
+
+
 class Rule(nn.Module):
     """A "model" from a rule: logits one-hot at ``rule(prefix)`` for every position (teacher
     forced, it sees only ``ids[:t + 1]`` unless ``peek``: then it reads ``ids[t + 1]``)."""
