@@ -15,8 +15,9 @@ two is the grokking delay.  Metrics: ``acc`` (held-out pairs), ``train_acc`` (tr
 
 Options beyond ``modadd``'s: ``full_batch: true`` makes every training step use every training pair
 exactly once (the papers' full-batch setting: Nanda et al. train on the whole 30% at each step)
-instead of ``batch_size`` pairs drawn with replacement; ``batch_size`` then only sizes the
-evaluation batches.
+instead of ``batch_size`` pairs drawn with replacement.  The trainer cuts every drawn batch to
+``batch_size`` rows, so ``train.batch_size`` must be at least the number of training pairs (a
+smaller one is refused with the number to set).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 import zoo
+from zoo.errors import ZooError
 from zoo.experiment.tasks import predict
 
 from .task_modadd import ModAdd, ModAddConfig
@@ -56,11 +58,18 @@ class Grokking(ModAdd):
 
     def sample(self, gen, n, *, heldout, length=None):
         """With ``full_batch``, a training draw is the whole training half (every pair once, ``n``
-        ignored); otherwise, and for held-out draws, ``modadd``'s sampling."""
+        at least the number of training pairs: the trainer keeps the first ``n`` rows); otherwise, and
+        for held-out draws, ``modadd``'s sampling."""
         if self.config.full_batch and not heldout:
             cache = self.__dict__.setdefault("_train_cache", {})
             if "ex" not in cache:
                 cache["ex"] = self.train_examples()
+            have = cache["ex"]["ids"].size(0)
+            if n < have:
+                raise ZooError(f"full_batch trains on all {have} training pairs at each step, but "
+                               f"batches hold {n} rows (the trainer would keep only the first {n})",
+                               where="train.batch_size", fix=f"set train.batch_size: {have} (or more), "
+                               "or task full_batch: false")
             return dict(cache["ex"])
         return super().sample(gen, n, heldout=heldout, length=length)
 

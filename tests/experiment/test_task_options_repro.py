@@ -27,10 +27,14 @@ def test_grokking_full_batch_is_every_training_pair_once_per_step():
     train = _pairs(task, task.to_batch(task.train_examples())["ids"])
     assert max(train.values()) == 1 and 20 < len(train) < 80  # about 30% of 169, each once
     obj = _objective(task)
-    for s in range(3):  # the same whole half whatever the seed or the requested size
-        b = obj.train_batch(torch.Generator().manual_seed(s), 7)
+    for s, size in ((0, len(train)), (1, len(train)), (2, 4 * len(train))):  # whatever the seed
+        b = obj.train_batch(torch.Generator().manual_seed(s), size)
         assert _pairs(task, b["ids"]) == train
         assert (b["labels"] >= 0).sum() == len(train)  # one answer per pair
+    # the trainer keeps the first batch_size rows: a smaller batch would silently train on a part
+    with pytest.raises(ZooError) as e:
+        obj.train_batch(torch.Generator().manual_seed(0), len(train) - 1)
+    assert "train.batch_size" in str(e.value) and f"batch_size: {len(train)}" in str(e.value)
     # the held-out side is unchanged: 4096 drawn examples are still only held-out pairs
     held = set(_pairs(task, task.to_batch(task.eval_examples())["ids"]))
     assert held and not held & set(train)
