@@ -55,6 +55,7 @@ from .results import Results
 from .matching import match_params
 from .selection import VAL_PREFIX, combos, tuned_name
 from .spec import (Experiment, ExperimentError, Variant, deep_merge, load, load_plugins, threshold_metrics,
+                   tune_ranges,
                    tune_select)
 from .tasks import future_leak, get_task
 from .trial import EXPERIMENT, RESULT, TRIAL, Trial  # noqa: F401 - re-exported
@@ -143,6 +144,13 @@ def planned_variants(exp: Experiment) -> list[Variant]:
     setting of the sweep (``softmax@lr=0.003``, :mod:`.selection`)."""
     if not exp.tune:
         return list(exp.variants)
+    ranges = tune_ranges(exp)
+    if ranges:  # a range has no grid: only the Optuna search draws its points
+        k = next(iter(ranges))
+        raise ExperimentError(f"tune.{k} is a range, which `zoo experiment run` cannot sweep",
+                              where=f"experiment.tune.{k}",
+                              fix="search it with `zoo experiment tune FILE --trials N`, or list "
+                                  f"the values to sweep, e.g. {k}: [1.0e-3, 3.0e-3, 1.0e-2]")
     return [Variant(tuned_name(v.name, c), tuple(sorted({**v.overrides, **c}.items())), v.description)
             for v in exp.variants for c in combos(exp.tune)]
 

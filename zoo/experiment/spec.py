@@ -397,9 +397,71 @@ def derived_directions(exp: "Experiment", task) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class TuneRange:
+    """A ``tune:`` axis given as a range, ``train.lr: {low: 1e-4, high: 1e-2, log: true}``: searched
+    by ``zoo experiment tune`` (an Optuna float distribution; an integer one when both bounds are
+    integers), never swept by ``zoo experiment run`` (a grid needs listed values)."""
+    low: float
+    high: float
+    log: bool = False
+    integer: bool = False
+
+    def to_dict(self) -> dict:
+        return {"low": self.low, "high": self.high, "log": self.log}
+
+
+RANGE_KEYS = ("low", "high", "log")
+
+
+def _parse_range(k: str, r: dict) -> TuneRange:
+    """``{low, high, log?}`` -> a :class:`TuneRange`; errors name ``tune.<key>.<field>``."""
+    where = f"tune.{k}"
+    for f in r:
+        if f not in RANGE_KEYS:
+            _bad(f"{where}.{f}", f"unknown range field {f!r}", options=list(RANGE_KEYS),
+                 fix=f"e.g. {k}: {{low: 1.0e-4, high: 1.0e-2, log: true}}")
+    vals = {}
+    for f in ("low", "high"):
+        if f not in r:
+            _bad(f"{where}.{f}", f"a range needs both low and high; {f} is missing",
+                 fix=f"e.g. {k}: {{low: 1.0e-4, high: 1.0e-2, log: true}}")
+        v = r[f]
+        if isinstance(v, str):  # YAML 1.1 reads 1e-4 as text
+            try:
+                v = float(v)
+            except ValueError:
+                _bad(f"{where}.{f}", f"not a number: {short(v)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            _bad(f"{where}.{f}", f"must be a finite number, got {short(r[f])}")
+        vals[f] = v
+    log = r.get("log", False)
+    if not isinstance(log, bool):
+        _bad(f"{where}.log", f"must be true or false, got {short(log)}")
+    low, high = vals["low"], vals["high"]
+    if not low < high:
+        _bad(f"{where}.high", f"a range needs low < high, got low {low:g}, high {high:g}",
+             fix="swap them, or list the one value in train: / base: instead of tuning it")
+    if log and not low > 0:
+        _bad(f"{where}.low", f"a log range needs low > 0, got {low:g}",
+             fix="raise low above 0, or set log: false")
+    integer = isinstance(low, int) and isinstance(high, int)
+    if k.startswith("train."):
+        for v in (low, high):
+            _parse_train({k[6:]: v}, where)
+    return TuneRange(float(low) if not integer else low, float(high) if not integer else high, log, integer)
+
+
+def tune_ranges(exp: "Experiment") -> dict[str, TuneRange]:
+    """The ``tune:`` axes of ``exp`` given as ranges (empty: a grid)."""
+    return {k: v for k, v in exp.tune if isinstance(v, TuneRange)}
+
+
 def _parse_tune(tune: Any) -> tuple[tuple, str | None]:
     """``tune: {train.lr: [1e-3, 3e-3], select: acc}`` -> sorted (key, values) pairs and the
-    selection metric (None: the task's primary metric)."""
+    selection metric (None: the task's primary metric).  An axis may be a range instead of a list,
+    ``train.lr: {low: 1e-4, high: 1e-2, log: true}``: then the pair is (key, :class:`TuneRange`),
+    searched by ``zoo experiment tune`` only."""
     if tune is None:
         return (), None
     if not isinstance(tune, dict) or not tune:
@@ -413,9 +475,13 @@ def _parse_tune(tune: Any) -> tuple[tuple, str | None]:
         if k == "select":
             continue
         _check_key(k, f"tune.{k}")
+        if isinstance(vals, dict):  # a range, for the Optuna search
+            out.append((k, _parse_range(k, vals)))
+            continue
         if not isinstance(vals, list) or len({json.dumps(_freeze(v)) for v in vals}) < 2:
             _bad(f"tune.{k}", f"a tune axis needs at least two distinct values, got {short(vals)}",
-                 fix=f"sweep e.g. {k}: [1.0e-3, 3.0e-3, 1.0e-2], or set one value in train: / base:")
+                 fix=f"sweep e.g. {k}: [1.0e-3, 3.0e-3, 1.0e-2], search a range {k}: "
+                     "{low: 1.0e-4, high: 1.0e-2, log: true}, or set one value in train: / base:")
         if len(vals) != len({json.dumps(_freeze(v)) for v in vals}):
             _bad(f"tune.{k}", "the values must be distinct")
         if k.startswith("train."):

@@ -12,11 +12,21 @@ The study lives beside the results as an Optuna journal file (``OUT/optuna.journ
 command resumes: ``--trials N`` is the total per variant, the trials already in the journal count,
 and a setting suggested again reuses its finished trial folders.  ``OUT`` is an ordinary results
 folder: ``zoo experiment report OUT`` tabulates each variant at its best *evaluated* setting,
-selected on validation, reported on test.  Each ``tune:`` axis is categorical (its listed values);
-``OUT/search.json`` holds every study's trials and best setting.
+selected on validation, reported on test.  A ``tune:`` axis given as a list is categorical (its
+listed values); one given as a range, ``train.lr: {low: 1e-4, high: 1e-2, log: true}``, is an
+Optuna float distribution (an integer one when both bounds are integers), each suggested float
+rounded to 4 significant digits so that it names its trial folder exactly
+(``softmax@lr=0.002154``); with a range the trials are planned as the study suggests them and
+``OUT/experiment.json`` lists those evaluated so far.  ``OUT/search.json`` holds every study's
+trials and best setting.
+
+The whole search holds the folder's lock (:func:`zoo.guard.transaction.lock`), as ``zoo
+experiment run`` does: the journal has one writer, and a second ``tune`` (or a ``run``) on the
+same folder is refused naming the holder.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -24,11 +34,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ZooError
+from ..guard.transaction import lock
 from ..io.checkpoint import atomic_write
 from .results import Results
 from .run import finished, plan, run_trial
 from .selection import VAL_PREFIX, base_of, combos, label, setting_of
-from .spec import Experiment, ExperimentError, load, tune_select
+from .spec import Experiment, ExperimentError, TuneRange, load, tune_ranges, tune_select
 from .tasks import get_task
 from .trial import EXPERIMENT, TRIAL
 
@@ -48,9 +59,10 @@ def _optuna():
     return optuna, JournalStorage, JournalFileBackend
 
 
-def _claim(exp: Experiment, trials, out: Path) -> None:
+def _claim(exp: Experiment, trials, out: Path, *, add: bool = False) -> None:
     """``OUT/experiment.json`` as :func:`zoo.experiment.run` writes it (so Results reads OUT), or a
-    refusal when OUT holds another experiment."""
+    refusal when OUT holds another experiment.  ``add``: ``trials`` join those it lists already (a
+    range search plans its trials as they are suggested)."""
     f = out / EXPERIMENT
     rec = {"name": exp.name, "fingerprint": exp.fingerprint(), "quick": exp.quick,
            "experiment": json.loads(exp.raw), "trials": [t.to_dict() for t in trials]}
@@ -59,6 +71,10 @@ def _claim(exp: Experiment, trials, out: Path) -> None:
         if old.get("fingerprint") != rec["fingerprint"]:
             raise ExperimentError("the folder holds the results of another experiment", where="experiment.out",
                                   fix="pass another --out, or delete the folder")
+        if add:
+            known = {(t["variant"], t["seed"]) for t in old.get("trials", [])}
+            rec["trials"] = old.get("trials", []) + [t for t in rec["trials"]
+                                                     if (t["variant"], t["seed"]) not in known]
     out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(rec, indent=1, ensure_ascii=False)
     atomic_write(f, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
@@ -79,15 +95,37 @@ def search(experiment: Any, *, trials: int, out: str | os.PathLike | None = None
         raise ExperimentError("the experiment has no tune: space to search", where="experiment.tune",
                               fix="add e.g. tune: {train.lr: [1.0e-4, 3.0e-4, 1.0e-3, 3.0e-3, 1.0e-2]}")
     metric, direction = tune_select(exp, get_task(exp.task, dict(exp.task_params)))
-    planned = plan(exp)
+    ranges = tune_ranges(exp)
+    planned = [] if ranges else plan(exp)  # a range: planned point by point, as suggested
     by_name: dict[str, list] = {}
     for t in planned:
         by_name.setdefault(t.variant, []).append(t)
     out = Path(out) if out is not None else Path("runs") / "experiments" / (exp.name + "-tune" + ("-quick" if quick else ""))
-    _claim(exp, planned, out)
+    # one writer: the journal, experiment.json and the trial folders are written under the
+    # folder's lock; a second `tune` (or `run`) on it is refused, naming the holder
+    with lock(out, where="experiment.out", error=ExperimentError):
+        return _search(exp, out, trials, planned, by_name, ranges, metric, direction, threads,
+                       sampler_seed, progress, optuna, JournalStorage, JournalFileBackend)
+
+
+def _suggest(trial, k: str, axis) -> Any:
+    """One axis's value for an Optuna trial: a listed value (categorical, by index: Optuna stores
+    JSON-able choices), or a point of a range (a float rounded to 4 significant digits, kept inside
+    the range; an integer)."""
+    if isinstance(axis, TuneRange):
+        if axis.integer:
+            return trial.suggest_int(k, int(axis.low), int(axis.high), log=axis.log)
+        x = trial.suggest_float(k, axis.low, axis.high, log=axis.log)
+        return min(max(float(f"{x:.4g}"), axis.low), axis.high)
+    return axis[trial.suggest_categorical(k, list(range(len(axis))))]
+
+
+def _search(exp, out, trials, planned, by_name, ranges, metric, direction, threads, sampler_seed,
+            progress, optuna, JournalStorage, JournalFileBackend) -> dict:
+    _claim(exp, planned, out, add=bool(ranges))  # a range search keeps the trials it listed
     storage = JournalStorage(JournalFileBackend(str(out / JOURNAL)))
     emit = progress or (lambda e: None)
-    space = {k: list(vals) for k, vals in exp.tune}
+    space = {k: (vals if isinstance(vals, TuneRange) else list(vals)) for k, vals in exp.tune}
     keys = list(space)
     summary: dict = {"metric": metric, "direction": direction, "split": "validation", "variants": {}}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -97,12 +135,18 @@ def search(experiment: Any, *, trials: int, out: str | os.PathLike | None = None
                                     sampler=optuna.samplers.TPESampler(seed=sampler_seed))
 
         def objective(trial, v=v):
-            # categorical over the listed values (by index: Optuna stores JSON-able choices)
-            combo = {k: space[k][trial.suggest_categorical(k, list(range(len(space[k]))))] for k in keys}
-            name = next(n for n in by_name if base_of(n) == v.name
-                        and setting_of(n) == label(combo))
+            combo = {k: _suggest(trial, k, space[k]) for k in keys}
+            if ranges:  # this point's trials, planned now and listed in experiment.json
+                point = dataclasses.replace(exp, tune=tuple((k, (combo[k],)) for k in keys))
+                todo = [t for t in plan(point) if base_of(t.variant) == v.name]
+                _claim(exp, todo, out, add=True)
+                name = todo[0].variant
+            else:
+                name = next(n for n in by_name if base_of(n) == v.name
+                            and setting_of(n) == label(combo))
+                todo = by_name[name]
             scores = []
-            for t in by_name[name]:
+            for t in todo:
                 rec = finished(t, out)
                 if rec is None:
                     d = t.folder(out)
