@@ -43,8 +43,13 @@ class RunLog:
             return
         out.mkdir(parents=True, exist_ok=True)
         if resumed_at is not None:
-            self.history = [r for r in read_metrics(out)
-                            if r.get("step", 0) <= resumed_at and r.get("event") != "end"]
+            recs = read_metrics(out)
+            if recs.truncated:  # rewriting the log from what was read would drop the rest of it
+                raise CheckpointError(f"{METRICS} is larger than the {MAX_METRICS_BYTES // 2**20} MiB "
+                                      f"(or {MAX_METRICS_RECORDS:,} records) a resume reads",
+                                      where="train.out", fix=f"move {METRICS} aside (the resumed run "
+                                      "starts a new one), then resume")
+            self.history = [r for r in recs if r.get("step", 0) <= resumed_at and r.get("event") != "end"]
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.history)
         atomic_write(out / METRICS, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
         if progress:
@@ -181,6 +186,10 @@ def open_tensorboard(out: Path, resumed_at: int | None):
     if d.is_symlink():
         raise CheckpointError(f"{TENSORBOARD_DIR} is a symlink", where="train.out",
                               fix="remove it: zoo writes only inside the run folder")
+    if d.is_dir() and not resumed_at:  # a new run in the folder (overwrite): the old run's events go,
+        for f in d.iterdir():          # or TensorBoard would draw both runs as one
+            if f.name.startswith("events.out.tfevents.") and f.is_file() and not f.is_symlink():
+                f.unlink()
     return SummaryWriter(log_dir=str(d), purge_step=resumed_at + 1 if resumed_at else None)
 
 
@@ -199,17 +208,86 @@ def write_scalars(tb, rec: dict) -> None:
     tb.flush()
 
 
-def read_metrics(out: str | os.PathLike) -> list[dict]:
-    """The records of ``out/metrics.jsonl`` (a truncated last line, from a kill, is skipped)."""
+#: the most of ``metrics.jsonl`` read (a long real run logs a few MB): past it, reading stops and
+#: the rest is counted as not read (``MetricsRead.truncated``)
+MAX_METRICS_BYTES = 256 * 2**20
+#: the most records kept (each becomes a dict in memory: about 1 KB)
+MAX_METRICS_RECORDS = 500_000
+#: a line longer than this is damage (a real record is a few hundred bytes); it is skipped unread
+MAX_LINE_BYTES = 64 * 1024
+#: fields a reader uses as numbers: a record where one is not a number is damaged
+_NUMERIC = ("loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "step_s", "mfu")
+
+
+class MetricsRead(list):
+    """The records of a ``metrics.jsonl`` (a list of dicts), with what reading it found:
+    ``damaged`` (lines skipped: not JSON, not UTF-8, not a record, a field of the wrong type, too
+    long), ``truncated`` (True when the size or record cap stopped the reading: the file holds
+    more than was read)."""
+
+    damaged: int = 0
+    truncated: bool = False
+
+
+def _record(line: bytes) -> dict | None:
+    """One line as a record, or None when it is damaged."""
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    step = rec.get("step", 0)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return None
+    if "event" in rec and not isinstance(rec["event"], str):
+        return None
+    for k in _NUMERIC:
+        if k in rec and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float))):
+            return None
+    return rec
+
+
+def read_metrics(out: str | os.PathLike, *, max_bytes: int | None = None,
+                 max_records: int | None = None) -> MetricsRead:
+    """The records of ``out/metrics.jsonl``, streamed and bounded: at most ``max_bytes`` read
+    (:data:`MAX_METRICS_BYTES`) and ``max_records`` kept (:data:`MAX_METRICS_RECORDS`); damaged
+    lines (a truncated last line from a kill, non-UTF-8, ``[]``, a ``step`` of null, lines over
+    :data:`MAX_LINE_BYTES`) are skipped and counted.  Never raises on the file's content; a file
+    that is not a regular file (a FIFO, a device) is not read."""
+    max_bytes = MAX_METRICS_BYTES if max_bytes is None else max_bytes
+    max_records = MAX_METRICS_RECORDS if max_records is None else max_records
     path = Path(out) / METRICS
-    if not path.is_file():
-        return []
-    recs = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            recs.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    recs = MetricsRead()
+    try:
+        if path.is_symlink() or not path.is_file():
+            return recs
+        fh = open(path, "rb")
+    except OSError:
+        return recs
+    with fh:
+        used = 0
+        while True:
+            line = fh.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                break
+            used += len(line)
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):  # an over-long line: skip it
+                recs.damaged += 1
+                while line and not line.endswith(b"\n"):
+                    line = fh.readline(MAX_LINE_BYTES + 1)
+                    used += len(line)
+                    if used > max_bytes:
+                        break
+            elif line.strip():
+                rec = _record(line)
+                if rec is None:
+                    recs.damaged += 1
+                else:
+                    recs.append(rec)
+            if used > max_bytes or len(recs) >= max_records:
+                recs.truncated = bool(fh.read(1))
+                break
     return recs
 
 
