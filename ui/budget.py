@@ -22,6 +22,7 @@ A spec typed into the browser (Build tab, Compare overrides) keeps its shape lim
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,17 +132,25 @@ def room(model) -> Room:
 
 def room_of(path: Path) -> tuple[Room, int]:
     """``(Room, weights bytes)`` of a checkpoint file, without reading its tensors (its stored
-    numbers and a build on the meta device for the cache layout)."""
+    numbers and a build on the meta device for the cache layout); remembered per file version (its
+    path, size and modification time), since the model card asks again on every language switch."""
+    st = Path(path).stat()
+    nbytes, numbers, max_len, per_token = _stored_layout(str(path), st.st_size, st.st_mtime_ns)
+    cap, by = _cap(max_len, numbers)  # the limits are read each time (tests and settings change them)
+    return Room(cap, max_len, by, cap * per_token), nbytes
+
+
+@functools.lru_cache(maxsize=64)
+def _stored_layout(path: str, size: int, mtime_ns: int) -> tuple[int, int, int, int]:
+    """``(weights bytes, stored numbers, max_len, KV bytes per token)`` of one file version."""
     import torch
 
-    nbytes, numbers = stored(path)
-    spec = zoo.load_spec(path)
-    cap, by = _cap(spec.max_len, numbers)
+    nbytes, numbers = stored(Path(path))
+    spec = zoo.load_spec(Path(path))
     with torch.device("meta"):  # shapes only: the layers' cache layout
         meta = zoo.build(spec, init=False, budget=float("inf"))
     elem = nbytes // max(numbers, 1) or 1  # the stored dtype's size
-    per_token = kv_bytes_per_token(meta) // run_budget.plan(meta).elem * elem
-    return Room(cap, spec.max_len, by, cap * per_token), nbytes
+    return nbytes, numbers, spec.max_len, kv_bytes_per_token(meta) // run_budget.plan(meta).elem * elem
 
 
 def cap_text(r: Room, lang: str = "en") -> str:

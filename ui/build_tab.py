@@ -12,6 +12,7 @@ appears here, parameters and all, the moment it is installed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
 import typing
 from typing import Any
@@ -108,10 +109,16 @@ def _set_scalar(raw: dict, field: str, value: Any) -> None:
         raw.pop(field, None)
     elif kind is str:
         raw[field] = str(value or "")
-    elif kind is float:
-        raw[field] = float(value) if value is not None else 0.0
+    elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, str))):
+        raise SpecError(f"{field} takes a number, got {type(value).__name__}", where=field,
+                        fix=f"type a number for {field}")
     else:
-        raw[field] = int(value) if value is not None else value
+        try:
+            raw[field] = (float(value) if value is not None else 0.0) if kind is float else \
+                (int(value) if value is not None else value)
+        except (TypeError, ValueError, OverflowError):
+            raise SpecError(f"{field} takes a number, got {str(value)[:40]!r}", where=field,
+                            fix=f"type a number for {field}") from None
 
 
 def _set_arch(raw: dict, value: Any) -> None:
@@ -156,6 +163,9 @@ def _set_component(raw: dict, fam, value: str) -> None:
 def set_field(text: str, field: str, value: Any) -> str:
     """Rewrite one form field into the YAML (see :func:`_set_scalar`, :func:`_set_arch`,
     :func:`_set_component`)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+        raise SpecError(f"a form field takes one value, got {type(value).__name__}", where=field,
+                        fix=f"choose or type one value for {field}")
     raw = _load(text)
     families = {f.field: f for f in form_families()}
     if field == "arch":
@@ -275,15 +285,30 @@ def lessons(text: str, lang: str = "en") -> str:
     return "\n\n".join(out)
 
 
+def registered_family(tp: Any) -> str | None:
+    """The family of ``Annotated[str, Registered(family)]`` (a field naming a registered component,
+    such as a feed-forward block's ``activation``), else None."""
+    from zoo.components import Registered
+
+    if typing.get_origin(tp) is not typing.Annotated:
+        return None
+    return next((m.family for m in typing.get_args(tp)[1:] if isinstance(m, Registered)), None)
+
+
 def _param_fields(config_cls, config) -> list[dict]:
     if config_cls is None:
         return []
-    hints = typing.get_type_hints(config_cls)
+    hints = typing.get_type_hints(config_cls, include_extras=True)
     fields = []
     for f in dataclasses.fields(config_cls):
         tp, value = hints.get(f.name, Any), getattr(config, f.name) if config is not None else None
+        family = registered_family(tp)
+        if typing.get_origin(tp) is typing.Annotated:
+            tp = typing.get_args(tp)[0]
         origin = typing.get_origin(tp)
-        if tp is bool:
+        if family is not None:  # Annotated[str, Registered("activation")]: the live registry's names
+            kind, choices = "choice", zoo.get_registry().names(family)
+        elif tp is bool:
             kind, choices = "bool", None
         elif tp is int:
             kind, choices = "int", None
@@ -354,20 +379,40 @@ def hints(spec, lang: str = "en") -> list[str]:
 
 
 # ---------------------------------------------------------------------- analysis
-def analyse(text: str, lang: str = "en") -> tuple[str, list[list], str, bool]:
-    """Validate the YAML.  Returns ``(status markdown, parameter table rows, diagram html, ok)``;
-    a ``ZooError`` (including a size limit) becomes the status message, never an exception."""
+def _same_yaml(text: str | None) -> str:
+    """One cache key per spec: the editor hands its YAML back without the last newline (gr.Code),
+    while the page was built from the file's text with it (:func:`_parse` reads both alike)."""
+    return (text or "").rstrip("\n")
+
+
+@functools.lru_cache(maxsize=16)
+def _facts(text: str) -> tuple:
+    """What the analysis of the YAML ``text`` finds, in no language: ``(spec, parameter count,
+    parameters per component)``, or ``(the ZooError, None, None)``; remembered by text.
+
+    Building on the meta device (twice: the limits' count and the table) is most of an analysis: a
+    language switch words the same findings again, and re-analysing cost it about 0.5 s on the
+    server (issue 34); the findings depend on the text alone (and the installed plugins, fixed while
+    the server runs)."""
     try:
         spec = _parse(text)
-        total = check_spec_limits(spec, lang)
+        total = check_spec_limits(spec)
     except ZooError as exc:
-        msg = safe_markdown(format_error(exc, lang)).replace("\n", "  \n")
-        return f"✗ **{t('build.invalid', lang)}**  \n{msg}", [], "", False
+        return exc, None, None
     import torch
 
     with torch.device("meta"):
         model = zoo.build(spec, init=False)
-    table = parameter_table(model)
+    return spec, total, parameter_table(model)
+
+
+def analyse(text: str, lang: str = "en") -> tuple[str, list[list], str, bool]:
+    """Validate the YAML.  Returns ``(status markdown, parameter table rows, diagram html, ok)``;
+    a ``ZooError`` (including a size limit) becomes the status message, never an exception."""
+    spec, total, table = _facts(_same_yaml(text))
+    if isinstance(spec, ZooError):
+        msg = safe_markdown(format_error(spec, lang)).replace("\n", "  \n")
+        return f"✗ **{t('build.invalid', lang)}**  \n{msg}", [], "", False
     rows = [[k, f"{v:,}", f"{100 * v / max(total, 1):.1f}%"] for k, v in table.items()]
     rows.append([t("col.total", lang), f"{total:,}", "100.0%"])  # columns: TABLE_HEADERS
     status = f"✓ {t('build.valid', lang, params=f'{total:,}')}"
@@ -452,7 +497,7 @@ COST_LENGTHS = (64, 256, 1024, 4096)
 TABLE_HEADERS = ("col.component", "col.params", "col.share")
 
 
-def cost(text: str, lang: str = "en"):
+def cost(text: str, lang: str = "en", *, figure: bool = True):
     """``(figure, rows)``: FLOPs per forward against sequence length (attention core vs projections
     vs feed-forward, with the crossover) and a memory table; ``(None, [])`` when the spec is invalid
     or the accounting module is absent."""
@@ -460,20 +505,25 @@ def cost(text: str, lang: str = "en"):
         return None, []
     from zoo.inside import costs as accounting, plots
 
-    try:
-        spec = _parse(text)
-        check_spec_limits(spec, lang)
-    except ZooError:
+    spec = _facts(_same_yaml(text))[0]
+    if isinstance(spec, ZooError):
         return None, []
-    fig = plots.compute_cost_curve(spec)
-    human = accounting.human
-    rows = []
+    fig = plots.compute_cost_curve(spec) if figure else None
+    return fig, [list(r) for r in _cost_rows(_same_yaml(text))]
+
+
+@functools.lru_cache(maxsize=16)
+def _cost_rows(text: str) -> tuple:
+    """The memory table's rows of a valid spec's ``text`` (numbers and units: no language)."""
+    from zoo.inside import costs as accounting
+
+    spec, human, rows = _facts(text)[0], accounting.human, []
     for T in COST_LENGTHS:
         c = accounting.forward_cost(spec, T)
-        rows.append([T, human(c["total_flops"]), f"{100 * c['attention_core'] / max(c['total'], 1):.1f}%",
+        rows.append((T, human(c["total_flops"]), f"{100 * c['attention_core'] / max(c['total'], 1):.1f}%",
                      human(c["params_bytes"], "B"), human(c["scores_bytes"], "B"),
-                     human(c["kv_cache_bytes"], "B")])
-    return fig, rows
+                     human(c["kv_cache_bytes"], "B")))
+    return tuple(rows)
 
 
 COST_HEADERS = ("col.seq_len", "col.flops", "col.core_share", "col.mem_params", "col.mem_scores",
@@ -574,6 +624,8 @@ def _layout(tr, lang_state) -> dict:
             ui["fields"] = _form(tr, form_values(start) or {})
             tr.add(gr.Markdown(f"#### {tr('build.params_heading')}"), value="#### {build.params_heading}")
             ui["entries"] = gr.State(component_entries(start))
+            ui["no_params"] = tr.add(gr.Markdown(tr("build.no_params"), elem_id="build-no-params",
+                                                 visible=not _shown(ui["entries"].value)), value="build.no_params")
             _param_area(ui, lang_state)
         with gr.Column(scale=1):
             ui["code"].render()
@@ -623,7 +675,9 @@ def _form(tr, values: dict) -> dict:
 
 def _param_area(ui: dict, lang_state) -> None:
     """The parameter fields of the chosen components, re-rendered on load and whenever the entries
-    or the language change.
+    change -- not on a language switch: the fields are labelled by the parameters' own names, and
+    "no parameters" is a translated line outside the render (``ui["no_params"]``, shown by
+    :func:`on_change`), so a switch re-renders nothing here (issue 34: it cost seconds in the browser).
 
     A render draws the YAML as it is when the render runs, not the entries that triggered it: renders
     and edits interleave (a component chosen, then a value typed before its fields arrive), and a
@@ -632,13 +686,11 @@ def _param_area(ui: dict, lang_state) -> None:
     import gradio as gr
 
     root = gr.context.Context.root_block
-    triggers = [ui["entries"].change, lang_state.change] + ([root.load] if root is not None else [])
+    triggers = [ui["entries"].change] + ([root.load] if root is not None else [])
 
-    @gr.render(inputs=[ui["code"], ui["entries"], lang_state], triggers=triggers)
-    def _params(text, last, lang):
+    @gr.render(inputs=[ui["code"], ui["entries"]], triggers=triggers)
+    def _params(text, last):
         entries = [e for e in component_entries(text) or last or [] if e["params"]]
-        if not entries:
-            gr.Markdown(t("build.no_params", lang))
         # One slot per family, always present (hidden while empty): the browser reuses widgets by
         # position, and a row inserted before the others (positions' fields appearing) once handed
         # an old value to a widget of another type ("gelu" in a number box).
@@ -776,7 +828,7 @@ def _wire_form(ui: dict) -> None:
     ui["load"].click(handler(on_load), inputs=[ui["preset"]], outputs=[code] + form, api_name="load_preset")
 
 
-def on_change(text: str, lang: str, current=None):
+def on_change(text: str, lang: str, current: list | None = None):
     """Any YAML change: validation status, parameter table, diagram, parameter fields (skipped when
     the fields would show the same), cost plot and memory table."""
     import gradio as gr
@@ -784,24 +836,43 @@ def on_change(text: str, lang: str, current=None):
 
     st, rows, diag, ok = analyse(text, lang)
     entries = component_entries(text) if ok else gr.skip()
-    shown = lambda es: [e for e in es or [] if e["params"]]  # noqa: E731 - what the fields show
-    if ok and current is not None and shown(entries) == shown(current):
+    no_params = gr.update(visible=not _shown(entries)) if ok else gr.skip()
+    if ok and current is not None and _shown(entries) == _shown(current):
         entries = gr.skip()  # the same fields with the same values: no re-render
     # an invalid spec has no structure or cost: say so instead of showing the last valid one
     diag = diag if ok else f"<div class='zoo-stale'>{html.escape(t('build.stale', lang))}</div>"
     fig, crow = cost(text, lang) if ok else (None, [])
     rows = pd.DataFrame(rows, columns=[t(h, lang) for h in TABLE_HEADERS])
     crow = pd.DataFrame(crow, columns=[t(h, lang) for h in COST_HEADERS])
-    return st, rows, diag, entries, fig, crow
+    return st, rows, diag, entries, fig, crow, no_params
+
+
+def _shown(entries) -> list:
+    """The entries the parameter fields show: those with parameters."""
+    return [e for e in entries or [] if isinstance(e, dict) and e.get("params")]
+
+
+def redraw(text: str, lang: str) -> tuple:
+    """A language switch's redraw of the analysis: the status line, the two tables (translated
+    headers) and the diagram, in ``lang`` -- not the cost plot (its figure is the same in every
+    language) nor the parameter fields (labelled by the parameters' names)."""
+    import pandas as pd
+
+    st, rows, diag, ok = analyse(text, lang)
+    diag = diag if ok else f"<div class='zoo-stale'>{html.escape(t('build.stale', lang))}</div>"
+    crow = cost(text, lang, figure=False)[1] if ok else []
+    return (st, pd.DataFrame(rows, columns=[t(h, lang) for h in TABLE_HEADERS]), diag,
+            pd.DataFrame(crow, columns=[t(h, lang) for h in COST_HEADERS]))
 
 
 def _wire_validation(ui: dict, lang_state, tr) -> None:
-    outputs = [ui[k] for k in ("status", "table", "diagram", "entries", "cost_plot", "cost_table")]
+    outputs = [ui[k] for k in ("status", "table", "diagram", "entries", "cost_plot", "cost_table", "no_params")]
     ui["code"].change(handler(on_change), inputs=[ui["code"], lang_state, ui["entries"]], outputs=outputs,
                       show_progress="hidden", trigger_mode="always_last", api_name="validate")
     ui["code"].change(handler(lessons), inputs=[ui["code"], lang_state], outputs=[ui["lessons"]],  # the
                       show_progress="hidden", trigger_mode="always_last", api_visibility="private")  # lessons
     # a language switch: the analysis and the lessons of the YAML on the page, in the new language
-    tr.keep(outputs, lambda lang, text, entries: on_change(text, lang, entries), [ui["code"], ui["entries"]])
+    tr.keep([ui[k] for k in ("status", "table", "diagram", "cost_table")], lambda lang, text: redraw(text, lang),
+            [ui["code"]])
     tr.keep([ui["lessons"]], lambda lang, text: lessons(text, lang), [ui["code"]])
     tr.keep([ui["saved"]], saved_message, [ui["saved_kept"]])

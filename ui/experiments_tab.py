@@ -96,7 +96,9 @@ def checked(text: str) -> tuple[dict | None, ZooError | None]:
 
 def validate(text: str, lang: str = "en") -> tuple[str, str]:
     """``(summary, error box)`` for the YAML in the editor, in ``lang``: one of the two is empty."""
-    values, exc = checked(text or "")
+    # one key per YAML: the editor hands back its text without the file's last newline (gr.Code),
+    # which missed the cache the build filled and re-validated on the first switch (5-9 s, issue 34)
+    values, exc = checked((text or "").rstrip("\n") + "\n" if (text or "").strip() else "")
     if exc is not None:
         return "", error_markdown(exc, lang)
     return t("exp.valid", lang, **values), ""
@@ -395,7 +397,7 @@ def _wire(ui: dict, lang_state) -> None:
     ui["yaml"].change(validate, [ui["yaml"], lang_state], [ui["valid"], ui["error"]], show_progress="hidden",
                       api_visibility="private")
 
-    def show(name, lang):
+    def show(name: str | None, lang):
         p = poll(name, lang)
         trials = p["trials"]
         return (_df(p["progress"], PROGRESS_HEADERS, lang), p["curves"] if p["curves"] is not None else gr.skip(),
@@ -411,7 +413,7 @@ def _wire(ui: dict, lang_state) -> None:
 
     ui["run"].click(on_run, [ui["yaml"], lang_state], [ui["run_name"], *shown, ui["error"]],
                     concurrency_limit=1, api_visibility="private")
-    ui["timer"].tick(show, [ui["run_name"], lang_state], shown, show_progress="hidden", api_visibility="private")
+    ui["timer"].tick(handler(show), [ui["run_name"], lang_state], shown, show_progress="hidden", api_visibility="private")
 
     @inline_errors(2)
     def on_report(name, lang):
