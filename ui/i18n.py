@@ -219,6 +219,21 @@ STRINGS: dict[str, tuple[str, str]] = {
     "run.no_tokenizer_fix": ("train it with a tokenizer (see `zoo train`) or choose a shipped checkpoint",
                              "请带分词器训练它（见 `zoo train`），或选择自带的检查点"),
     "run.contract": ("input: {text}", "输入约定：{text}"),
+    # a converted checkpoint's parity line: English as zoo.convert.certificate_text words it
+    "run.cert": ("Parity with {reference}: max |Δlogit| {max}, mean |Δ| {mean}, top-1 agreement {top1}% "
+                 "({dtype}, {probe}; zoo {zoo}, torch {torch}, {date})",
+                 "与 {reference} 对拍：最大 |Δlogit| {max}，平均 |Δ| {mean}，top-1 一致率 {top1}%"
+                 "（{dtype}，{probe}；zoo {zoo}，torch {torch}，{date}）"),
+    "run.cert_none": ("Converted from transformers without a parity certificate (the source model was not "
+                      "available at conversion: run `zoo convert --certify`)",
+                      "由 transformers 模型转换而来，没有对拍证书（转换时源模型不可用：请运行 `zoo convert --certify`）"),
+    "run.cert_gguf": ("Converted from the GGUF file {source} ({details}) without a parity certificate (a GGUF "
+                      "file has no transformers folder to compare with)",
+                      "由 GGUF 文件 {source}（{details}）转换而来，没有对拍证书（GGUF 文件没有可对比的 transformers 文件夹）"),
+    "run.gguf_arch": ("architecture {arch}", "架构 {arch}"),
+    "run.gguf_quant": ("quantised {kind}", "量化类型 {kind}"),
+    "run.gguf_tensors": (": {tensors} tensors", "：张量 {tensors}"),
+    "run.gguf_stored": ("stored as {tensors} tensors", "存储为 {tensors} 张量"),
     "run.note": ("note", "提示"),
     "run.fill_header": ("position", "位置"),
     "run.candidates": ("candidates (probability)", "候选（概率）"),

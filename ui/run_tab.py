@@ -25,14 +25,14 @@ from typing import Any, Iterator
 import zoo
 
 from zoo.commands.run import DEFAULT_NEW_TOKENS, prompt_tokens
-from zoo.convert import certificate_text
+from zoo.convert import certificate, certificate_text
 
 from . import budget, chat_panel
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
                      default_checkpoint, error_box, error_outputs, handler, inline_errors, load_checkpoint, raw,
                      safe_markdown, shown_paths)
 from .controls import UI_DEFAULTS, sampling_options, ui_options
-from .i18n import STRINGS, t, ui_error
+from .i18n import STRINGS, lang_code, t, ui_error
 
 from zoo.run.input_contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
 
@@ -68,7 +68,7 @@ def model_card(name: str, lang: str = "en") -> str:
         except ValueError:
             kind = "?"
         lines.append(f"- tokenizer: `{kind}`")
-    cert = certificate_text(meta)  # a converted model: how closely it matches its source (or that nobody checked)
+    cert = certificate_line(meta, lang)  # a converted model: how closely it matches its source (or that nobody checked)
     if cert:
         lines.append(f"- {cert}")
     contract = meta.get(CONTRACT_KEY)
@@ -98,6 +98,50 @@ def model_card(name: str, lang: str = "en") -> str:
             lines += ["", _inline_images(safe_markdown(f.read_text(encoding="utf-8")), folder)]
             break
     return "\n".join(lines)
+
+
+def certificate_line(meta: dict, lang: str = "en") -> str | None:
+    """The card's line on a converted checkpoint's parity certificate (or its lack of one) in
+    ``lang``: English is the engine's :func:`zoo.convert.certificate_text`, 中文 words the same
+    figures (issue 34: the line stayed English under 中文); None for a model zoo trained itself."""
+    if lang_code(lang) != "zh":
+        return certificate_text(meta)
+    cert = certificate(meta)
+    if cert is not None:
+        g = cert.get
+        return t("run.cert", "zh", reference=g("reference", "?"), max=f"{g('max_abs_diff', float('nan')):.2e}",
+                 mean=f"{g('mean_abs_diff', float('nan')):.2e}", top1=f"{100 * g('top1_agreement', 0):.1f}",
+                 dtype=g("dtype"), probe=g("probe"), zoo=g("zoo"), torch=g("torch"), date=g("date"))
+    if "zoo.extra.converted_from" not in meta:
+        return None
+    gguf = _gguf_facts(meta)
+    if gguf is None:
+        return t("run.cert_none", "zh")
+    parts = [t("run.gguf_arch", "zh", arch=gguf["arch"])]
+    if gguf["kind"]:
+        parts.append(t("run.gguf_quant", "zh", kind=gguf["kind"]) +
+                     (t("run.gguf_tensors", "zh", tensors=gguf["tensors"]) if gguf["tensors"] else ""))
+    elif gguf["tensors"]:
+        parts.append(t("run.gguf_stored", "zh", tensors=gguf["tensors"]))
+    label = f'"{gguf["name"]}"；' if gguf["name"] else ""
+    return t("run.cert_gguf", "zh", source=gguf["source"], details=label + "；".join(parts))
+
+
+def _gguf_facts(meta: dict) -> dict | None:
+    """What :func:`zoo.convert.core.gguf_source` says of a GGUF conversion, as values (source file,
+    its general.name, architecture, file type, tensor counts), or None for any other checkpoint."""
+    from zoo.convert.core import gguf_source
+
+    if gguf_source(meta) is None:  # the engine decides what a GGUF conversion is
+        return None
+    info = json.loads(meta["zoo.extra.converted_from"])
+    counts = info.get("quant_types")
+    counts = {str(q): n for q, n in counts.items() if isinstance(n, int)} if isinstance(counts, dict) else {}
+    kind, name = info.get("file_type"), info.get("gguf_name")
+    return {"source": str(info.get("source", "?"))[:120], "arch": str(info["architectures"][0])[5:],
+            "kind": kind[:40] if isinstance(kind, str) else None,
+            "tensors": ", ".join(f"{q} x {n}" for q, n in sorted(counts.items(), key=lambda kv: -kv[1])),
+            "name": name[:80] if isinstance(name, str) and name else None}
 
 
 _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")

@@ -1,0 +1,55 @@
+"""No English left under 中文 (issue 34, goal 5) where the page words things itself: the Verify
+tab's references and notes (the kit's fixed words), a converted checkpoint's parity line.  The
+browser walk of every tab, table cells included, is tests/ui/test_ui_browser_third_hour.py."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("gradio")
+
+from zoo.ui import run_tab, verify_tab  # noqa: E402
+
+#: three English words in a row (as the browser walk reads a sentence)
+ENGLISH = re.compile(r"[A-Za-z]{2,}(?:[ '’-]+[A-Za-z]{2,}){2,}")
+CERT = {"reference": "transformers GPT2LMHeadModel", "max_abs_diff": 1.9e-06, "mean_abs_diff": 2.1e-07,
+        "top1_agreement": 1.0, "dtype": "float32", "probe": "2 x 16 random tokens", "zoo": "0.9.0",
+        "torch": "2.13.0", "date": "2026-12-01"}
+
+
+def test_verify_reference_and_notes_read_in_chinese():
+    rows = verify_tab.run_all()
+    assert {r["status"] for r in rows} >= {"pass", "skip"}  # both kinds of row are on the table
+    table, _ = verify_tab.table_rows(rows, "zh")
+    left = sorted({cell for row in table for cell in (row[4], row[7]) if ENGLISH.search(cell)})
+    assert not left, left
+    en, _ = verify_tab.table_rows(rows, "en")  # English is the kit's own words, unchanged
+    assert [r[4] for r in en] == [r["reference"] for r in rows]
+
+
+def test_a_parity_line_reads_in_chinese_and_english_is_the_engines():
+    from zoo.convert import certificate_text
+
+    meta = {"zoo.extra.parity": json.dumps(CERT), "zoo.extra.converted_from": "{}"}
+    assert run_tab.certificate_line(meta, "en") == certificate_text(meta)
+    zh = run_tab.certificate_line(meta, "zh")
+    assert zh.startswith("与 transformers GPT2LMHeadModel 对拍") and "100.0%" in zh and "1.90e-06" in zh
+    assert not ENGLISH.search(zh), zh
+
+
+def test_uncertified_and_gguf_conversions_read_in_chinese():
+    from zoo.convert import certificate_text
+
+    plain = {"zoo.extra.converted_from": json.dumps({"architectures": ["GPT2LMHeadModel"]})}
+    assert run_tab.certificate_line(plain, "en") == certificate_text(plain)
+    assert "没有对拍证书" in run_tab.certificate_line(plain, "zh")
+    gguf = {"zoo.extra.converted_from": json.dumps({
+        "architectures": ["gguf:llama"], "source": "smollm2-135m.Q4_1.gguf", "gguf_name": "SmolLM2 135M",
+        "file_type": "Q4_1", "quant_types": {"Q4_1": 210, "F32": 61, "Q8_0": 1}})}
+    en, zh = run_tab.certificate_line(gguf, "en"), run_tab.certificate_line(gguf, "zh")
+    assert en == certificate_text(gguf) and "Q4_1 x 210" in en
+    assert "GGUF 文件 smollm2-135m.Q4_1.gguf" in zh and "架构 llama" in zh and "Q4_1 x 210, F32 x 61, Q8_0 x 1" in zh
+    assert not ENGLISH.search(zh), zh
+    assert run_tab.certificate_line({}, "zh") is None  # a model zoo made itself has no such line
