@@ -29,7 +29,7 @@ from typing import Any
 
 from zoo.errors import ZooError
 
-from .common import error_box, error_markdown, inline_errors, runs_dir
+from .common import error_box, error_markdown, handler, inline_errors, runs_dir
 from .i18n import t, ui_error
 
 #: runs started by this process: folder name -> {"thread", "error", "events"}
@@ -392,9 +392,9 @@ def _wire(ui: dict, lang_state) -> None:
         text = shipped_yaml(name)
         return text, *validate(text, lang)
 
-    ui["pick"].change(on_pick, [ui["pick"], lang_state], [ui["yaml"], ui["valid"], ui["error"]],
+    ui["pick"].change(handler(on_pick), [ui["pick"], lang_state], [ui["yaml"], ui["valid"], ui["error"]],
                       api_visibility="private")
-    ui["yaml"].change(validate, [ui["yaml"], lang_state], [ui["valid"], ui["error"]], show_progress="hidden",
+    ui["yaml"].change(handler(validate), [ui["yaml"], lang_state], [ui["valid"], ui["error"]], show_progress="hidden",
                       api_visibility="private")
 
     def show(name: str | None, lang):
