@@ -5,11 +5,13 @@ import json
 import math
 
 import pytest
+import yaml
 
 import zoo
 import zoo.experiment as ze
 from zoo.inside.costs import forward_cost
-from zoo.experiment.spec import ExperimentError
+from zoo.experiment.selection import combos
+from zoo.experiment.spec import ExperimentError, shipped_dir
 
 BASE = {"name": "t", "base": {"preset": "gpt_tiny", "num_layers": 1, "d_model": 32, "num_heads": 2,
                               "d_ff": 64, "max_len": 32},
@@ -139,7 +141,8 @@ def test_shipped_experiments_parse_and_plan():
                     assert "pip install" in str(e)
                     continue
             trials = ze.plan(exp)
-            assert len(trials) == len(exp.variants) * len(exp.seeds)
+            settings = len(combos(exp.tune)) if exp.tune else 1  # a tuned one: every lr too
+            assert len(trials) == len(exp.variants) * len(exp.seeds) * settings
     pos = ze.plan("pos_extrapolation")
     kinds = {zoo.parse_spec(t.spec).stack("decoder").positions.kind for t in pos}
     assert kinds == {"none", "sinusoidal", "learned", "rope", "alibi", "t5_relative"}
@@ -166,4 +169,8 @@ def test_experiment_list_lists_every_shipped_experiment_when_a_plugin_is_missing
         assert any(line.startswith(f"{name}  ") for line in result.output.splitlines()), name
     assert "needs the plugin 'linear_attention', not installed: pip install zoo-linear-attention" \
            " (in the zoo repository: pip install ./plugins/zoo-linear-attention)" in result.output
-    assert result.output.count("needs the plugin") == 1  # only mqar_linear needs one
+    need = [n for n in names  # read from the files: the registry is patched empty here
+            if "linear_attention" in (yaml.safe_load((shipped_dir() / n / "experiment.yaml").read_text())
+                                      .get("plugins") or [])]
+    assert {"mqar_linear", "mqar_zoology"} <= set(need)  # the MQAR experiments need it
+    assert result.output.count("needs the plugin") == len(need)
