@@ -154,7 +154,7 @@ def _wire_language(tr, switch, lang_state) -> None:
     from .common import handler
 
     @handler
-    def on_switch(choice, *kept):
+    def on_switch(choice: str | None, *kept):
         code = lang_code(LANGS.get(choice, choice))
         return [code] + tr.switch(code, kept)
 

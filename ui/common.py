@@ -48,6 +48,7 @@ def handler(fn: Callable) -> Callable:
     import inspect
 
     sig = inspect.signature(fn)
+    expected = _expected_types(fn)
 
     def _lang(args, kwargs):
         if "lang" in kwargs:
@@ -71,10 +72,15 @@ def handler(fn: Callable) -> Callable:
         raise gr.Error(t("err.internal", lang, kind=type(exc).__name__),
                        title=t("err.title", lang), print_exception=False) from None
 
+    def _check(args, kwargs):
+        if expected:
+            check_arguments(fn.__name__, sig, expected, args, kwargs)
+
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def gen_wrapper(*args, **kwargs):
             try:
+                _check(args, kwargs)
                 yield from fn(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - converted to a visible message
                 _raise(exc, args, kwargs)
@@ -83,10 +89,65 @@ def handler(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            _check(args, kwargs)
             return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - converted to a visible message
             _raise(exc, args, kwargs)
     return wrapper
+
+
+#: what a handler's annotation admits, by the annotation's name (an int is a float too; None
+#: passes for an ``Optional`` one); unannotated parameters are checked by the handler itself
+_ADMITS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "list": (list, tuple),
+           "dict": (dict,)}
+_WORDS = {"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false",
+          "list": "a list", "dict": "a mapping"}
+
+
+def _expected_types(fn: Callable) -> dict[str, tuple[str, bool]]:
+    """``{parameter: (type name, None allowed)}`` for the parameters of ``fn`` annotated with one of
+    :data:`_ADMITS` (or ``X | None`` / ``Optional[X]``); others are not checked here."""
+    import inspect
+
+    out = {}
+    for name, p in inspect.signature(fn).parameters.items():
+        ann = p.annotation
+        if ann is p.empty:
+            continue
+        text = (ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))).replace(" ", "")
+        text = text.replace("typing.", "")
+        optional = text.endswith("|None") or text.startswith("Optional[") or p.default is None
+        base = text[:-5] if text.endswith("|None") else text[9:-1] if text.startswith("Optional[") else text
+        base = base.split("[")[0]
+        if base in _ADMITS:
+            out[name] = (base, optional)
+    return out
+
+
+def check_arguments(where: str, sig, expected: dict, args: tuple, kwargs: dict) -> None:
+    """The UI's argument contract (the first thing :func:`handler` does): each annotated argument
+    is of its type -- a browser or an HTTP client can send anything, and a wrong type deep inside
+    zoo would surface as an "internal error" instead of a message naming the field."""
+    try:
+        bound = sig.bind_partial(*args, **kwargs)
+    except TypeError as exc:
+        raise ZooError(f"called with the wrong arguments ({exc})", where=where,
+                       fix="send the fields this action takes") from None
+    for name, value in bound.arguments.items():
+        if name not in expected:
+            continue
+        base, optional = expected[name]
+        if value is None and optional:
+            continue
+        ok = isinstance(value, _ADMITS[base]) and not (base in ("int", "float") and isinstance(value, bool))
+        if base == "int" and isinstance(value, float) and value.is_integer():
+            ok = True  # a gr.Number sends 3.0
+        if base in ("int", "float") and ok and value != value:
+            ok = False  # NaN is no setting
+        if not ok:
+            got = "nothing" if value is None else "NaN" if value != value else type(value).__name__
+            raise ZooError(f"{name} must be {_WORDS[base]}, got {got}", where=f"{where}.{name}",
+                           fix=f"send {_WORDS[base]} for {name}")
 
 
 def _html(text: str) -> str:

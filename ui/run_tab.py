@@ -305,7 +305,8 @@ def _examples(tr, ui: dict, names: list[str]):
     return tr.add(dataset, label="run.examples", headers=("run.checkpoint", "run.prompt"))
 
 
-def pick_example(sample) -> tuple[str, str]:
+@handler
+def pick_example(sample: list) -> tuple[str, str]:
     """An example clicked: its checkpoint and prompt, as plain values."""
     name, prompt = (list(sample) + ["", ""])[:2]
     return str(name), str(prompt)

@@ -198,7 +198,7 @@ def build(tr, lang_state) -> dict:
         return (*shown(rows, lang), {"rows": rows})
 
     @handler
-    def run_kit(selected, lang):
+    def run_kit(selected: list | None, lang):
         for rows, progress in verify_kit_rows(selected):
             kept_now = {"rows": rows, "progress": progress}
             yield (*redraw(lang, kept_now), kept_now)
