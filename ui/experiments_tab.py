@@ -352,6 +352,10 @@ def build(tr, lang_state) -> dict:
         ui["trial"] = tr.add(gr.Dropdown([], label=tr("exp.trial"), elem_id="exp-trial"), label="exp.trial")
         ui["open"] = tr.add(gr.Button(tr("exp.open"), elem_id="exp-open"), value="exp.open")
     ui["opened"] = gr.Markdown("", elem_id="exp-opened")
+    # a committed report is the experiment's record, in the language it was written (English): the
+    # tab says so in the page's language above it rather than translating data (docs/UI.md)
+    ui["report_note"] = tr.add(gr.Markdown(tr("exp.report_lang"), visible=False, elem_id="exp-report-lang"),
+                               value="exp.report_lang")
     ui["report_md"] = gr.Markdown("", elem_id="exp-report-md")
     ui["gallery"] = tr.add(gr.Gallery(label=tr("exp.figures"), columns=2, height="auto", object_fit="contain",
                                       elem_id="exp-gallery"),
@@ -419,6 +423,7 @@ def _wire(ui: dict, lang_state) -> None:
     def on_report(name, lang):
         return shipped_report(name, lang)
 
+    ui["report"].click(lambda: gr.update(visible=True), None, [ui["report_note"]], api_visibility="private")
     ui["report"].click(on_report, [ui["pick"], lang_state], [ui["report_md"], ui["gallery"], ui["error"]],
                        api_visibility="private").then(None, js=SHOW_REPORT_JS)
 

@@ -532,6 +532,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "exp.no_trial": ("no finished trial named '{trial}' in this run", "本次运行中没有名为 '{trial}' 的已完成试验"),
     "exp.no_trial_fix": ("run the experiment, wait for a trial to finish, then pick it from the list",
                          "先运行实验，等待某个试验完成，再从列表中选择它"),
+    "exp.report_lang": ("The committed report below is the experiment's record, shown as it was written (in "
+                        "English).", "下面的已提交报告是实验的原始记录，按写成时的样子（英文）显示，不做翻译。"),
     "exp.no_report": ("No committed report for {name}.", "{name} 没有已提交的报告。"),
     "exp.starting": ("Starting {folder} …", "正在启动 {folder} …"),
     "exp.running": ("Running in `{folder}`: {done} of {total} trials finished.",

@@ -34,7 +34,7 @@ ENGLISH = re.compile(r"[A-Za-z]{2,}(?:[ '’-]+[A-Za-z]{2,}){2,}")
 NOT_OURS = re.compile(r"Drop CSV or TSV files here|^\[(eager|fused sdpa)\]|\(\w[^()]*et al\.|^\w+: [^\n]*\.$"
                       r"|^distribution zoo-|^(Look-ahead mask|No restriction|Prefix LM)")
 TEXTS_JS = """() => {
-  const skip = 'code, pre, textarea, input, .cm-editor, script, style, svg, [role=tabpanel] table td, #run-card';
+  const skip = 'code, pre, textarea, input, .cm-editor, script, style, svg, #run-card';
   const out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   while (w.nextNode()) { const e = w.currentNode.parentElement, t = w.currentNode.textContent.trim();
     if (t && e && !e.closest(skip) && e.offsetParent !== null) out.push(t); }
@@ -97,18 +97,52 @@ def test_the_language_switch_is_fast(page):
 
 
 def test_every_tab_reads_in_chinese(page):
+    """Table cells included (they were skipped): the Verify tab runs its reference checks first, so
+    its reference and notes columns are read too."""
     _switch(page, "中文", "Transformer 模型动物园")
     left = {}
     for tab in page.locator("button[role=tab]").all():
         name = tab.inner_text()
         tab.click()
         page.wait_for_timeout(800)
+        if name.strip() == "校验":
+            page.locator("#verify-go").click()
+            expect(page.locator("#verify-summary")).to_contain_text("通过", timeout=TIMEOUT)
+            page.wait_for_timeout(800)  # the table's rows drawn
         texts = page.evaluate(TEXTS_JS)
         bad = sorted({x for x in texts if ENGLISH.search(x) and not NOT_OURS.search(x)})
         if bad:
             left[name] = bad
         page.screenshot(path=str(SHOTS / f"zh_{len(left)}_{name}.png"), full_page=True)
     assert not left, left
+
+
+def test_the_activation_is_a_dropdown_of_the_registered_names(page):
+    """issue 34: the Build tab's activation was a text box; now a dropdown of the registry's
+    ``activation`` family (a plugin's names among them), and a pick writes the YAML."""
+    import zoo
+
+    box = page.locator("#param-ffn-activation input")
+    expect(box).to_have_value("gelu")  # gpt_tiny
+    box.click()
+    options = page.locator("ul[role=listbox] li")
+    expect(options.first).to_be_visible()
+    shown = sorted(o.replace("✓", "").strip() for o in options.all_inner_texts())  # the chosen one is ticked
+    assert shown == sorted(zoo.get_registry().names("activation"))
+    page.locator("ul[role=listbox] li", has_text="relu").first.click()
+    expect(page.locator("#build-yaml .cm-content")).to_contain_text("activation: relu")
+
+
+def test_a_committed_report_says_it_is_shown_in_english(page):
+    """The decision (docs/UI.md): a committed report is data, rendered as written; under 中文 the tab
+    says so above it instead of leaving English unannounced."""
+    _switch(page, "中文", "Transformer 模型动物园")
+    page.locator("button[role=tab]", has_text="实验").click()
+    note = page.locator("#exp-report-lang")
+    expect(note).to_be_hidden()
+    page.locator("#exp-report").click()
+    expect(note).to_contain_text("不做翻译", timeout=TIMEOUT)
+    expect(page.locator("#exp-gallery img").first).to_be_visible(timeout=TIMEOUT)
 
 
 @pytest.mark.parametrize("viewport", [{"width": 1280, "height": 800}], ids=["1280x800"])
