@@ -3,6 +3,22 @@
 Every message answers four questions: *where* (a spec path such as ``decoder.attention.kind``, a file,
 a plugin), *what* is wrong, *which* values would be valid, and *how* to fix it.  Code never uses
 ``assert`` on user input; it raises one of these.
+
+**Error boundaries** (issue 35).  The command line (:func:`zoo.cli.as_zoo_error`) and the UI
+(:func:`zoo.ui.common.handler`) each have one: a non-``ZooError`` escaping a command or a handler
+becomes a ``ZooError`` naming where it escaped, the original as its ``__cause__`` -- and counts as a
+bug (the red-team tables count it as "other exception", never as a refusal).  The Python API has
+*no* last-resort decorator, by decision: wrapping every public function would change the exception
+types callers see (``except ValueError`` around ``zoo.build`` would stop working, or keep working
+only through a ``ZooError`` subclass per builtin type), and it would hide from the fuzzers exactly
+the escapes they exist to find.  Instead the API validates its input in shared layers, where the
+input is parsed -- :mod:`zoo.run.input_contract` and :mod:`zoo.run.arguments` (models, ids, texts,
+tensors), :mod:`zoo.model.spec` (specs), :mod:`zoo.run.options` (generation options),
+:mod:`zoo.guard.files` / :mod:`zoo.guard.transaction` (paths) -- and raises these errors there;
+``tests/guard/test_api_boundary.py`` and ``tests/guard/test_trust_fuzz_entry_points.py`` fuzz every
+public entry point (found by walking the modules and the model class) and fail on any other
+exception.  A ``ZooError`` that must stay catchable as a builtin is both (:class:`ParamError` is a
+``ValueError``).
 """
 from __future__ import annotations
 
