@@ -59,6 +59,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
+from ..run.arguments import entry, token_ids
 from ..components import KERNEL_TAPS, TAPS, AttentionKernel, BuildContext, Norm, repeat_kv, tapping
 from ..errors import ZooError, did_you_mean
 from ..guard.run_budget import check_cache
@@ -96,6 +97,7 @@ def _everything(name: str) -> bool:
     return not name.endswith(PER_HEAD_INPUTS)
 
 
+@entry
 def act_name(name: str, layer: int | None = None, stack: str = "") -> str:
     """TL's ``utils.get_act_name``: ``act_name("pattern", 0) == "blocks.0.attn.hook_pattern"``.
     ``stack``: ``"encoder"`` / ``"decoder"`` for an encoder-decoder model."""
@@ -231,6 +233,7 @@ def _block_points(block: Block, b: str, stack: nn.Module) -> list[Point]:
     return pts
 
 
+@entry
 def points(model) -> list[Point]:
     """Every hook point of ``model`` in the order of its parts, grouped by the module that taps it."""
     pts: list[Point] = []
@@ -254,6 +257,7 @@ def points(model) -> list[Point]:
     return pts
 
 
+@entry
 def hook_names(model) -> list[str]:
     """Every hook point of ``model``: exactly the names its forward calls in a hooked call.
     (``hook_rot_q/k`` exist on every self-attention: q and k as the kernel sees them, after any q/k
@@ -274,6 +278,9 @@ def kernel_view(layer: nn.Module) -> tuple[str | None, tuple[str, ...]]:
     function -- stands in during the hooked call; ``("shared", names)`` any other kernel, showing
     what the shared steps it is built from show (:mod:`zoo.model.kernels`), as found by calling it
     once on three positions; ``(None, ())`` a kernel that shows nothing (linear attention)."""
+    if not hasattr(layer, "kernel"):
+        raise ZooError(f"expected an attention layer (with a .kernel), got {type(layer).__name__}",
+                       where="kernel_view.layer", fix="pass model.blocks[i].attn")
     kernel = layer.kernel
     if kernel in _VIEWS:
         return _VIEWS[kernel]
@@ -323,6 +330,7 @@ def _probe(kernel: nn.Module, h: int, h_kv: int, hd: int) -> tuple[str, ...] | N
 _REGISTRY_VIEWS: dict[str, tuple[str, ...]] = {}
 
 
+@entry
 def kernels_showing(name: str) -> list[str]:
     """The registered attention kernels that show ``name`` (``hook_pattern`` / ``hook_attn_scores``)."""
     reg = get_registry()
@@ -740,6 +748,7 @@ def _assemble(records: dict[str, list[tuple[int, torch.Tensor]]], model=None) ->
 
 def run_with_hooks(model, *args, fwd_hooks: Iterable = (), **kwargs):
     """``model(*args, **kwargs)`` with ``fwd_hooks`` in place for this call only."""
+    args, kwargs = _checked_ids(model, args, kwargs, "run_with_hooks")
     with Hooks(model, fwd_hooks):
         return model(*args, **kwargs)
 
@@ -749,6 +758,7 @@ def run_with_cache(model, *args, names_filter=None, fwd_hooks: Iterable = (), de
     """``(model(*args, **kwargs), cache)`` with every activation matching ``names_filter`` (a name,
     glob, list or predicate; default all but :data:`PER_HEAD_INPUTS`, which are TL's opt-in).
     Hooks in ``fwd_hooks`` run first, so the cache holds what they returned."""
+    args, kwargs = _checked_ids(model, args, kwargs, "run_with_cache")
     keep = _matcher(names_filter) if names_filter is not None else _everything
     _size_cache(model, keep, args[0] if args else kwargs.get("ids", kwargs.get("src")),
                 args[1] if len(args) > 1 else kwargs.get("tgt"), 0, "run_with_cache.ids")
@@ -756,6 +766,27 @@ def run_with_cache(model, *args, names_filter=None, fwd_hooks: Iterable = (), de
                detach=detach) as h:
         out = model(*args, **kwargs)
     return out, _assemble(h.records, model)
+
+
+def _checked_ids(model, args: tuple, kwargs: dict, where: str) -> tuple[tuple, dict]:
+    """The forward's token ids (first positional or ``ids`` / ``src`` / ``tgt``) read by
+    :func:`zoo.run.arguments.token_ids`: a list becomes the ``(B, T)`` tensor, anything unreadable
+    (or out of the vocabulary) is a ZooError naming the argument before any hook is installed."""
+    from ..run.arguments import zoo_model
+
+    zoo_model(model, f"{where}.model")
+    args = list(args)
+    for i in range(min(len(args), 2)):
+        if args[i] is not None and (i == 0 or model.spec.arch == "encoder_decoder"):
+            t = token_ids(model, args[i], f"{where}.{'ids' if i == 0 else 'tgt'}")
+            args[i] = args[i] if isinstance(args[i], torch.Tensor) else t
+    for k in ("ids", "src", "tgt"):
+        if kwargs.get(k) is not None:
+            t = token_ids(model, kwargs[k], f"{where}.{k}")
+            kwargs[k] = kwargs[k] if isinstance(kwargs[k], torch.Tensor) else t
+    if not args and not any(kwargs.get(k) is not None for k in ("ids", "src")):
+        raise ZooError("no token ids given", where=f"{where}.ids", fix=f"{where}(model, ids, ...)")
+    return tuple(args), kwargs
 
 
 def _size_cache(model, keep, ids, tgt, new: int, where: str) -> None:
@@ -790,6 +821,7 @@ def hooks(model, fwd_hooks: Iterable = (), names_filter=None) -> Iterator[Hooks]
         yield h
 
 
+@entry
 def generate(model, ids, max_new_tokens: int = 32, *, fwd_hooks: Iterable = (),
              return_cache: bool = False, names_filter=None, **options):
     """Generate with hooks applied at every decoding step (``hook.offset`` = the position of the

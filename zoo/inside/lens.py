@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..run.arguments import entry
 from ..errors import ZooError
 from .hooks import ActivationCache, run_with_cache
 
@@ -67,6 +68,7 @@ class LogitLens:
         return [[dec(i) for i in row] for row in ids]
 
 
+@entry
 @torch.no_grad()
 def logit_lens(model, ids: torch.Tensor, top_k: int = 5) -> LogitLens:
     """The logit lens of ``ids (B, T)``: every block's residual output through the final norm and
@@ -106,9 +108,9 @@ def _direction(model, tokens, wrong=None) -> torch.Tensor:
     """``(…, D)`` unembedding direction(s): of ``tokens``, minus that of ``wrong`` (a logit
     difference) when given; times ``spec.head_scale`` as the model's head applies it."""
     W = model.lm_head.weight  # (V, D)
-    d = W[torch.as_tensor(tokens)]
+    d = W[_token_index(model, tokens, "logit_attribution.tokens")]
     if wrong is not None:
-        d = d - W[torch.as_tensor(wrong)]
+        d = d - W[_token_index(model, wrong, "logit_attribution.wrong")]
     return model.head_input(d)
 
 
@@ -125,6 +127,7 @@ class Attribution:
     logit: torch.Tensor
 
 
+@entry
 @torch.no_grad()
 def logit_attribution(model, ids: torch.Tensor, tokens, wrong=None) -> Attribution:
     """Direct logit attribution of ``tokens`` (``(B, T)`` ids, one per position, or one id for all)
@@ -168,8 +171,13 @@ def logit_attribution(model, ids: torch.Tensor, tokens, wrong=None) -> Attributi
 
 
 # ---------------------------------------------------------------------- head scores
+@entry
 def detection_pattern(kind: str, tokens: torch.Tensor) -> torch.Tensor:
     """TransformerLens' detection pattern ``(T, T)`` of one sequence ``tokens (T,)``."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 1 or tokens.dtype.is_floating_point \
+            or tokens.dtype.is_complex or tokens.dtype == torch.bool or tokens.numel() == 0:
+        raise ZooError(f"expected one sequence of token ids, a non-empty 1-D integer tensor, got {_what(tokens)}",
+                       where="detection_pattern.tokens", fix="pass ids[0] of a (B, T) batch")
     T = tokens.size(-1)
     if kind == "previous_token":
         return torch.diag(torch.ones(T - 1), -1)
@@ -185,6 +193,7 @@ def detection_pattern(kind: str, tokens: torch.Tensor) -> torch.Tensor:
     raise ZooError(f"unknown head kind '{kind}'", where="head_scores.kind", options=list(HEAD_KINDS))
 
 
+@entry
 @torch.no_grad()
 def head_scores(model, ids: torch.Tensor, kind: str, *, exclude_bos: bool = False,
                 exclude_current_token: bool = False) -> torch.Tensor:
@@ -211,19 +220,30 @@ def head_scores(model, ids: torch.Tensor, kind: str, *, exclude_bos: bool = Fals
     return torch.stack(scores).mean(0)
 
 
+@entry
 def repeated_tokens(vocab_size: int, length: int, batch: int = 1, seed: int = 0, low: int = 0) -> torch.Tensor:
     """``(batch, 2 * length)``: a random sequence followed by itself (the induction test input)."""
+    if not low < vocab_size:
+        raise ZooError(f"low = {low} is not below vocab_size = {vocab_size}", where="repeated_tokens.low",
+                       fix="draw from [low, vocab_size): give low < vocab_size")
+    if batch * 2 * length > 1 << 24:
+        raise ZooError(f"batch x 2 x length = {batch * 2 * length:,} tokens is above 16,777,216",
+                       where="repeated_tokens", fix="use a smaller batch or length")
     g = torch.Generator().manual_seed(seed)
     half = torch.randint(low, vocab_size, (batch, length), generator=g)
     return torch.cat([half, half], dim=1)
 
 
+@entry
 @torch.no_grad()
 def induction_score(model, length: int = 20, batch: int = 8, seed: int = 0, low: int = 0) -> torch.Tensor:
     """``(L, H)``: on random tokens repeated twice, the mean attention from each token of the second
     copy to the token after its first occurrence (the ``-(length - 1)`` diagonal, as in
     TransformerLens' induction tutorial)."""
     _single_stack(model, "induction_score")
+    if 2 * length > model.spec.max_len:
+        raise ZooError(f"2 x length = {2 * length} tokens is above the model's max_len {model.spec.max_len}",
+                       where="induction_score.length", fix=f"give length <= {model.spec.max_len // 2}")
     ids = repeated_tokens(model.spec.vocab_size, length, batch, seed, low)
     L = model.spec.num_layers
     _, cache = run_with_cache(model, ids, names_filter="*hook_pattern")
@@ -234,6 +254,7 @@ def induction_score(model, length: int = 20, batch: int = 8, seed: int = 0, low:
     return torch.stack(out)
 
 
+@entry
 @torch.no_grad()
 def in_context_loss(model, ids: torch.Tensor) -> torch.Tensor:
     """``(T - 1,)``: the mean next-token loss at each position of ``ids (B, T)``; Olsson et al.'s
@@ -242,3 +263,26 @@ def in_context_loss(model, ids: torch.Tensor) -> torch.Tensor:
     logits = model(ids)
     logp = logits[:, :-1].float().log_softmax(-1)
     return -logp.gather(-1, ids[:, 1:, None])[..., 0].mean(0)
+
+
+def _what(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return type(x).__name__
+
+
+def _token_index(model, x, where: str) -> torch.Tensor:
+    """Token ids of any shape (an int, a list, a tensor) as a long tensor inside the vocabulary."""
+    V = model.spec.vocab_size
+    fix = f"give token ids: integers in [0, {V})"
+    if isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.dtype == torch.bool):
+        raise ZooError(f"expected token ids, got {_what(x)}", where=where, fix=fix)
+    try:
+        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        raise ZooError(f"cannot read token ids from {_what(x)}", where=where, fix=fix) from None
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ZooError(f"expected token ids, got {_what(t)}", where=where, fix=fix)
+    if t.numel() and (int(t.min()) < 0 or int(t.max()) >= V):
+        raise ZooError(f"token ids must lie in [0, {V}), got {int(t.min())}..{int(t.max())}", where=where, fix=fix)
+    return t.long()

@@ -25,6 +25,7 @@ from typing import Callable
 
 import torch
 
+from ..run.arguments import entry
 from ..errors import ZooError
 from .hooks import Hooks, act_name, run_with_cache, run_with_hooks
 
@@ -63,6 +64,7 @@ def _scalar(metric: Metric, logits: torch.Tensor) -> float:
     return float(metric(logits))
 
 
+@entry
 @torch.no_grad()
 def patch_layers_positions(model, clean, corrupted, metric: Metric, act: str = "resid_pre") -> torch.Tensor:
     """``(L, T)``: the metric of the corrupted run with ``act`` (``resid_pre``, ``resid_mid``,
@@ -87,6 +89,7 @@ def _head_axis(act: str) -> int:
     return 1 if act == "pattern" else 2  # pattern (B, h, Tq, Tk); q/k/v/z (B, T, h, hd)
 
 
+@entry
 @torch.no_grad()
 def patch_heads(model, clean, corrupted, metric: Metric, act: str = "z") -> torch.Tensor:
     """``(L, H)``: one head's ``act`` (``z`` output, ``q``, ``k``, ``v`` or ``pattern``) at every
@@ -108,6 +111,7 @@ def patch_heads(model, clean, corrupted, metric: Metric, act: str = "z") -> torc
     return out
 
 
+@entry
 @torch.no_grad()
 def patch_heads_positions(model, clean, corrupted, metric: Metric, act: str = "z") -> torch.Tensor:
     """``(L, T, H)``: one head at one (query) position (TL's ``get_act_patch_attn_head_out_by_pos``)."""
@@ -139,6 +143,7 @@ def _head_write(model, cache, layer: int, head: int) -> torch.Tensor:
     return z[:, :, head] @ w.T
 
 
+@entry
 @torch.no_grad()
 def patch_direct_path(model, clean, corrupted, metric: Metric, src_layer: int, src_head: int,
                       component: str = "q") -> torch.Tensor:
@@ -194,6 +199,7 @@ def patch_direct_path(model, clean, corrupted, metric: Metric, src_layer: int, s
     return out
 
 
+@entry
 def attribution_patch(model, clean, corrupted, metric: Metric, act: str = "z") -> torch.Tensor:
     """The linear approximation of patching: ``metric(corrupted) + grad · (clean - corrupted)``
     minus ``metric(corrupted)``, summed per head (``act`` in ``z, q, k, v``: ``(L, T, H)``) or per

@@ -172,3 +172,98 @@ def _as_tensor(values: Any, where: str) -> torch.Tensor:
     except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
         raise ZooError(f"{where.rpartition('.')[2]} must be a tensor or (nested) list of 0 / 1 flags, "
                        f"got {short(values)}", where=where, fix="pass a (B, T) mask, 1 = a real token") from exc
+
+
+# ---------------------------------------------------------------------- one check for every entry point
+#: argument names that hold token ids (checked by :func:`token_ids` against the call's ``model``)
+ID_ARGUMENTS = ("ids", "clean", "corrupted")
+#: integer arguments that must be at least 1, and those that must be at least 0
+POSITIVE = frozenset({"length", "batch", "vocab_size", "top_k", "max_new_tokens"})
+NON_NEGATIVE = frozenset({"seed", "low", "layer", "src_layer", "src_head"})
+_INT_LIMIT = 2 ** 31
+
+
+def entry(fn=None, *, where: str | None = None):
+    """Check a public entry point's arguments before it runs: the one boundary of the inside view
+    (``zoo.inside.hooks / lens / patching``) and of any function that takes a model and ids.
+
+    From the signature, nothing written per function: a parameter named ``model`` must be a zoo
+    model (:func:`zoo_model`); ``ids`` / ``clean`` / ``corrupted`` are read by :func:`token_ids`
+    (lists become the ``(B, T)`` tensor, tensors are checked and passed as given); parameters
+    annotated ``int`` / ``float`` / ``bool`` / ``str`` / ``torch.nn.Module`` / ``Callable`` (or
+    ``X | None``) must be one; the integer counts in :data:`POSITIVE` are >= 1, those in
+    :data:`NON_NEGATIVE` >= 0, all below 2**31.  A wrong call (a missing or unknown argument) is a
+    :class:`ZooError` too, showing the signature.  It runs in microseconds before any work."""
+    if fn is None:
+        return lambda f: entry(f, where=where)
+    import functools
+    import inspect
+    import typing
+
+    name = where or fn.__name__
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - an annotation that cannot be resolved is not checked
+        hints = {}
+
+    @functools.wraps(fn)
+    def checked(*args, **kwargs):
+        try:
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ZooError(f"{exc}", where=name, fix=f"call it as {name}{sig}") from None
+        a = bound.arguments
+        if "model" in sig.parameters and "model" in a:
+            zoo_model(a["model"], f"{name}.model")
+            for p in ID_ARGUMENTS:
+                if p in a and a[p] is not None:
+                    t = token_ids(a["model"], a[p], f"{name}.{p}")
+                    if not isinstance(a[p], torch.Tensor):
+                        a[p] = t
+        for p, value in a.items():
+            kind = sig.parameters[p].kind
+            if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                continue
+            _check_annotated(value, hints.get(p), p, f"{name}.{p}")
+        return fn(*bound.args, **bound.kwargs)
+
+    checked.__wrapped_entry__ = fn
+    return checked
+
+
+def _check_annotated(value: Any, hint: Any, pname: str, where: str) -> None:
+    """``value`` against a simple annotation (see :func:`entry`); other annotations are not checked."""
+    import collections.abc
+    import types
+    import typing
+
+    if hint is None:
+        return
+    options = list(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, types.UnionType) \
+        else [hint]
+    if value is None and type(None) in options:
+        return
+    options = [o for o in options if o is not type(None)]
+    if any(o is collections.abc.Callable or typing.get_origin(o) is collections.abc.Callable for o in options):
+        if len(options) == 1 and not callable(value):
+            raise ZooError(f"expected a function, got {short(value)} ({type(value).__name__})", where=where,
+                           fix=f"pass a callable as {pname}")
+        return
+    if not options or any(o not in (int, float, bool, str, torch.nn.Module) for o in options):
+        return  # a type this check does not know: left to the function
+    ok = any((o is int and isinstance(value, int) and not isinstance(value, bool))
+             or (o is float and isinstance(value, (int, float)) and not isinstance(value, bool)
+                 and value == value and abs(value) != float("inf"))
+             or (o is bool and isinstance(value, bool))
+             or (o is str and isinstance(value, str))
+             or (o is torch.nn.Module and isinstance(value, torch.nn.Module)) for o in options)
+    if not ok:
+        want = " or ".join(o.__name__ for o in options)
+        raise ZooError(f"expected {want}, got {short(value)} ({type(value).__name__})", where=where,
+                       fix=f"pass {pname} as {want}" + (" (a finite number)" if float in options else ""))
+    if isinstance(value, int) and not isinstance(value, bool):
+        low = 1 if pname in POSITIVE else 0 if pname in NON_NEGATIVE else None
+        if (low is not None and value < low) or abs(value) >= _INT_LIMIT:
+            raise ZooError(f"{pname} = {value} is out of range", where=where,
+                           fix=f"give {pname} >= {low if low is not None else -_INT_LIMIT + 1} and < 2**31")
