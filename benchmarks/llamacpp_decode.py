@@ -35,6 +35,7 @@ bandwidth of a large in-memory copy on this machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -130,12 +131,15 @@ class LlamaCpp:
 
 
 class Zoo:
-    def __init__(self, model, compile_: bool):
-        self.model, self.compile = model, compile_
+    def __init__(self, model, compile_: bool, fused: bool = True):
+        self.model, self.compile, self.fused = model, compile_, fused
 
     def greedy(self, prompt: list[int], new: int) -> list[int]:
+        from zoo.run import qstep
+
         ids = torch.tensor([prompt])
-        out = self.model.generate(ids, new, do_sample=False, compile=self.compile)
+        with contextlib.nullcontext() if self.fused else qstep.disabled():
+            out = self.model.generate(ids, new, do_sample=False, compile=self.compile)
         return out[0, len(prompt):].tolist()
 
     def prefill(self, prompt: list[int]) -> None:
@@ -148,7 +152,7 @@ def zoo_modes(path: Path, modes: list[str]) -> tuple[dict, object]:
     from zoo.run import precision
 
     base = zoo.convert.from_gguf(path).eval()
-    out = {}
+    out, q4 = {}, None
     for mode in modes:
         name, _, comp = mode.partition("+")
         if name == "float32":
@@ -159,11 +163,16 @@ def zoo_modes(path: Path, modes: list[str]) -> tuple[dict, object]:
             m = precision.quantize_int8(copy.deepcopy(base))
         elif name == "int4":
             m = precision.quantize_int4(copy.deepcopy(base))
-        elif name == "q4":  # the file's own Q4_1 / Q8_0 blocks, zoo's block kernels
-            m = precision.quantize_q4(copy.deepcopy(base))
+        elif name == "q4":  # the file's own Q4_1 / Q8_0 blocks; decoded by the fused step
+            if q4 is None:  # one copy for q4, q4+unfused and q4+compile (decoding changes no weight)
+                q4 = precision.quantize_q4(copy.deepcopy(base))
+            m = q4
         else:
-            raise SystemExit(f"unknown mode {mode!r}: float32, bfloat16, int8, int4, q4, each optionally +compile")
-        out[f"zoo/{mode}"] = Zoo(m, comp == "compile")
+            raise SystemExit(f"unknown mode {mode!r}: float32, bfloat16, int8, int4, q4, each optionally "
+                             f"+compile (q4 also +unfused: the module path instead of zoo.run.qstep)")
+        if comp not in ("", "compile", "unfused"):
+            raise SystemExit(f"unknown suffix +{comp} in {mode!r}: +compile, +unfused")
+        out[f"zoo/{mode}"] = Zoo(m, comp == "compile", fused=comp != "unfused")
     return out, base
 
 
@@ -245,7 +254,7 @@ def main(argv=None) -> None:
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--prefill", type=int, default=512)
-    ap.add_argument("--modes", nargs="+", default=["float32", "int8", "int4", "int4+compile", "q4", "q4+compile"])
+    ap.add_argument("--modes", nargs="+", default=["float32", "int4+compile", "q4", "q4+unfused", "q4+compile"])
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if not args.gguf.exists():

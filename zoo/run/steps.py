@@ -171,6 +171,17 @@ class LiveRows:
         return out.index_copy_(0, self.index, logits)
 
 
+def _fused_plan(model, B, padding, prefix_length, capacity):
+    """The fused decoding step of a q4 model (:func:`zoo.run.qstep.plan_for`), or None: every
+    other model, and a q4 one it does not cover (``model.qstep_reason`` says why), takes the
+    module path below."""
+    if getattr(model, "quantized", None) != "q4":
+        return None
+    from . import qstep
+
+    return qstep.plan_for(model, B, padding, prefix_length, capacity)
+
+
 def decoder_logits(model, ids, padding, use_cache, prefix_length, head, steps):
     """The decoder-only coroutine: yields next-token logits ``(B, V)``; is sent what was chosen
     (:func:`sent`).  ``ids (B, T0)`` the prompts, ``padding (B, T0)`` True = real (left padding) or
@@ -193,6 +204,14 @@ def decoder_logits(model, ids, padding, use_cache, prefix_length, head, steps):
                                 return_hidden=True))
         else:
             cache, logits = start
+        plan = _fused_plan(model, B, padding, prefix_length, T0 + steps)
+        if plan is not None:  # a q4 Llama at batch 1: one C++ call a token (zoo.run.qstep)
+            plan.attach(cache)
+            pos = T0
+            while True:
+                nxt, _, _ = sent((yield logits))
+                logits = plan.step(int(nxt[0]), pos)
+                pos += 1
         rows = LiveRows(B)
         while True:
             nxt, order, finished = sent((yield rows.full(logits)))
