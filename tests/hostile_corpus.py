@@ -1256,6 +1256,8 @@ def outcome(case: Case, ctx: Ctx, hang_s: float = HANG_S) -> tuple[str, float, i
     try:
         case.run(ctx)
         kind, detail = "accepted", ""
+    except zoo.errors.ZooInternalError as exc:  # an escape the API's boundary caught: a bug, not a refusal
+        kind, detail = "raw", f"{type(exc.__cause__).__name__}: {str(exc.__cause__)[:200]}"
     except zoo.ZooError as exc:
         kind, detail = "zoo_error", str(exc)
     except Hang:

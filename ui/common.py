@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import zoo
-from zoo.errors import CheckpointError, SpecError, ZooError
+from zoo.errors import CheckpointError, SpecError, ZooError, ZooInternalError
 
 from .budget import check_fits
 from .i18n import format_error, t, ui_error
@@ -65,11 +65,12 @@ def handler(fn: Callable) -> Callable:
         lang = _lang(args, kwargs)
         if isinstance(exc, gr.Error):
             raise exc
-        if isinstance(exc, ZooError):  # the user's mistake: a message, no server-side traceback
+        if isinstance(exc, ZooError) and not isinstance(exc, ZooInternalError):  # the user's mistake
             raise gr.Error(_html(format_error(exc, lang)), title=t("err.title", lang),
                            print_exception=False) from None
         log.exception("UI handler %s failed", fn.__name__)
-        raise gr.Error(t("err.internal", lang, kind=type(exc).__name__),
+        raise gr.Error(t("err.internal", lang, kind=type(exc.__cause__ if isinstance(exc, ZooInternalError)
+                                                          and exc.__cause__ else exc).__name__),
                        title=t("err.title", lang), print_exception=False) from None
 
     def _check(args, kwargs):
@@ -182,8 +183,9 @@ def error_record(exc: BaseException) -> dict:
     """What an error box keeps of an error to word it again in another language: its parts
     (where / what / valid options / fix as raised) and its message id and params
     (:mod:`zoo.messages`), or the kind of an internal error."""
-    if not isinstance(exc, ZooError):
-        return {"internal": type(exc).__name__}
+    if not isinstance(exc, ZooError) or isinstance(exc, ZooInternalError):
+        return {"internal": type(getattr(exc, "__cause__", None) or exc).__name__
+                if isinstance(exc, ZooInternalError) else type(exc).__name__}
     return {"where": exc.where, "what": getattr(exc, "what", None) or str(exc),
             "options": [str(o) for o in exc.options or ()], "fix": exc.fix,
             "message_id": exc.message_id, "params": dict(exc.params), "fix_ids": list(exc.fix_ids)}
@@ -230,7 +232,7 @@ def inline_errors(n_outputs: int, lang_arg: str = "lang", kept: bool = False):
                 lang = sig.bind_partial(*args, **kwargs).arguments.get(lang_arg, "en")
             except TypeError:
                 lang = "en"
-            if isinstance(exc, ZooError):
+            if isinstance(exc, ZooError) and not isinstance(exc, ZooInternalError):
                 box = error_markdown(exc, lang)
             else:
                 log.exception("UI handler %s failed", fn.__name__)

@@ -53,6 +53,16 @@ __all__ = [
 
 #: The sub-packages of the public API, reachable as ``zoo.NAME`` after a bare ``import zoo``,
 #: imported on first use so that ``import zoo`` stays light (``zoo.inside.plots`` needs matplotlib).
+from .errors import boundary as _boundary  # noqa: E402
+
+#: The front door's functions behind the API's error boundary (:func:`zoo.errors.boundary`): a
+#: non-ZooError escaping one is a ZooInternalError (still an instance of the original type), a bug
+build, save, load, load_or_build, load_spec, read_metadata, list_checkpoints, list_components, \
+    list_plugins, list_presets, parse_spec, tokenizer, trace, fill_mask, classify = (
+        _boundary(f, where=f"zoo.{f.__name__}") for f in (
+            build, save, load, load_or_build, load_spec, read_metadata, list_checkpoints, list_components,
+            list_plugins, list_presets, parse_spec, tokenizer, trace, fill_mask, classify))
+
 SUBPACKAGES = ("model", "io", "run", "inside", "guard", "convert", "train", "experiment", "testing")
 #: Front-door modules a plugin author or a test imports by name (``zoo.components``, ``zoo.errors``).
 FRONT_DOOR = ("components", "errors", "hookspecs", "messages", "registry", "version")

@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from .errors import ZooError
+from .errors import ZooError, internal_error
 
 #: sub-command name -> (module under zoo.commands, one-line help)
 COMMANDS = {
@@ -98,10 +98,7 @@ def as_zoo_error(exc: BaseException, *, where: str) -> ZooError:
     """The error boundary of an entry point: ``exc`` (not a ZooError: a bug in zoo or a plugin) as a
     ZooError that says where it escaped, with ``exc`` as its ``__cause__``; the CLI prints it in one
     line with exit status 1 (a user error is status 2), ``zoo --debug`` raises it with the chain."""
-    err = ZooError(f"unexpected {type(exc).__name__}: {one_line(exc, 300)} -- this is a bug in zoo or a "
-                   "plugin", where=where, fix="run `zoo --debug ...` to see the traceback, and report it")
-    err.__cause__ = exc
-    return err
+    return internal_error(exc, where=where, fix="run `zoo --debug ...` to see the traceback, and report it")
 
 
 if __name__ == "__main__":

@@ -4,20 +4,22 @@ Every message answers four questions: *where* (a spec path such as ``decoder.att
 a plugin), *what* is wrong, *which* values would be valid, and *how* to fix it.  Code never uses
 ``assert`` on user input; it raises one of these.
 
-**Error boundaries** (issue 35).  The command line (:func:`zoo.cli.as_zoo_error`) and the UI
-(:func:`zoo.ui.common.handler`) each have one: a non-``ZooError`` escaping a command or a handler
-becomes a ``ZooError`` naming where it escaped, the original as its ``__cause__`` -- and counts as a
-bug (the red-team tables count it as "other exception", never as a refusal).  The Python API has
-*no* last-resort decorator, by decision: wrapping every public function would change the exception
-types callers see (``except ValueError`` around ``zoo.build`` would stop working, or keep working
-only through a ``ZooError`` subclass per builtin type), and it would hide from the fuzzers exactly
-the escapes they exist to find.  Instead the API validates its input in shared layers, where the
-input is parsed -- :mod:`zoo.run.input_contract` and :mod:`zoo.run.arguments` (models, ids, texts,
-tensors), :mod:`zoo.model.spec` (specs), :mod:`zoo.run.options` (generation options),
-:mod:`zoo.guard.files` / :mod:`zoo.guard.transaction` (paths) -- and raises these errors there;
-``tests/guard/test_api_boundary.py`` and ``tests/guard/test_trust_fuzz_entry_points.py`` fuzz every
-public entry point (found by walking the modules and the model class) and fail on any other
-exception.  A ``ZooError`` that must stay catchable as a builtin is both (:class:`ParamError` is a
+**Error boundaries** (issue 35.4): one per public entry point.  The command line
+(:func:`zoo.cli.as_zoo_error`), the UI (:func:`zoo.ui.common.handler`) and the Python API -- the
+functions of ``zoo``'s front door (``zoo.build``, ``zoo.load``, ...), a model's methods that reach the
+wings (``model.generate``, ``model.chat``, ``model.run_with_cache``, ...: :mod:`zoo.model.doors`) and
+every function checked by :func:`zoo.run.arguments.entry` (the inside view) -- each turn a
+non-``ZooError`` that escapes into a :class:`ZooInternalError` (:func:`boundary`, :func:`internal_error`):
+it says where it escaped, keeps the original as its ``__cause__``, and *is still an instance of the
+original's type* (a class made of both, per type: ``except ValueError`` around ``zoo.build`` keeps
+working; where the two cannot be combined, e.g. ``UnicodeDecodeError``'s five-argument constructor,
+a plain ``ZooInternalError``).  It is a bug report, never a refusal: the fuzzers
+(``tests/guard/test_api_boundary.py``, ``tests/guard/test_trust_fuzz_entry_points.py``) and the
+hostile table count it as "other exception", and the UI shows it as an internal error.  Bad input
+is still refused where it is parsed -- :mod:`zoo.run.input_contract` and :mod:`zoo.run.arguments`
+(models, ids, texts, tensors), :mod:`zoo.model.spec` (specs), :mod:`zoo.run.options` (generation
+options), :mod:`zoo.guard.files` / :mod:`zoo.guard.transaction` (paths) -- with a plain ``ZooError``.
+A ``ZooError`` that must stay catchable as a builtin is both (:class:`ParamError` is a
 ``ValueError``).
 """
 from __future__ import annotations
@@ -131,3 +133,62 @@ def closest(name: str, options: Iterable[str]) -> str | None:
 def did_you_mean(name: str, options: Iterable[str]) -> str | None:
     best = closest(name, options)
     return f"did you mean '{best}'?" if best else None
+
+
+class ZooInternalError(ZooError):
+    """A non-``ZooError`` escaped a public entry point: a bug in zoo or a plugin, not the user's
+    mistake (see the module doc).  ``__cause__`` is the original exception; an instance is also an
+    instance of the original's type wherever the two classes combine."""
+
+    def __str__(self) -> str:  # the message as written (KeyError's own __str__ would quote it)
+        return BaseException.__str__(self)
+
+
+_INTERNAL: dict[type, type] = {}
+
+
+def internal_error(exc: BaseException, *, where: str, fix: str | None = None) -> ZooInternalError:
+    """``exc`` (not a ZooError) as the :class:`ZooInternalError` of the entry point ``where``, with
+    ``exc`` as its ``__cause__``, of a class that is both (cached per type)."""
+    said = " ".join(str(exc).split())
+    said = said if len(said) <= 300 else said[:297] + "..."
+    text = f"unexpected {type(exc).__name__}: {said} -- this is a bug in zoo or a plugin"
+    fix = fix or "see the traceback of its __cause__ (zoo --debug ... on the command line) and report it"
+    kind = type(exc)
+    cls = _INTERNAL.get(kind)
+    if cls is None:
+        try:
+            cls = type(f"ZooInternal{kind.__name__}", (ZooInternalError, kind), {"__module__": __name__})
+        except TypeError:  # a layout that cannot be combined
+            cls = ZooInternalError
+        _INTERNAL[kind] = cls
+    try:
+        err = cls(text, where=where, fix=fix)
+    except Exception:  # noqa: BLE001 - a base constructor that wants other arguments
+        _INTERNAL[kind] = cls = ZooInternalError
+        err = cls(text, where=where, fix=fix)
+    err.__cause__ = exc
+    return err
+
+
+def boundary(fn=None, *, where: str | None = None):
+    """Decorate a public entry point: a ``ZooError`` passes unchanged, any other ``Exception`` is
+    raised as :func:`internal_error` at ``where`` (default the function's name).  ``KeyboardInterrupt``
+    and ``SystemExit`` pass.  Costs one ``try`` per call."""
+    if fn is None:
+        return lambda f: boundary(f, where=where)
+    import functools
+
+    name = where or getattr(fn, "__qualname__", getattr(fn, "__name__", "zoo"))
+
+    @functools.wraps(fn)
+    def bounded(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ZooError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the boundary: reported as a bug, the cause kept
+            raise internal_error(exc, where=name) from exc
+
+    bounded.__zoo_boundary__ = True
+    return bounded

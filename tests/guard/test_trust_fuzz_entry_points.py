@@ -239,6 +239,8 @@ def test_public_function_returns_or_raises_zoo_error(name, env):
             try:
                 _call_with_alarm(fn, *args, **kwargs)
             except zoo.ZooError as exc:
+                assert not isinstance(exc, zoo.errors.ZooInternalError), \
+                    f"an escape the API's boundary caught (a bug): {exc}"
                 assert len(str(exc)) < 3000
     check()
 

@@ -23,6 +23,7 @@ from ..model.assembly import fill
 from ..model.build import build, resolve_dtype
 from ..deprecation import moved
 from ..errors import CheckpointError, ZooError
+from ..run.arguments import entry
 from ..io.checkpoint import conversion_metadata  # noqa: F401 - re-exported: zoo.convert.conversion_metadata
 from ..io.checkpoint import read_header
 from ..io import generation_config as gen_config
@@ -660,10 +661,15 @@ def probe_batch(vocab_size: int) -> torch.Tensor:
 
 
 @torch.no_grad()
+@entry
 def certify_parity(hf_model: Any, model: torch.nn.Module) -> dict:
     """Run the probe batch through the transformers model and the zoo model and say how closely they
     agree: ``max_abs_diff``, ``mean_abs_diff``, ``top1_agreement`` (share of positions with the same
     arg-max), the dtype compared, both libraries' versions and the date (UTC)."""
+    if not isinstance(hf_model, torch.nn.Module) or not hasattr(hf_model, "config"):
+        raise ZooError(f"expected a transformers model (a torch module with a .config), got "
+                       f"{type(hf_model).__name__}", where="certify_parity.hf_model",
+                       fix="pass the transformers model the zoo model was converted from")
     p = next(model.parameters())
     return compare_parity(reference_probe(hf_model, model.spec, p.device), model)
 
@@ -737,6 +743,9 @@ def certify_folder(path, config: dict, model: torch.nn.Module) -> dict | str:
 
 def certificate(meta: Mapping[str, str]) -> dict | None:
     """The parity certificate in a checkpoint's metadata (``zoo.read_metadata(path)``), or None."""
+    if not isinstance(meta, Mapping):
+        raise ZooError(f"expected a checkpoint's metadata (a mapping), got {type(meta).__name__}",
+                       where="certificate.meta", fix="pass zoo.read_metadata(PATH)")
     raw = meta.get("zoo.extra.parity")
     try:
         cert = json.loads(raw) if raw else None
@@ -866,6 +875,7 @@ def _comparable(spec) -> dict:
     return d
 
 
+@entry
 def to_transformers(model: torch.nn.Module, *, family: str | None = None) -> Any:
     """The equivalent ``transformers`` model of a zoo model shaped like one of the families
     (needs the ``transformers`` library).  ``family`` is guessed from the spec when omitted.

@@ -215,13 +215,18 @@ def load(source: Any, *, quick: bool = False) -> Experiment:
 
 def _find(name: str) -> Path:
     p = Path(name)
-    if p.suffix in (".yaml", ".yml") and p.is_file():
-        return p
-    for cand in (shipped_dir() / f"{name}.yaml", shipped_dir() / name / "experiment.yaml"):
-        if cand.is_file():
-            return cand
-    if p.is_file():
-        return p
+    try:
+        if p.suffix in (".yaml", ".yml") and p.is_file():
+            return p
+        for cand in (shipped_dir() / f"{name}.yaml", shipped_dir() / name / "experiment.yaml"):
+            if cand.is_file():
+                return cand
+        if p.is_file():
+            return p
+    except (OSError, ValueError) as exc:  # a name too long for a path, a NUL byte
+        raise ExperimentError(f"{str(name)[:80]!r} cannot name a file ({type(exc).__name__})", where="experiment",
+                              options=list_shipped(), fix="pass a path to a .yaml file or a shipped name "
+                              "(`zoo experiment list`)") from None
     raise ExperimentError(f"no experiment file or shipped experiment named {name!r}", where="experiment",
                           options=list_shipped(), fix="pass a path to a .yaml file or a shipped name "
                           "(`zoo experiment list`)")

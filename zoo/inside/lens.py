@@ -142,8 +142,9 @@ def logit_attribution(model, ids: torch.Tensor, tokens, wrong=None) -> Attributi
                        "plain sum there)", where="logit_attribution", fix="use a pre-norm model")
     logits, cache = run_with_cache(model, ids)
     B, T = ids.shape
-    tok = torch.as_tensor(tokens).expand(B, T) if torch.as_tensor(tokens).dim() < 2 else torch.as_tensor(tokens)
-    bad = None if wrong is None else torch.as_tensor(wrong).expand(B, T)
+    tok = _per_position(_token_index(model, tokens, "logit_attribution.tokens"), B, T, "tokens")
+    bad = None if wrong is None else _per_position(_token_index(model, wrong, "logit_attribution.wrong"),
+                                                   B, T, "wrong")
     dirs = _direction(model, tok, bad)  # (B, T, D)
     labels, parts = ["embed"], [cache["hook_embed"]]
     for extra in ("hook_pos_embed", "hook_token_type_embed"):
@@ -269,6 +270,16 @@ def _what(x) -> str:
     if isinstance(x, torch.Tensor):
         return f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
     return type(x).__name__
+
+
+def _per_position(t: torch.Tensor, B: int, T: int, name: str) -> torch.Tensor:
+    """One id, one per position of a row ``(T,)``, or ``(B, T)``: as ``(B, T)``; else a ZooError."""
+    if t.dim() == 0 or t.numel() == 1:
+        return t.reshape(()).expand(B, T)
+    if tuple(t.shape) == (B, T) or (t.dim() == 1 and t.numel() == T):
+        return t.expand(B, T)
+    raise ZooError(f"{name} of shape {tuple(t.shape)} does not match the ids' ({B}, {T})",
+                   where=f"logit_attribution.{name}", fix="give one id, or one per position: (B, T)")
 
 
 def _token_index(model, x, where: str) -> torch.Tensor:

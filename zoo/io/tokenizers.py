@@ -153,6 +153,15 @@ def get_tokenizer(model: Any, tokenizer: Tokenizer | None = None, *, where: str 
     tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
     if tok is None:
         raise TokenizerError.of("tokenizer.missing", where=where)
+    return checked_tokenizer(tok, where)
+
+
+def checked_tokenizer(tok: Any, where: str = "tokenizer") -> Any:
+    """``tok`` when it is a tokenizer (callable ``encode`` and ``decode``), else a TokenizerError at
+    ``where`` -- so an int or a string passed as ``tokenizer=`` is refused, not an AttributeError later."""
+    if not (callable(getattr(tok, "encode", None)) and callable(getattr(tok, "decode", None))):
+        raise TokenizerError(f"expected a tokenizer (with encode and decode), got {type(tok).__name__}",
+                             where=where, fix="pass zoo.tokenizer(...) or model.tokenizer, or leave it out")
     return tok
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
+from ..errors import boundary
+
 #: What a model's methods call, by name: ``"module:function"``.
 DOORS: dict[str, str] = {
     "generate": "zoo.run.generate:generate",
@@ -28,6 +30,14 @@ DOORS: dict[str, str] = {
 def door(name: str) -> Callable[..., Any]:
     """The function behind ``name`` in :data:`DOORS`, imported on first use.  Looked up at every
     call (a dictionary read once the module is imported), so patching ``zoo.run.generate.generate``
-    patches ``model.generate`` too."""
+    patches ``model.generate`` too.  Behind the API's error boundary (:func:`zoo.errors.boundary`)."""
     module, _, attr = DOORS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    fn = getattr(importlib.import_module(module), attr)
+    bounded = _BOUNDED.get(name)
+    if bounded is None or bounded[0] is not fn:
+        bounded = _BOUNDED[name] = (fn, boundary(fn, where=f"model.{attr}"))
+    return bounded[1]
+
+
+#: name -> (function, the function behind the API's error boundary): made once per function
+_BOUNDED: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {}

@@ -141,6 +141,17 @@ class ZooModel(nn.Module):
     def unembed(self, x: torch.Tensor, tap=None) -> torch.Tensor:
         """The LM head on the final hidden states, before any soft-cap: ``lm_head(head_input(x))``,
         with TransformerLens' ``unembed.hook_in`` / ``unembed.hook_out`` in a hooked call."""
+        d = self.spec.d_model
+        if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point or x.dim() == 0 or x.size(-1) != d:
+            what = f"shape {tuple(x.shape)}, {x.dtype}" if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ZooError(f"expected final hidden states (..., {d}) of a float dtype, got {what}",
+                           where="model.unembed.x", fix="pass the last block's output, e.g. cache['ln_final.hook_normalized']")
+        if x.numel() // d * self.spec.vocab_size > 1 << 28:
+            raise ZooError(f"{x.numel() // d:,} positions x {self.spec.vocab_size:,} logits is above 2**28 values",
+                           where="model.unembed.x", fix="unembed fewer positions at a time")
+        if tap is not None and not callable(tap):
+            raise ZooError(f"tap must be callable, got {type(tap).__name__}", where="model.unembed.tap",
+                           fix="leave it out (hooked calls pass their own)")
         x = self.head_input(x)
         if tap is None:
             return self.lm_head(x)

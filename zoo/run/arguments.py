@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import ZooError
+from ..errors import ZooError, internal_error
 from ..model.spec import ModelSpec
 from ..guard.files import short
 
@@ -193,7 +193,9 @@ def entry(fn=None, *, where: str | None = None):
     annotated ``int`` / ``float`` / ``bool`` / ``str`` / ``torch.nn.Module`` / ``Callable`` (or
     ``X | None``) must be one; the integer counts in :data:`POSITIVE` are >= 1, those in
     :data:`NON_NEGATIVE` >= 0, all below 2**31.  A wrong call (a missing or unknown argument) is a
-    :class:`ZooError` too, showing the signature.  It runs in microseconds before any work."""
+    :class:`ZooError` too, showing the signature.  It runs in microseconds before any work.  It is
+    also the API's error boundary: any other exception escaping the call is a
+    :class:`~zoo.errors.ZooInternalError` (a bug, the original as its cause)."""
     if fn is None:
         return lambda f: entry(f, where=where)
     import functools
@@ -219,14 +221,19 @@ def entry(fn=None, *, where: str | None = None):
             for p in ID_ARGUMENTS:
                 if p in a and a[p] is not None:
                     t = token_ids(a["model"], a[p], f"{name}.{p}")
-                    if not isinstance(a[p], torch.Tensor):
-                        a[p] = t
+                    if not (isinstance(a[p], torch.Tensor) and a[p].dtype in (torch.long, torch.int32)):
+                        a[p] = t  # lists, uint8 / int16 tensors: the checked (B, T) long tensor
         for p, value in a.items():
             kind = sig.parameters[p].kind
             if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
                 continue
             _check_annotated(value, hints.get(p), p, f"{name}.{p}")
-        return fn(*bound.args, **bound.kwargs)
+        try:
+            return fn(*bound.args, **bound.kwargs)
+        except ZooError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the API's error boundary (zoo.errors.boundary)
+            raise internal_error(exc, where=name) from exc
 
     checked.__wrapped_entry__ = fn
     return checked

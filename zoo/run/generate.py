@@ -46,7 +46,7 @@ from ..guard.compat import require
 from ..guard.files import short
 from ..guard.health import finite_steps
 from ..guard.run_budget import check_generate
-from ..io.tokenizers import check_fits, get_tokenizer
+from ..io.tokenizers import check_fits, checked_tokenizer, get_tokenizer
 
 #: New tokens when neither max_new_tokens nor max_length says how many.
 DEFAULT_NEW_TOKENS = 32
@@ -265,7 +265,9 @@ def _pad_id(model, tokenizer=None) -> int:
     if model.spec.pad_id is not None:
         return model.spec.pad_id
     tok = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
-    if tok is not None and tok.pad_id is not None and tok.pad_id < model.spec.vocab_size:
+    if tok is not None:
+        checked_tokenizer(tok, "generate.tokenizer")
+    if tok is not None and getattr(tok, "pad_id", None) is not None and tok.pad_id < model.spec.vocab_size:
         return tok.pad_id
     return 0
 
