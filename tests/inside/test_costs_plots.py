@@ -152,3 +152,13 @@ def test_chinese_renders_with_no_system_font(monkeypatch, tmp_path):
         warnings.filterwarnings("error", message=r".*Glyph .* missing")
         plots.save_figure(plots.attention_heatmap(torch.tensor([[0.7, 0.3], [0.4, 0.6]]), ["床", "前"]),
                           tmp_path / "zh.png")
+
+
+@pytest.mark.parametrize("bad", [[[1.0, 2.0], [3.0]], "x", None, [], [[[1.0]]]])
+def test_the_heatmap_refuses_what_is_not_one_head_of_weights(bad):
+    """Found by the hostile table's warm-up: a list of weights was a raw AttributeError."""
+    from zoo.inside.plots import attention_heatmap
+
+    with pytest.raises(zoo.ZooError) as e:
+        attention_heatmap(bad)
+    assert "attention_heatmap.weights" in str(e.value)

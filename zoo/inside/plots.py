@@ -104,10 +104,19 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 120) -> Path:
     return path
 
 
-def _np(t):
-    if isinstance(t, torch.Tensor):
-        return t.detach().float().cpu().numpy()
-    return t
+def _np(t, dims: tuple[int, ...] | None = None, where: str = "weights"):
+    """``t`` (a tensor, an array or nested lists of numbers) as a float numpy array with one of
+    ``dims`` dimensions; anything else is a ZooError naming ``where``."""
+    if not isinstance(t, torch.Tensor):
+        try:
+            t = torch.as_tensor(t, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError, OverflowError):
+            raise ZooError(f"expected a tensor of weights, got {type(t).__name__}", where=where,
+                           fix="pass attention weights, e.g. cache['blocks.0.attn.hook_pattern'][0, 0]") from None
+    if dims is not None and t.dim() not in dims or t.numel() == 0:
+        raise ZooError(f"expected {' or '.join(map(str, dims or ()))}-D weights, got shape {tuple(t.shape)}",
+                       where=where, fix="pass one head's (Tq, Tk) weights")
+    return t.detach().float().cpu().numpy()
 
 
 def _labels(ax, tokens_q, tokens_k, n_q, n_k):
@@ -124,7 +133,7 @@ def _labels(ax, tokens_q, tokens_k, n_q, n_k):
 def attention_heatmap(weights, tokens: Sequence[str] | None = None,
                       key_tokens: Sequence[str] | None = None, title: str | None = None):
     """One head's weights ``(Tq, Tk)``: row = query (who looks), column = key (looked at)."""
-    w = _np(weights)
+    w = _np(weights, (2,), "attention_heatmap.weights")
     fig = _figure(1.2 + 0.32 * w.shape[1], 1.0 + 0.3 * w.shape[0])
     ax = fig.add_subplot()
     im = ax.imshow(w, cmap="viridis", vmin=0.0, vmax=max(float(w.max()), 1e-9))
