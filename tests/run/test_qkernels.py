@@ -198,7 +198,13 @@ def test_quantize_q4_without_kernels_says_why(monkeypatch):
 def test_compiled_q4_decoding_equals_eager(q4_llama):
     _, q4 = q4_llama
     ids = torch.randint(0, 96, (1, 10))
-    eager = q4.generate(ids, 40, do_sample=False)
+    # compile=True compiles the module path (the int16-activation block kernels); a batch-1 eager
+    # call would take the fused 8-bit-activation step instead (zoo.run.qstep, compared with the
+    # module path in tests/run/test_qstep.py), so the eager side of this equality is the module path
+    from zoo.run import qstep
+
+    with qstep.disabled():
+        eager = q4.generate(ids, 40, do_sample=False)
     compiled = q4.generate(ids, 40, do_sample=False, compile=True)
     assert torch.equal(eager, compiled)
     from zoo.run import compiled as c
