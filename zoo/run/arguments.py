@@ -20,6 +20,11 @@ cost microseconds (type checks and one min/max over the ids).
 """
 from __future__ import annotations
 
+import collections.abc
+import functools
+import inspect
+import types
+import typing
 from typing import Any, Sequence
 
 import torch
@@ -198,10 +203,6 @@ def entry(fn=None, *, where: str | None = None):
     :class:`~zoo.errors.ZooInternalError` (a bug, the original as its cause)."""
     if fn is None:
         return lambda f: entry(f, where=where)
-    import functools
-    import inspect
-    import typing
-
     name = where or fn.__name__
     sig = inspect.signature(fn)
     try:
@@ -241,10 +242,6 @@ def entry(fn=None, *, where: str | None = None):
 
 def _check_annotated(value: Any, hint: Any, pname: str, where: str) -> None:
     """``value`` against a simple annotation (see :func:`entry`); other annotations are not checked."""
-    import collections.abc
-    import types
-    import typing
-
     if hint is None:
         return
     options = list(typing.get_args(hint)) if typing.get_origin(hint) in (typing.Union, types.UnionType) \
