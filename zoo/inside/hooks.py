@@ -59,7 +59,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 from torch import nn
 
-from ..run.arguments import entry, token_ids
+from ..run.arguments import entry, ids_as_passed
 from ..components import KERNEL_TAPS, TAPS, AttentionKernel, BuildContext, Norm, repeat_kv, tapping
 from ..errors import ZooError, did_you_mean
 from ..guard.run_budget import check_cache
@@ -780,21 +780,13 @@ def _checked_ids(model, args: tuple, kwargs: dict, where: str) -> tuple[tuple, d
         raise ZooError("no token ids given (ids is None)", where=f"{where}.ids", fix=f"{where}(model, ids, ...)")
     for i in range(min(len(args), 2)):
         if args[i] is not None and (i == 0 or model.spec.arch == "encoder_decoder"):
-            t = token_ids(model, args[i], f"{where}.{'ids' if i == 0 else 'tgt'}")
-            args[i] = args[i] if _as_given(args[i]) else t
+            args[i] = ids_as_passed(model, args[i], f"{where}.{'ids' if i == 0 else 'tgt'}")
     for k in ("ids", "src", "tgt"):
         if kwargs.get(k) is not None:
-            t = token_ids(model, kwargs[k], f"{where}.{k}")
-            kwargs[k] = kwargs[k] if _as_given(kwargs[k]) else t
+            kwargs[k] = ids_as_passed(model, kwargs[k], f"{where}.{k}")
     if not args and not any(kwargs.get(k) is not None for k in ("ids", "src")):
         raise ZooError("no token ids given", where=f"{where}.ids", fix=f"{where}(model, ids, ...)")
     return tuple(args), kwargs
-
-
-def _as_given(ids) -> bool:
-    """Pass checked ids on unchanged when they already are a long / int32 tensor (their shape is the
-    caller's); anything else (lists, uint8 or int16 tensors) goes on as the checked (B, T) long tensor."""
-    return isinstance(ids, torch.Tensor) and ids.dtype in (torch.long, torch.int32)
 
 
 def _size_cache(model, keep, ids, tgt, new: int, where: str) -> None:

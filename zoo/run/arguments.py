@@ -47,6 +47,14 @@ def zoo_model(model: Any, where: str) -> ModelSpec:
     return spec
 
 
+def ids_as_passed(model: Any, ids: Any, where: str) -> Any:
+    """``ids`` checked by :func:`token_ids`, passed on unchanged when they already are a long / int32
+    tensor (their shape is the caller's), else as the checked ``(B, T)`` long tensor (lists, uint8 or
+    int16 tensors) -- what :func:`entry` and the hooked forwards hand on."""
+    t = token_ids(model, ids, where)
+    return ids if isinstance(ids, torch.Tensor) and ids.dtype in (torch.long, torch.int32) else t
+
+
 def token_ids(model: Any, ids: Any, where: str) -> torch.Tensor:
     """``ids`` as a ``(B, T)`` long tensor on ``model``'s device, checked (see the module doc)."""
     spec = zoo_model(model, "model")
@@ -221,9 +229,7 @@ def entry(fn=None, *, where: str | None = None):
             zoo_model(a["model"], f"{name}.model")
             for p in ID_ARGUMENTS:
                 if p in a and a[p] is not None:
-                    t = token_ids(a["model"], a[p], f"{name}.{p}")
-                    if not (isinstance(a[p], torch.Tensor) and a[p].dtype in (torch.long, torch.int32)):
-                        a[p] = t  # lists, uint8 / int16 tensors: the checked (B, T) long tensor
+                    a[p] = ids_as_passed(a["model"], a[p], f"{name}.{p}")
         for p, value in a.items():
             kind = sig.parameters[p].kind
             if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
