@@ -25,9 +25,10 @@ position's logits.  Every round runs every contestant once in a fresh random ord
 neighbour slows a round for all), ``--rounds`` rounds, medians; ratios are medians of per-round
 ratios against llama.cpp.  Agreement: each contestant's 128 greedy tokens against the exact float
 reference (zoo float32, equal to transformers on the dequantised weights): the share of positions
-equal before the first divergence, and the first divergent position.  Roofline: the bytes of the
-weights one token must read (every matrix once, the embedding row aside) x tok/s over the
-bandwidth of a large in-memory copy on this machine.
+equal before the first divergence, and the first divergent position.  Roofline: the bytes one token
+must read (:func:`bytes_read`: every matrix once, the embedding row aside) x tok/s over
+:func:`read_gbs` of as many bytes at the same thread count (a streaming read: on these Xeons the
+480 MiB L3 reads no faster than DRAM, ~8 GB/s a core, so the size changes little).
 
     python benchmarks/llamacpp_decode.py --threads 1 2 --rounds 5
     python benchmarks/llamacpp_decode.py --gguf model.gguf --modes float32 int8 --json out.json
@@ -57,15 +58,16 @@ TEXT = ("When on board H.M.S. Beagle, as naturalist, I was much struck with cert
         "philosophers. ")
 
 
-def bandwidth_gbs(nbytes: int = 1 << 29, rounds: int = 5) -> float:
-    """GB/s of a large tensor copy (read + write counted), the machine's practical memory roofline."""
-    a = torch.empty(nbytes, dtype=torch.uint8).fill_(1)
-    b = torch.empty_like(a)
+def read_gbs(nbytes: int = 1 << 29, rounds: int = 5) -> float:
+    """GB/s of reading ``nbytes`` once (a float32 sum: a streaming read, nothing written), best of
+    ``rounds`` at the current thread count: the practical memory roofline of a decoding step, which
+    reads every weight once and writes almost nothing."""
+    a = torch.ones(max(1, nbytes // 4))
     best = 0.0
     for _ in range(rounds):
         t0 = time.perf_counter()
-        b.copy_(a)
-        best = max(best, 2 * nbytes / (time.perf_counter() - t0) / 1e9)
+        a.sum()
+        best = max(best, a.numel() * 4 / (time.perf_counter() - t0) / 1e9)
     return best
 
 
@@ -81,6 +83,19 @@ def weight_bytes(model) -> int:
         seen.add(id(t))
         total += t.numel() * t.element_size()
     return total
+
+
+def bytes_read(contestant) -> int:
+    """Bytes one decoding step of ``contestant`` reads: llama.cpp the file (its matrices; the
+    tied embedding is the output layer, read whole); zoo's fused q4 step its repacked records and
+    norms (:func:`zoo.run.qstep.bytes_per_token`); any other zoo mode its parameters
+    (:func:`weight_bytes`)."""
+    if isinstance(contestant, LlamaCpp):
+        return contestant.file_bytes
+    from zoo.run import qstep
+
+    fused = qstep.bytes_per_token(contestant.model) if contestant.fused and not contestant.compile else None
+    return fused or weight_bytes(contestant.model)
 
 
 # ---------------------------------------------------------------------- contestants
@@ -192,7 +207,7 @@ def run(args, threads: int) -> dict:
                        "llama.cpp/plain": LlamaCpp(args.gguf, threads, repack=False), **contestants}
     except ImportError:
         print("llama-cpp-python is not installed: zoo only (pip install llama-cpp-python)", file=sys.stderr)
-    ref = contestants["zoo/float32"].greedy(prompt, args.new) if "zoo/float32" in contestants else None
+    ref = Zoo(base, False).greedy(prompt, args.new)  # the exact float reference, contestant or not
     rows = {}
     for name, c in contestants.items():  # warm-up (compilation, first allocations) and agreement
         toks = c.greedy(prompt, args.new)
@@ -214,13 +229,15 @@ def run(args, threads: int) -> dict:
                 t0 = time.perf_counter()
                 c.prefill(long)
                 rows[name]["prefill_s"].append(time.perf_counter() - t0)
-    bw = bandwidth_gbs()
+    sizes = {name: bytes_read(c) for name, c in contestants.items()}
+    at_size = {n: read_gbs(n) for n in set(sizes.values())}  # a read of each contestant's own size
     anchor = "llama.cpp" if "llama.cpp" in rows else None
     for name, r in rows.items():
         c = contestants[name]
-        nbytes = c.file_bytes if isinstance(c, LlamaCpp) else weight_bytes(c.model)
+        nbytes = sizes[name]
         r["tok_s"] = 1 / statistics.median(r["decode_s"])
-        r["roofline"] = r["tok_s"] * nbytes / (bw * 1e9 / 2)  # a copy moves 2 bytes per byte read
+        r["read_gbs"] = at_size[nbytes]
+        r["roofline"] = r["tok_s"] * nbytes / (at_size[nbytes] * 1e9)
         r["bytes_per_token"] = nbytes
         if r["prefill_s"]:
             r["prefill_tok_s"] = args.prefill / statistics.median(r["prefill_s"])
@@ -229,18 +246,20 @@ def run(args, threads: int) -> dict:
         plain = rows.get("llama.cpp/plain")
         if plain and r["prefill_s"] and plain["prefill_s"]:
             r["prefill_x_llama"] = statistics.median(a / b for a, b in zip(plain["prefill_s"], r["prefill_s"]))
-    return {"threads": threads, "bandwidth_gbs": bw, "rows": rows, "load": os.getloadavg()}
+    return {"threads": threads, "rows": rows, "load": os.getloadavg()}
 
 
 def table(result: dict) -> str:
-    lines = [f"threads {result['threads']}, load average {result['load'][0]:.2f}, copy bandwidth "
-             f"{result['bandwidth_gbs']:.1f} GB/s",
-             "| contestant | decode tok/s | x llama.cpp | % roofline | prefill tok/s | prefill x llama.cpp/plain "
-             "| agreement (first divergence) |", "|---|---|---|---|---|---|---|"]
+    lines = [f"threads {result['threads']}, load average {result['load'][0]:.2f}; roofline: tok/s x bytes read a "
+             f"token over a streaming read of as many bytes (GB/s in brackets)",
+             "| contestant | decode tok/s | x llama.cpp | MB read a token | % roofline | prefill tok/s "
+             "| prefill x llama.cpp/plain | agreement (first divergence) |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, r in result["rows"].items():
         pre = f"{r['prefill_tok_s']:.0f}" if "prefill_tok_s" in r else "(single-token steps only)"
         lines.append(f"| {name} | {r['tok_s']:.1f} | {r.get('x_llama', float('nan')):.2f} | "
-                     f"{100 * r['roofline']:.0f}% | {pre} | {r.get('prefill_x_llama', float('nan')):.2f} | "
+                     f"{r['bytes_per_token'] / 1e6:.0f} | {100 * r['roofline']:.0f}% ({r['read_gbs']:.1f}) | "
+                     f"{pre} | {r.get('prefill_x_llama', float('nan')):.2f} | "
                      f"{r['agreement'] if r['agreement'] is None else round(r['agreement'], 3)} "
                      f"({r['first_divergence']}) |")
     return "\n".join(lines)

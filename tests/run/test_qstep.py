@@ -62,6 +62,30 @@ def test_fused_products_equal_the_block_arithmetic(bits, N, K):
     assert bool(((ref - exact).abs() <= bound * (1 + 1e-6) + 1e-6).all())
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+def test_float16_scales_are_read_as_float16_records(bits):
+    """Scales that are all float16 numbers (a GGUF file's always are) are stored as float16 in the
+    records -- 256 + 64 bytes a Q4 record instead of 256 + 128, 512 + 32 a Q8 one instead of 512 +
+    64 -- and the products still equal the block arithmetic on both kernels."""
+    torch.manual_seed(bits)
+    N, K = 48, 128
+    lin = nn.Linear(K, N, bias=False)
+    layer = precision.BlockLinear(lin, bits)
+    codes, scale, lo, bias = layer._kernel
+    assert not qstep.repacked(layer)[4]  # float scales from a float model: float32 records
+    assert qstep.repacked(layer)[3].shape == (N // 16, K // 32, 256 + 128 if bits == 4 else 512 + 64)
+    layer._kernel = (codes, scale.half().float(), None if lo is None else lo.half().float(), bias)
+    del layer._qstep_packed
+    bits_, n16, k, rec, half = qstep.repacked(layer)
+    assert half and rec.shape == (N // 16, K // 32, 256 + 64 if bits == 4 else 512 + 32)
+    x = torch.randn(K) * 3
+    ref = qstep.reference_product(x, layer)
+    terms = (layer.dequantized().double().abs() * x.double().abs()).sum(-1)
+    for plain in PATHS:
+        y = qstep.matvec(layer, x, plain=plain).double()
+        assert bool(((y - ref).abs() <= 2e-6 * terms + 1e-6).all()), (plain, (y - ref).abs().max())
+
+
 def tiny_q4(vocab=100, kv_heads=2, seed=0):
     """A Llama-shaped zoo model on the Q4_1 grid (its head on Q8_0's), quantised to q4."""
     import zoo
@@ -104,6 +128,30 @@ def test_fused_step_follows_the_module_path(models, prefill):
     assert bool(((fast - plain).abs() <= 0.06 * spread).all()), ((fast - plain).abs() / spread).max()
     assert (fast.argmax(-1) == plain.argmax(-1)).float().mean() >= 0.95
     assert (fast.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.95
+
+
+def test_two_threads_give_the_same_logits_bit_for_bit(models):
+    """One parallel region a step: the threads split whole rows and whole heads, so a row's sums
+    run in the same order at any thread count -- the logits are bit-equal at 1 and 2 threads.  And
+    every matrix of the step lies in one buffer (the huge-page arena), in the order a step reads
+    them; bytes_per_token counts it."""
+    _, q4 = models
+    ids = torch.randint(0, 100, (1, 40), generator=torch.Generator().manual_seed(7))
+    one = qstep.decode_logits(q4, ids, 1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        two = qstep.decode_logits(q4, ids, 1)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+    layers, head = q4._qstep_layers
+    recs = [r for group in layers for r in group] + [head[3]]
+    base = recs[0].untyped_storage().data_ptr()
+    assert all(r.untyped_storage().data_ptr() == base for r in recs)
+    starts = [r.data_ptr() for r in recs]
+    assert starts == sorted(starts) and all(a % 64 == 0 for a in starts)
+    assert qstep.bytes_per_token(q4) == sum(r.numel() for r in recs) + 4 * 64 * (2 * 2 + 2)
 
 
 def test_generate_decodes_through_the_fused_step_and_says_when_not(models):

@@ -18,15 +18,30 @@ instruction) -- then one float multiply-add per block::
     y[n] = sum_g  scale[n, g] * xs[g] * (q[n, g, :] . xq[g, :])  +  lo[n, g] * sum(x[g, :])   (Q4_1)
     y[n] = sum_g  scale[n, g] * xs[g] * (q[n, g, :] . xq[g, :])                             (Q8_0)
 
-The weights are *repacked* once per model (:func:`repack_q4`, :func:`repack_q8`): 16 output rows
-interleaved, so that one 64-byte load holds 4 consecutive inputs of each of 16 rows and one
-``vpdpbusd`` with the 4 inputs broadcast advances all 16 rows (no horizontal sums); the codes stay
-4 bits (Q4_1: low nibble input ``4c + b``, high nibble input ``16 + 4c + b`` of the block) and the
-scales are float32 vectors of 16 rows.  Q8_0's signed codes meet the signed activations as
-``(xq + 128) . q - 128 * sum(q)``, the block sums stored with the codes.  The output rows are split
-between PyTorch's threads (``at::parallel_for``: ``torch.set_num_threads`` decides; no threads of
-its own, so nothing is oversubscribed).  Where the CPU lacks AVX-512 VNNI (or the extension is
-built with ``ZOO_QSTEP_PLAIN``) a plain C++ loop computes the same block arithmetic.
+The weights are *repacked* once per model (:func:`repack_q4`, :func:`repack_q8`) into records, one
+per 16 output rows and block of 32 inputs: the 16 rows' codes interleaved, so that one 64-byte
+load holds 4 consecutive inputs of each of 16 rows and one ``vpdpbusd`` with the 4 inputs
+broadcast advances all 16 rows (no horizontal sums), then the 16 rows' scales (and Q4_1's
+minimums) -- float16 when every scale is a float16 number, as a GGUF file's are, else float32.
+The codes stay 4 bits (Q4_1: low nibble input ``4c + b``, high nibble input ``16 + 4c + b`` of the
+block).  Q8_0's signed codes meet the signed activations as ``(xq + 128) . q - 128 * sum(q)``, the
+code sums taken by the same instruction (nothing extra stored).  All of a model's records lie in
+one buffer on 2 MiB pages (``arena``: Linux transparent huge pages), in the order a step reads
+them, and each record's cache lines are asked for before its arithmetic.
+
+Why it is laid out so.  A token reads every weight once (~97 MB for the 135M model) and computes
+little on each byte, so the step is bound by how fast one core can stream memory.  Measured on
+SmolLM2-135M (1 thread): the records on ordinary 4 KiB pages stalled on a TLB miss every 4 KiB
+(float16 scales, 16% fewer bytes, were 4% *slower* than float32 ones in three streams); on huge
+pages with the lines asked for first, 1.3x faster -- at the rate a streaming read of as many bytes
+reaches (``benchmarks/llamacpp_decode.py``'s roofline column).
+
+Threads.  One OpenMP parallel region a step, PyTorch's own runtime and thread count
+(``torch.set_num_threads``; no threads of its own, so nothing is oversubscribed): the threads split
+each product's row groups and the attention's heads and meet at a barrier between phases; norms,
+the activations' rounding and residuals run on one thread.  A thread owns whole rows and heads, so
+the logits are bit-equal at any thread count.  Where the CPU lacks AVX-512 VNNI (or the extension
+is built with ``ZOO_QSTEP_PLAIN``) a plain C++ loop computes the same block arithmetic.
 
 Rounding the activations to 8 bits is what llama.cpp does and what makes the step fast; it is not
 the float model's arithmetic, so a fused step's logits differ from the unfused q4 path's (which
@@ -854,6 +869,19 @@ class Plan:
     def step(self, token: int, pos: int) -> torch.Tensor:
         """The next-token logits ``(1, V)`` after ``token`` at position ``pos``."""
         return self._p.step(int(token), int(pos))[:, :self.V]
+
+
+def bytes_per_token(model) -> int | None:
+    """Bytes a fused step reads for ``model`` once it has decoded (its repacked records, the
+    norms, one embedding row); None before its first fused generation."""
+    packs = getattr(model, "_qstep_layers", None)
+    if packs is None:
+        return None
+    layers, head = packs
+    rec = sum(r.numel() for group in layers for r in group) + head[3].numel()
+    D = model.spec.d_model
+    norms = 4 * D * (2 * len(layers) + 1)
+    return rec + norms + 4 * D
 
 
 def plan_for(model, B: int, padding, prefix_length, capacity: int) -> Plan | None:
