@@ -103,6 +103,7 @@ _ADMITS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
            "dict": (dict,)}
 _WORDS = {"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false",
           "list": "a list", "dict": "a mapping"}
+_WORDS_ZH = {"str": "文本", "int": "整数", "float": "数", "bool": " true 或 false", "list": "列表", "dict": "映射"}
 
 
 def _expected_types(fn: Callable) -> dict[str, tuple[str, bool]]:
@@ -132,8 +133,7 @@ def check_arguments(where: str, sig, expected: dict, args: tuple, kwargs: dict) 
     try:
         bound = sig.bind_partial(*args, **kwargs)
     except TypeError as exc:
-        raise ZooError(f"called with the wrong arguments ({exc})", where=where,
-                       fix="send the fields this action takes") from None
+        raise ui_error(ZooError, "err.arg_call", fix="err.arg_call_fix", where=where, detail=exc) from None
     for name, value in bound.arguments.items():
         if name not in expected:
             continue
@@ -147,8 +147,9 @@ def check_arguments(where: str, sig, expected: dict, args: tuple, kwargs: dict) 
             ok = False  # NaN is no setting
         if not ok:
             got = "nothing" if value is None else "NaN" if value != value else type(value).__name__
-            raise ZooError(f"{name} must be {_WORDS[base]}, got {got}", where=f"{where}.{name}",
-                           fix=f"send {_WORDS[base]} for {name}")
+            raise ui_error(ZooError, "err.arg_type", fix="err.arg_type_fix", where=f"{where}.{name}", name=name,
+                           expected=_WORDS[base], expected_zh=_WORDS_ZH[base], got=got,
+                           got_zh="空值" if value is None else got)
 
 
 def _html(text: str) -> str:

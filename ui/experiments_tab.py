@@ -50,8 +50,8 @@ def _load(text: str, quick: bool = True):
     if text.strip() in ze.list_shipped():
         return ze.load(text.strip(), quick=quick)
     if not text.strip():
-        raise ze.ExperimentError("the experiment is empty", where="experiment",
-                                 options=ze.list_shipped(), fix="pick a shipped experiment or type its YAML")
+        raise ui_error(ze.ExperimentError, "exp.empty", fix="exp.empty_fix", where="experiment",
+                       options=ze.list_shipped())
     # YAML text only: a single line gets a newline so that load() never reads it as a file path
     return ze.load(text if "\n" in text else text + "\n", quick=quick)
 
@@ -61,8 +61,8 @@ def shipped_yaml(name: str) -> str:
     import zoo.experiment as ze
 
     if name not in ze.list_shipped():
-        raise ze.ExperimentError(f"no shipped experiment named '{str(name)[:80]}'", where="experiment",
-                                 options=ze.list_shipped(), fix="pick one from the list")
+        raise ui_error(ze.ExperimentError, "exp.no_shipped", fix="exp.no_shipped_fix", where="experiment",
+                       options=ze.list_shipped(), name=str(name)[:80])
     return ze.load(name).source
 
 
@@ -264,8 +264,8 @@ def shipped_report(name: str, lang: str = "en") -> tuple[str, list]:
     from zoo.experiment.spec import shipped_dir
 
     if name not in ze.list_shipped():
-        raise ze.ExperimentError(f"no shipped experiment named '{str(name)[:80]}'", where="experiment",
-                                 options=ze.list_shipped(), fix="pick one from the list")
+        raise ui_error(ze.ExperimentError, "exp.no_shipped", fix="exp.no_shipped_fix", where="experiment",
+                       options=ze.list_shipped(), name=str(name)[:80])
     report = shipped_dir() / name / "report"
     md = report / "results.md"
     if not md.is_file():

@@ -77,6 +77,15 @@ STRINGS: dict[str, tuple[str, str]] = {
                             "观察页的模型私有副本（追踪时会临时替换注意力实现）大约需要 {need}，超过了预算 {limit}（{why}）"),
     "budget.inspect_copy_fix": ("free memory on the server, or inspect a smaller checkpoint",
                                 "请释放服务器内存，或观察更小的检查点"),
+    "err.arg_type": ("{name} must be {expected}, got {got}", "{name} 应为{expected_zh}，实际是 {got_zh}"),
+    "err.arg_type_fix": ("send {expected} for {name}", "请为 {name} 给出{expected_zh}"),
+    "err.arg_call": ("called with the wrong arguments ({detail})", "调用的参数不对（{detail}）"),
+    "err.arg_call_fix": ("send the fields this action takes", "请按此操作所需的字段发送"),
+    "exp.empty": ("the experiment is empty", "实验是空的"),
+    "exp.empty_fix": ("pick a shipped experiment or type its YAML", "请选一个自带的实验，或输入它的 YAML"),
+    "exp.no_shipped": ("no shipped experiment named '{name}'", "没有名为 '{name}' 的自带实验"),
+    "exp.no_shipped_fix": ("pick one from the list", "请从列表中选一个"),
+    "interp.unknown_kind": ("unknown kind '{kind}'", "未知的类别 '{kind}'"),
     "err.bad_name": ("'{name}' is not a checkpoint name", "'{name}' 不是检查点名称"),
     "err.bad_name_fix": ("pick a name from the list; paths are not accepted",
                          "请从列表中选择名称；不接受路径"),
@@ -673,6 +682,10 @@ def t(key: str, lang: Any = DEFAULT, **fmt: Any) -> str:
 ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "hint.did_you_mean": (None, "是不是想写 '{suggestion}'？"),
     "hint.remove_it": (None, "删除这一项"),
+    "hint.example": (None, "例如 {example}"),
+    "hint.pass_integer_in": (None, "请给出 [{lo}, {hi}] 内的整数"),
+    "hint.pass_number_in": (None, "请给出 {span} 内的数"),
+    "hint.pass_positive_int": (None, "请给出正整数（最大 {hi}）"),
     "registry.unknown_family": ("未知的组件族 '{family}'", None),
     "registry.unknown_component": ("没有名为 '{name}' 的{family}", "安装提供它的插件，或改用已注册的名称"),
     "registry.broken_plugins": (None, "加载失败的插件：{plugins}，详见 `zoo plugins`"),
@@ -686,6 +699,20 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "value.invalid": ("无效的值 {value}", None),
     "value.positive_int": ("必须是正整数，实际是 {value}", None),
     "param.at_least": ("{name} 必须 >= {minimum}，实际是 {value}", None),
+    "value.must_be_finite": ("必须是有限的数，实际是 {value}", None),
+    "value.must_be_finite_at_least": ("必须是 >= {minimum} 的有限数，实际是 {value}", None),
+    "value.must_be_finite_positive": ("必须是有限的正数，实际是 {value}", None),
+    "value.must_be_bool": ("必须是 true 或 false，实际是 {value}", None),
+    "value.must_be_positive_int": ("必须是正整数，实际是 {value}", None),
+    "value.must_be_int": ("必须是整数，实际是 {value}（{type}）", None),
+    "value.must_be_int_in": ("必须是 [{lo}, {hi}] 内的整数，实际是 {value}", None),
+    "value.must_be_number": ("必须是数，实际是 {value}（{type}）", None),
+    "value.must_be_in": ("必须在 {span} 内，实际是 {value}", None),
+    "value.not_a_number": ("不是数：{value}", None),
+    "option.integer_at_least": ("{name} 必须是 >= {low} 的整数，实际是 {value}", None),
+    "option.integer_in": ("{name} 必须是 {span} 内的整数，实际是 {value}", None),
+    "option.number_above": ("{name} 必须是 > {low} 的有限数，实际是 {value}", None),
+    "option.number_in": ("{name} 必须是 {span} 内的有限数，实际是 {value}", None),
     "spec.no_source": ("没有名为 '{name}' 的规格文件或预设", "请给出 YAML 文件的路径，或预设名称之一"),
     "spec.unknown_override": ("未知的覆盖项 '{field}'", "只能覆盖规格字段"),
     "spec.unknown_field": ("未知字段 '{field}'", None),
@@ -710,6 +737,14 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "yaml.invalid_at": ("YAML 语法错误（第 {line} 行第 {column} 列）：{problem}", None),
     "yaml.invalid": ("YAML 语法错误：{problem}", None),
     "yaml.fix": (None, "修正 YAML 语法"),
+    "yaml.too_large": ("YAML 超过了 {kib} KiB", "一份规格只有几 KB"),
+    "yaml.not_text": ("应为 YAML 文本，实际是 {type}", None),
+    "yaml.too_deep": ("YAML 嵌套超过了 {depth} 层{at}", "规格只嵌套 2-3 层；请把它展平"),
+    "yaml.bad_value": ("无法读取 YAML 的值：「{detail}」", "给这个值加上引号，或改正它"),
+    "yaml.recursive_alias": ("YAML 别名指向包含它自己的节点（第 {line} 行）", "删除这个递归的别名"),
+    "yaml.expands": ("YAML 展开后超过 {limit} 个值（别名，第 {line} 行）", "删除嵌套的锚点/别名（'&a'、'*a'）"),
+    "yaml.duplicate_key": ("重复的键 {key}（第 {line} 行）", "两项只保留一项"),
+    "spec.not_mapping": ("规格必须是字段的映射，实际是 {type}", "文件以字段开头，例如 `arch: decoder`"),
     "compat.undeclared": ("{purpose}需要 {capability}，但{family} '{name}'（插件 {plugin}）没有声明这一能力",
                           "把 {field} 换成可选值之一，例如 {example}"),
     "budget.tensor": ("搭建这个模型需要的内存超过了预算 {limit}（{why}）：{field} = {value} 产生形状为 {shape} "
@@ -740,10 +775,75 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "chat.failed": ("模板在这段对话上出错：{error}: {detail}", "对照模板读取的内容检查这些消息的字段"),
     "experiment.unknown_field": ("未知字段 {field}", None),
     "experiment.missing_field": ("缺少必填字段 '{field}'", "加上 `{field}: ...`"),
+    "experiment.not_mapping": ("实验必须是字段的映射，实际是 {type}", "文件以 `name: ...` 开头"),
+    "experiment.bad_name": ("无效的名称 {name}", "只用小写字母、数字和 '_'"),
+    "experiment.quick_nested": ("quick 块里不能再嵌套 quick 块", None),
+    "experiment.no_variant": ("没有名为 {name} 的变体", None),
+    "experiment.baseline_key": ("{key} 不是变体设置的键", None),
+    "experiment.budget_kind": ("必须恰好是 {{steps: N}}、{{tokens: N}}、{{flops: N}} 之一（可另加 params: N）",
+                               "例如 budget: {{flops: 2e12}} 做等计算量的比较，或 {{steps: 400, params: 2e5}} "
+                               "做等参数量的比较"),
+    "experiment.grid_lists": ("必须把每个键映射到非空的取值列表", None),
+    "experiment.metric_names": ("必须是指标名称的列表", None),
+    "experiment.unknown_metric": ("任务 '{task}' 没有指标 {metric}", None),
+    "experiment.no_task_metric": ("任务 '{task}' 没有指标 {metric}", "请写该任务的指标之一，或 eval_loss"),
+    "experiment.success_mapping": ("必须是映射 {{指标: 一个种子算作成功所须达到的阈值}}", None),
+    "experiment.min_effect_mapping": ("必须是映射 {{指标: 值得下结论的最小差异}}", None),
+    "experiment.tune_mapping": ("必须把覆盖键映射到要扫描的取值列表", None),
+    "experiment.tune_two_values": ("调参轴至少需要两个不同的值，实际是 {values}",
+                                   "扫描取值，例如 {key}: [1.0e-3, 3.0e-3, 1.0e-2]；或搜索一个范围，例如 {key}: "
+                                   "{{low: 1.0e-4, high: 1.0e-2, log: true}}；或在 train: / base: 中只设一个值"),
+    "experiment.range_field": ("未知的范围字段 {field}", None),
+    "experiment.range_missing": ("范围需要 low 和 high 两项；缺少 {field}", None),
+    "experiment.range_order": ("范围需要 low < high，实际 low 为 {low}，high 为 {high}",
+                               "交换两者；或不调这一项，把那一个值写在 train: / base: 中"),
+    "experiment.range_log": ("对数范围需要 low > 0，实际是 {low}", "把 low 调到 0 以上，或设 log: false"),
+    "experiment.train_mapping": ("必须是训练选项的映射", None),
+    "experiment.set_by_experiment": ("'{key}' 由实验本身设定（budget、seeds、task）", None),
+    "experiment.unknown_train_option": ("未知的训练选项 {option}", None),
+    "threshold.not_mapping": ("阈值是含 metric 和 value 的映射，实际是 {value}", None),
+    "threshold.unknown_field": ("未知的阈值字段 {field}", "只用 metric、value 和 stop"),
+    "threshold.metric_name": ("必须是指标名称，实际是 {value}", None),
+    "threshold.list": ("必须是阈值的列表，实际是 {value}", None),
+    "threshold.stop": (None, "stop: true 让训练在达到阈值处停下"),
+    "threshold.same_metric": ("两个阈值生成了同一个指标 {metric}", "删除其中一个"),
+    "input.unknown_characters": ("{text} 的 {counted} 个字符中有 {count} 个是 {name} 的分词器不认识的（{shown}）："
+                                 "模型会把它们读成 <unk>", None),
+    "input.alphabet": (None, "请用模型字母表中的字符"),
+    "input.like": (None, "请给出类似 {example} 的文本"),
 }
 
-#: Parameters whose value is itself a word to translate: a component family (``attention``).
-_WORDS_ZH = {"family": lambda word: family_word_zh(str(word))}
+#: What the YAML parser (PyYAML) says most often, in Chinese; anything else is shown as it said it,
+#: in 「」 (its own words, quoted).
+YAML_PROBLEMS_ZH = {
+    "did not find expected node content": "缺少应有的值",
+    "expected the node content, but found '<stream end>'": "缺少应有的值（文本已结束）",
+    "expected <block end>, but found '?'": "缩进不一致",
+    "did not find expected key": "缺少应有的键（常见原因：缩进不齐）",
+    "mapping values are not allowed here": "此处不能出现映射值（常见原因：冒号后少了空格，或缩进不对）",
+    "could not find expected ':'": "缺少应有的 ':'",
+    "found unexpected end of stream": "文本意外结束（引号或括号没有闭合？）",
+    "found undefined alias": "用到了未定义的别名",
+    "did not find expected ',' or ']'": "缺少应有的 ',' 或 ']'",
+    "did not find expected ',' or '}'": "缺少应有的 ',' 或 '}'",
+    "found character '\\t' that cannot start any token": "制表符不能用来缩进，请改用空格",
+    "expected <block end>, but found '<block sequence start>'": "列表的缩进与上一级不一致",
+    "expected <block end>, but found '<block mapping start>'": "映射的缩进与上一级不一致",
+    "expected <block end>, but found '-'": "列表项的缩进与上一级不一致",
+    "expected ',' or ']', but got '<stream end>'": "列表的 ']' 没有闭合",
+    "expected ',' or '}', but got '<stream end>'": "映射的 '}' 没有闭合",
+}
+
+
+def yaml_problem_zh(problem: Any) -> str:
+    """The YAML parser's ``problem`` in Chinese (:data:`YAML_PROBLEMS_ZH`), else quoted in 「」."""
+    text = str(problem)
+    return YAML_PROBLEMS_ZH.get(text) or f"「{text}」"
+
+
+#: Parameters whose value is itself a word to translate: a component family (``attention``), the
+#: YAML parser's problem.
+_WORDS_ZH = {"family": lambda word: family_word_zh(str(word)), "problem": yaml_problem_zh}
 #: The UI's own messages are :data:`STRINGS` keys; as message ids they read ``ui.KEY``.
 UI_PREFIX = "ui."
 

@@ -156,7 +156,7 @@ def scores_view(name: str, text: str, kind: str, lang: str = "en") -> str:
     ids, _ = encode(model, text, lang, notes)
     if kind not in HEAD_KINDS:
         from zoo.errors import ZooError
-        raise ZooError(f"unknown kind '{kind}'", where="kind", options=list(HEAD_KINDS))
+        raise ui_error(ZooError, "interp.unknown_kind", where="kind", options=list(HEAD_KINDS), kind=str(kind)[:80])
     repeats = ids[0].unique().numel() < ids.size(1)
     if kind == "induction" and not repeats:
         scores = induction_score(model, length=min(20, model.spec.max_len // 2))

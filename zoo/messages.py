@@ -50,6 +50,10 @@ MESSAGES: dict[str, Message] = {
     # ---------------------------------------------------------------- shared fix sentences
     "hint.did_you_mean": Message(fix="did you mean '{suggestion}'?"),
     "hint.remove_it": Message(fix="remove it"),
+    "hint.example": Message(fix="e.g. {example}"),
+    "hint.pass_integer_in": Message(fix="pass an integer in [{lo}, {hi}]"),
+    "hint.pass_number_in": Message(fix="pass a number in {span}"),
+    "hint.pass_positive_int": Message(fix="pass a positive integer (at most {hi})"),
     # ---------------------------------------------------------------- the registry
     "registry.unknown_family": Message("unknown component family '{family}'"),
     "registry.unknown_component": Message(
@@ -66,6 +70,20 @@ MESSAGES: dict[str, Message] = {
     "value.invalid": Message("invalid value {value}"),
     "value.positive_int": Message("must be a positive integer, got {value}"),
     "param.at_least": Message("{name} must be >= {minimum}, got {value}"),
+    "value.must_be_finite": Message("must be a finite number, got {value}"),
+    "value.must_be_finite_at_least": Message("must be a finite number >= {minimum}, got {value}"),
+    "value.must_be_finite_positive": Message("must be a finite positive number, got {value}"),
+    "value.must_be_bool": Message("must be true or false, got {value}"),
+    "value.must_be_positive_int": Message("must be a positive integer, got {value}"),
+    "value.must_be_int": Message("must be an integer, got {value} ({type})"),
+    "value.must_be_int_in": Message("must be an integer in [{lo}, {hi}], got {value}"),
+    "value.must_be_number": Message("must be a number, got {value} ({type})"),
+    "value.must_be_in": Message("must be in {span}, got {value}"),
+    "value.not_a_number": Message("not a number: {value}"),
+    "option.integer_at_least": Message("{name} must be an integer >= {low}, got {value}"),
+    "option.integer_in": Message("{name} must be an integer in {span}, got {value}"),
+    "option.number_above": Message("{name} must be a finite number > {low}, got {value}"),
+    "option.number_in": Message("{name} must be a finite number in {span}, got {value}"),
     # ---------------------------------------------------------------- the spec
     "spec.no_source": Message("no spec file or preset named '{name}'",
                               "pass a path to a YAML file or one of the preset names"),
@@ -93,6 +111,17 @@ MESSAGES: dict[str, Message] = {
     "yaml.invalid_at": Message("invalid YAML (line {line}, column {column}): {problem}"),
     "yaml.invalid": Message("invalid YAML: {problem}"),
     "yaml.fix": Message(fix="fix the YAML syntax"),
+    "yaml.too_large": Message("the YAML is larger than {kib} KiB", "a spec is a few KB"),
+    "yaml.not_text": Message("expected YAML text, got {type}"),
+    "yaml.too_deep": Message("YAML nested deeper than {depth} levels{at}", "a spec is nested 2-3 levels; flatten it"),
+    "yaml.bad_value": Message("YAML value cannot be read: {detail}", "quote the value or correct it"),
+    "yaml.recursive_alias": Message("YAML alias refers to the node that contains it (line {line})",
+                                    "remove the recursive alias"),
+    "yaml.expands": Message("YAML expands to more than {limit} values (aliases, line {line})",
+                            "remove the nested anchors/aliases ('&a', '*a')"),
+    "yaml.duplicate_key": Message("duplicate key {key} (line {line})", "keep one of the two entries"),
+    "spec.not_mapping": Message("a spec must be a mapping of fields, got {type}",
+                                "start the file with e.g. `arch: decoder`"),
     # ---------------------------------------------------------------- guards
     "compat.undeclared": Message(
         "{purpose} needs {capability}, which {family} '{name}' (plugin {plugin}) does not declare",
@@ -133,6 +162,48 @@ MESSAGES: dict[str, Message] = {
     # ---------------------------------------------------------------- experiments
     "experiment.unknown_field": Message("unknown field {field}"),
     "experiment.missing_field": Message("missing required field '{field}'", "add `{field}: ...`"),
+    "experiment.not_mapping": Message("an experiment must be a mapping of fields, got {type}",
+                                      "start the file with `name: ...`"),
+    "experiment.bad_name": Message("invalid name {name}", "lower-case letters, digits and '_'"),
+    "experiment.quick_nested": Message("a quick block cannot nest another"),
+    "experiment.no_variant": Message("no variant named {name}"),
+    "experiment.baseline_key": Message("{key} is not a key the variants set"),
+    "experiment.budget_kind": Message(
+        "must be exactly one of {{steps: N}}, {{tokens: N}}, {{flops: N}} (and optionally params: N)",
+        "e.g. budget: {{flops: 2e12}} for an equal-compute comparison, or {{steps: 400, params: 2e5}} for "
+        "equal parameter counts"),
+    "experiment.grid_lists": Message("must map each key to a non-empty list of values"),
+    "experiment.metric_names": Message("must be a list of metric names"),
+    "experiment.unknown_metric": Message("unknown metric {metric} for task '{task}'"),
+    "experiment.no_task_metric": Message("the task '{task}' has no metric {metric}",
+                                         "name one of the task's metrics, or eval_loss"),
+    "experiment.success_mapping": Message(
+        "must be a mapping {{metric: threshold a seed must reach to count as a success}}"),
+    "experiment.min_effect_mapping": Message("must be a mapping {{metric: smallest difference worth a verdict}}"),
+    "experiment.tune_mapping": Message("must map override keys to lists of values to sweep"),
+    "experiment.tune_two_values": Message(
+        "a tune axis needs at least two distinct values, got {values}",
+        "sweep e.g. {key}: [1.0e-3, 3.0e-3, 1.0e-2], search a range {key}: {{low: 1.0e-4, high: 1.0e-2, "
+        "log: true}}, or set one value in train: / base:"),
+    "experiment.range_field": Message("unknown range field {field}"),
+    "experiment.range_missing": Message("a range needs both low and high; {field} is missing"),
+    "experiment.range_order": Message("a range needs low < high, got low {low}, high {high}",
+                                      "swap them, or list the one value in train: / base: instead of tuning it"),
+    "experiment.range_log": Message("a log range needs low > 0, got {low}", "raise low above 0, or set log: false"),
+    "experiment.train_mapping": Message("must be a mapping of trainer options"),
+    "experiment.set_by_experiment": Message("'{key}' is set by the experiment (budget, seeds, task)"),
+    "experiment.unknown_train_option": Message("unknown trainer option {option}"),
+    "threshold.not_mapping": Message("a threshold is a mapping with metric and value, got {value}"),
+    "threshold.unknown_field": Message("unknown threshold field {field}", "use metric, value and stop"),
+    "threshold.metric_name": Message("must be a metric name, got {value}"),
+    "threshold.list": Message("must be a list of thresholds, got {value}"),
+    "threshold.stop": Message(fix="stop: true ends the run there"),
+    "threshold.same_metric": Message("two thresholds make the same metric {metric}", "remove one"),
+    "input.unknown_characters": Message(
+        "{count} of the {counted} characters of {text} are unknown to {name}'s tokenizer ({shown}): the "
+        "model would read them as <unk>"),
+    "input.alphabet": Message(fix="give text in the model's alphabet"),
+    "input.like": Message(fix="give text like {example}"),
 }
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ZooError, closest, did_you_mean
+from ..errors import ZooError, closest
 from ..guard.files import load_yaml, read_text, short
 from ..registry import get_registry
 from ..train.config import TrainConfig, check_thresholds, threshold_name
@@ -282,11 +282,19 @@ def _bad(where: str, msg: str, fix: str | None = None, options=None):
                           options=options)
 
 
+def _bad_of(where: str, message_id: str, fix=None, options=None, **params):
+    """:func:`_bad` worded from the message catalogue (``zoo.messages``), so a front end translates
+    it; an ``example=`` with no ``fix`` gives the shared "e.g. ..." fix."""
+    if fix is None and "example" in params:
+        fix = "hint.example"
+    raise ExperimentError.of(message_id, where=f"experiment.{where}" if where else "experiment", fix=fix,
+                             options=options, **params)
+
+
 def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     """Validate a mapping into an :class:`Experiment` (``quick``: apply its ``quick:`` block)."""
     if not isinstance(data, dict):
-        _bad("", f"an experiment must be a mapping of fields, got {type(data).__name__}",
-             fix="start the file with `name: ...`")
+        _bad_of("", "experiment.not_mapping", type=type(data).__name__)
     unknown = [k for k in data if k not in TOP_KEYS]
     if unknown:
         best = closest(str(unknown[0]), TOP_KEYS)
@@ -299,14 +307,14 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
         if q is not None and not isinstance(q, dict):
             _bad("quick", "must be a mapping of overrides", fix="e.g. quick: {seeds: 2, budget: {steps: 50}}")
         if q and "quick" in q:
-            _bad("quick.quick", "a quick block cannot nest another")
+            _bad_of("quick.quick", "experiment.quick_nested")
         data = deep_merge({k: v for k, v in data.items() if k != "quick"}, q or {})
     for req in ("name", "base", "task", "budget"):
         if req not in data:
             raise ExperimentError.of("experiment.missing_field", where=f"experiment.{req}", field=req)
     name = data["name"]
     if not isinstance(name, str) or not re.match(r"^[a-z][a-z0-9_]{0,60}$", name):
-        _bad("name", f"invalid name {short(name)}", fix="lower-case letters, digits and '_'")
+        _bad_of("name", "experiment.bad_name", name=short(name))
     base = _parse_base(data["base"])
     variants = _parse_variants(data)
     seeds = _parse_seeds(data.get("seeds", 3))
@@ -315,17 +323,17 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     budget = _parse_budget(data["budget"])
     metrics = data.get("metrics") or []
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
-        _bad("metrics", "must be a list of metric names", fix="e.g. metrics: [acc, eval_loss]")
+        _bad_of("metrics", "experiment.metric_names", example="metrics: [acc, eval_loss]")
     baseline = data.get("baseline")
     names = [v.name for v in variants]
     if isinstance(baseline, str):
         if baseline not in names:
-            _bad("baseline", f"no variant named {short(baseline)}", options=names)
+            _bad_of("baseline", "experiment.no_variant", options=names, name=short(baseline))
     elif isinstance(baseline, dict):
         keys = {k for v in variants for k in v.overrides}
         for k in baseline:
             if k not in keys:
-                _bad(f"baseline.{k}", f"{short(k)} is not a key the variants set", options=sorted(keys))
+                _bad_of(f"baseline.{k}", "experiment.baseline_key", options=sorted(keys), key=short(k))
         baseline = tuple(sorted(baseline.items()))
     elif baseline is not None:
         _bad("baseline", "must be a variant name or a mapping {key: value}")
@@ -342,18 +350,16 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
             _bad(k, "must be text")
     min_effect = data.get("min_effect") or {}
     if not isinstance(min_effect, dict):
-        _bad("min_effect", "must be a mapping {metric: smallest difference worth a verdict}",
-             fix="e.g. min_effect: {acc: 0.05, eval_loss: 0.01}")
+        _bad_of("min_effect", "experiment.min_effect_mapping", example="min_effect: {acc: 0.05, eval_loss: 0.01}")
     for k, v in min_effect.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < float("inf")):
-            _bad(f"min_effect.{k}", f"must be a finite number >= 0, got {short(v)}")
+            _bad_of(f"min_effect.{k}", "value.must_be_finite_at_least", minimum=0, value=short(v))
     success = data.get("success") or {}  # metrics that jump: success rate at a threshold (issue 33)
     if not isinstance(success, dict):
-        _bad("success", "must be a mapping {metric: threshold a seed must reach to count as a success}",
-             fix="e.g. success: {acc: 0.9}")
+        _bad_of("success", "experiment.success_mapping", example="success: {acc: 0.9}")
     for k, v in success.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) < float("inf"):
-            _bad(f"success.{k}", f"must be a finite number, got {short(v)}", fix="e.g. success: {acc: 0.9}")
+            _bad_of(f"success.{k}", "value.must_be_finite", value=short(v), example="success: {acc: 0.9}")
     executor = data.get("executor") or {}
     if not isinstance(executor, dict) or not all(isinstance(k, str) for k in executor):
         _bad("executor", "must be a mapping of submitit parameters", fix="e.g. executor: {slurm_partition: cpu}")
@@ -362,7 +368,8 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
                                       else [data["threshold"]] if data.get("threshold") is not None else [],
                                       where="experiment.threshold")
     except ZooError as exc:
-        raise ExperimentError(exc.what, where=exc.where, options=exc.options, fix=exc.fix) from exc
+        raise ExperimentError(exc.what, where=exc.where, options=exc.options, fix=exc.fix,  # its words kept
+                              message_id=exc.message_id, params=exc.params, fix_ids=exc.fix_ids) from exc
     tune, tune_select = _parse_tune(data.get("tune"))
     exp = Experiment(name=name, base=base, variants=tuple(variants), seeds=seeds, task=task,
                      task_params=task_params, train=train, budget=budget, metrics=tuple(metrics),
@@ -424,32 +431,30 @@ def _parse_range(k: str, r: dict) -> TuneRange:
     where = f"tune.{k}"
     for f in r:
         if f not in RANGE_KEYS:
-            _bad(f"{where}.{f}", f"unknown range field {f!r}", options=list(RANGE_KEYS),
-                 fix=f"e.g. {k}: {{low: 1.0e-4, high: 1.0e-2, log: true}}")
+            _bad_of(f"{where}.{f}", "experiment.range_field", options=list(RANGE_KEYS), field=repr(f),
+                    example=f"{k}: {{low: 1.0e-4, high: 1.0e-2, log: true}}")
     vals = {}
     for f in ("low", "high"):
         if f not in r:
-            _bad(f"{where}.{f}", f"a range needs both low and high; {f} is missing",
-                 fix=f"e.g. {k}: {{low: 1.0e-4, high: 1.0e-2, log: true}}")
+            _bad_of(f"{where}.{f}", "experiment.range_missing", field=f,
+                    example=f"{k}: {{low: 1.0e-4, high: 1.0e-2, log: true}}")
         v = r[f]
         if isinstance(v, str):  # YAML 1.1 reads 1e-4 as text
             try:
                 v = float(v)
             except ValueError:
-                _bad(f"{where}.{f}", f"not a number: {short(v)}")
+                _bad_of(f"{where}.{f}", "value.not_a_number", value=short(v))
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            _bad(f"{where}.{f}", f"must be a finite number, got {short(r[f])}")
+            _bad_of(f"{where}.{f}", "value.must_be_finite", value=short(r[f]))
         vals[f] = v
     log = r.get("log", False)
     if not isinstance(log, bool):
-        _bad(f"{where}.log", f"must be true or false, got {short(log)}")
+        _bad_of(f"{where}.log", "value.must_be_bool", value=short(log))
     low, high = vals["low"], vals["high"]
     if not low < high:
-        _bad(f"{where}.high", f"a range needs low < high, got low {low:g}, high {high:g}",
-             fix="swap them, or list the one value in train: / base: instead of tuning it")
+        _bad_of(f"{where}.high", "experiment.range_order", low=f"{low:g}", high=f"{high:g}")
     if log and not low > 0:
-        _bad(f"{where}.low", f"a log range needs low > 0, got {low:g}",
-             fix="raise low above 0, or set log: false")
+        _bad_of(f"{where}.low", "experiment.range_log", low=f"{low:g}")
     integer = isinstance(low, int) and isinstance(high, int)
     if k.startswith("train."):
         for v in (low, high):
@@ -470,8 +475,7 @@ def _parse_tune(tune: Any) -> tuple[tuple, str | None]:
     if tune is None:
         return (), None
     if not isinstance(tune, dict) or not tune:
-        _bad("tune", "must map override keys to lists of values to sweep",
-             fix="e.g. tune: {train.lr: [1.0e-3, 3.0e-3, 1.0e-2]}")
+        _bad_of("tune", "experiment.tune_mapping", example="tune: {train.lr: [1.0e-3, 3.0e-3, 1.0e-2]}")
     select = tune.get("select")
     if select is not None and not isinstance(select, str):
         _bad("tune.select", f"must be a metric name, got {short(select)}", fix="e.g. select: acc")
@@ -484,9 +488,7 @@ def _parse_tune(tune: Any) -> tuple[tuple, str | None]:
             out.append((k, _parse_range(k, vals)))
             continue
         if not isinstance(vals, list) or len({json.dumps(_freeze(v)) for v in vals}) < 2:
-            _bad(f"tune.{k}", f"a tune axis needs at least two distinct values, got {short(vals)}",
-                 fix=f"sweep e.g. {k}: [1.0e-3, 3.0e-3, 1.0e-2], search a range {k}: "
-                     "{low: 1.0e-4, high: 1.0e-2, log: true}, or set one value in train: / base:")
+            _bad_of(f"tune.{k}", "experiment.tune_two_values", values=short(vals), key=k)
         if len(vals) != len({json.dumps(_freeze(v)) for v in vals}):
             _bad(f"tune.{k}", "the values must be distinct")
         if k.startswith("train."):
@@ -545,8 +547,8 @@ def _parse_variants(data: dict) -> list[Variant]:
     else:
         grid = data["grid"]
         if not isinstance(grid, dict) or not grid or not all(isinstance(v, list) and v for v in grid.values()):
-            _bad("grid", "must map each key to a non-empty list of values",
-                 fix="e.g. grid: {num_layers: [2, 12], norm.placement: [pre, post]}")
+            _bad_of("grid", "experiment.grid_lists",
+                    example="grid: {num_layers: [2, 12], norm.placement: [pre, post]}")
         keys = [_check_key(k, "grid") for k in grid]
         size = math.prod(len(grid[k]) for k in keys)
         if size > MAX_VARIANTS:
@@ -622,13 +624,15 @@ def _check_task_path(v: Any, where: str) -> None:
 
 def _parse_train(train: Any, where: str) -> tuple:
     if not isinstance(train, dict):
-        _bad(where, "must be a mapping of trainer options", fix="e.g. train: {lr: 3e-3, batch_size: 32}")
+        _bad_of(where, "experiment.train_mapping", example="train: {lr: 3e-3, batch_size: 32}")
     names = [f.name for f in dataclasses.fields(TrainConfig)]
     for k in train:
         if k not in names:
-            _bad(f"{where}.{k}", f"unknown trainer option {k!r}", options=names, fix=did_you_mean(k, names))
+            best = closest(str(k), names)
+            _bad_of(f"{where}.{k}", "experiment.unknown_train_option", options=names, option=repr(k),
+                    suggestion=best, fix=["hint.did_you_mean" if best else None])
         if k in ("steps", "seed", "objective", "progress"):
-            _bad(f"{where}.{k}", f"'{k}' is set by the experiment (budget, seeds, task)", fix="remove it")
+            _bad_of(f"{where}.{k}", "experiment.set_by_experiment", fix="hint.remove_it", key=k)
     types = {f.name: f.type for f in dataclasses.fields(TrainConfig)}
     out = {}
     for k, v in train.items():
@@ -636,12 +640,14 @@ def _parse_train(train: Any, where: str) -> tuple:
             try:
                 v = float(v)
             except ValueError:
-                _bad(f"{where}.{k}", f"not a number: {v!r}")
+                _bad_of(f"{where}.{k}", "value.not_a_number", value=repr(v))
         out[k] = _freeze(v)
     try:
         dataclasses.replace(TrainConfig(), **out).validate()
     except ZooError as exc:
-        _bad(f"{where}.{exc.where.split('.', 1)[-1] if exc.where else ''}", exc.what, fix=exc.fix)
+        raise ExperimentError(exc.what, where=f"experiment.{where}.{exc.where.split('.', 1)[-1] if exc.where else ''}",
+                              fix=exc.fix, message_id=exc.message_id, params=exc.params,  # its words kept
+                              fix_ids=exc.fix_ids) from exc
     except TypeError as exc:
         _bad(where, f"invalid trainer option: {exc}")
     return tuple(sorted(out.items()))
@@ -660,24 +666,22 @@ def _parse_budget(b: Any) -> Budget:
                 try:
                     v = float(v)
                 except ValueError:
-                    _bad(f"budget.{k}", f"not a number: {v!r}")
+                    _bad_of(f"budget.{k}", "value.not_a_number", value=repr(v))
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi) or (k == "params_tolerance" and v == 0):
                 _bad(f"budget.{k}", f"must be a number in {'[1, 1e13]' if k == 'params' else '(0, 1]'}, got {v!r}",
                      fix="e.g. budget: {steps: 400, params: 2.0e5, params_tolerance: 0.05}")
             out[k] = float(v)
         return dataclasses.replace(_parse_budget(rest), **out)
     if not isinstance(b, dict) or len(b) != 1 or next(iter(b)) not in ("steps", "tokens", "flops"):
-        _bad("budget", "must be exactly one of {steps: N}, {tokens: N}, {flops: N} (and optionally params: N)",
-             fix="e.g. budget: {flops: 2e12} for an equal-compute comparison, "
-                 "or {steps: 400, params: 2e5} for equal parameter counts")
+        _bad_of("budget", "experiment.budget_kind")
     k, v = next(iter(b.items()))
     if isinstance(v, str):
         try:
             v = float(v)
         except ValueError:
-            _bad(f"budget.{k}", f"not a number: {v!r}")
+            _bad_of(f"budget.{k}", "value.not_a_number", value=repr(v))
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
-        _bad(f"budget.{k}", f"must be a finite positive number, got {short(v)}")
+        _bad_of(f"budget.{k}", "value.must_be_finite_positive", value=short(v))
     if k == "steps":
         if v > MAX_STEPS:
             _bad("budget.steps", f"at most {MAX_STEPS:,} steps, got {short(v)}")
@@ -702,19 +706,19 @@ def _check_against_registry(exp: Experiment) -> str | None:
     curve = sorted(["eval_loss", *task_metrics(task)])  # what the trainer evaluates as it goes
     for i, t in enumerate(json.loads(exp.thresholds)):
         if t["metric"] not in curve:
-            _bad(f"threshold[{i}].metric", f"the task '{exp.task}' has no metric {t['metric']!r}",
-                 options=curve, fix="name one of the task's metrics, or eval_loss")
+            _bad_of(f"threshold[{i}].metric", "experiment.no_task_metric", options=curve, task=exp.task,
+                    metric=repr(t["metric"]))
     if exp.tune:
         _check_tune(exp, task, known)
     for i, m in enumerate(exp.metrics):
         if m not in known:
-            _bad(f"metrics[{i}]", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+            _bad_of(f"metrics[{i}]", "experiment.unknown_metric", options=sorted(known), metric=repr(m), task=exp.task)
     for m, _ in exp.min_effect:
         if m not in known:
-            _bad(f"min_effect.{m}", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+            _bad_of(f"min_effect.{m}", "experiment.unknown_metric", options=sorted(known), metric=repr(m), task=exp.task)
     for m, _ in exp.success:
         if m not in known:
-            _bad(f"success.{m}", f"unknown metric {m!r} for task '{exp.task}'", options=sorted(known))
+            _bad_of(f"success.{m}", "experiment.unknown_metric", options=sorted(known), metric=repr(m), task=exp.task)
     return getattr(task, "primary", None)  # the past-only metric verdicts use (zoo.experiment.tasks)
 
 

@@ -330,14 +330,12 @@ def load_yaml(text: str | bytes, *, where: str, max_bytes: int = MAX_YAML_BYTES,
     """
     if isinstance(text, (bytes, bytearray)):
         if len(text) > max_bytes:
-            raise error(f"the YAML is larger than {max_bytes // 1024} KiB", where=where,
-                        fix="a spec is a few KB")
+            raise error.of("yaml.too_large", where=where, kib=max_bytes // 1024)
         text = _decode(bytes(text), where, error)
     if not isinstance(text, str):
-        raise error(f"expected YAML text, got {type(text).__name__}", where=where)
+        raise error.of("yaml.not_text", where=where, type=type(text).__name__)
     if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise error(f"the YAML is larger than {max_bytes // 1024} KiB", where=where,
-                    fix="a spec is a few KB")
+        raise error.of("yaml.too_large", where=where, kib=max_bytes // 1024)
     try:
         depth = 0
         for event in yaml.parse(text, Loader=_Loader):
@@ -345,8 +343,7 @@ def load_yaml(text: str | bytes, *, where: str, max_bytes: int = MAX_YAML_BYTES,
                 depth += 1
                 if depth > max_depth:
                     line = event.start_mark.line + 1 if event.start_mark else "?"
-                    raise error(f"YAML nested deeper than {max_depth} levels (line {line})",
-                                where=where, fix="a spec is nested 2-3 levels; flatten it")
+                    raise error.of("yaml.too_deep", where=where, depth=max_depth, at=f" (line {line})")
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
         root = yaml.compose(text, Loader=_Loader)
@@ -363,16 +360,14 @@ def load_yaml(text: str | bytes, *, where: str, max_bytes: int = MAX_YAML_BYTES,
         loc = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""  # for the depth refusal
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         if "nesting depth" in problem:  # newer libyaml scans a flow ahead and stops at its own limit
-            raise error(f"YAML nested deeper than {max_depth} levels{loc}", where=where,
-                        fix="a spec is nested 2-3 levels; flatten it") from exc
+            raise error.of("yaml.too_deep", where=where, depth=max_depth, at=loc) from exc
         if mark:
             raise error.of("yaml.invalid_at", where=where, fix="yaml.fix", line=mark.line + 1,
                            column=mark.column + 1, problem=clip(problem)) from exc
         raise error.of("yaml.invalid", where=where, fix="yaml.fix", problem=clip(problem)) from exc
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # e.g. a date 2020-13-45, or an integer of 10,000 digits
-        raise error(f"YAML value cannot be read: {clip(exc)}", where=where,
-                    fix="quote the value or correct it") from exc
+        raise error.of("yaml.bad_value", where=where, detail=clip(exc)) from exc
 
 
 def _check_nodes(root: yaml.Node, where: str, max_nodes: int, error: type[ZooError]) -> None:
@@ -388,8 +383,7 @@ def _check_nodes(root: yaml.Node, where: str, max_nodes: int, error: type[ZooErr
         if not done:
             if id(node) in open_:  # reached again from inside itself: `&a [*a]`
                 line = node.start_mark.line + 1 if node.start_mark else "?"
-                raise error(f"YAML alias refers to the node that contains it (line {line})",
-                            where=where, fix="remove the recursive alias")
+                raise error.of("yaml.recursive_alias", where=where, line=line)
             open_.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in children if id(c) not in size)
@@ -400,8 +394,7 @@ def _check_nodes(root: yaml.Node, where: str, max_nodes: int, error: type[ZooErr
         total = 1 + sum(size.get(id(c), 0) for c in children)
         if total > max_nodes:
             line = node.start_mark.line + 1 if node.start_mark else "?"
-            raise error(f"YAML expands to more than {max_nodes} values (aliases, line {line})",
-                        where=where, fix="remove the nested anchors/aliases ('&a', '*a')")
+            raise error.of("yaml.expands", where=where, limit=max_nodes, line=line)
         size[id(node)] = total
 
 
@@ -420,8 +413,8 @@ def _no_duplicate_keys(node: yaml.MappingNode, where: str, error: type[ZooError]
             continue
         ident = (key.tag, key.value)
         if ident in seen:
-            raise error(f"duplicate key {short(key.value)} (line {key.start_mark.line + 1})",
-                        where=where, fix="keep one of the two entries")
+            raise error.of("yaml.duplicate_key", where=where, key=short(key.value),
+                           line=key.start_mark.line + 1)
         seen.add(ident)
 
 

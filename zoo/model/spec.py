@@ -469,8 +469,7 @@ def yaml_to_dict(text: str | bytes, where: str) -> dict:
     ``where`` names the source in error messages."""
     data = trust.load_yaml(text, where=where)
     if not isinstance(data, dict):
-        raise SpecError(f"a spec must be a mapping of fields, got {type(data).__name__}", where=where,
-                        fix="start the file with e.g. `arch: decoder`")
+        raise SpecError.of("spec.not_mapping", where=where, type=type(data).__name__)
     return data
 
 
@@ -786,8 +785,10 @@ def _parse_init(value: Any) -> InitSpec:
         try:
             kw[k] = coerce(v, {"scheme": str, "std": float, "gain": float}[k], f"init.{k}")
         except SpecError as exc:
+            example = "init: {scheme: kaiming} or {scheme: normal, std: 0.02, gain: 1.0}"
             raise SpecError(exc.what, where=f"init.{k}", options=INIT_SCHEMES if k == "scheme" else None,
-                            fix="e.g. init: {scheme: kaiming} or {scheme: normal, std: 0.02, gain: 1.0}") from exc
+                            fix=f"e.g. {example}", message_id=exc.message_id,  # the same words, re-placed
+                            params={**exc.params, "example": example}, fix_ids=("hint.example",)) from exc
     init = InitSpec(**kw)
     if init.scheme not in INIT_SCHEMES:
         best = closest(init.scheme, INIT_SCHEMES)

@@ -279,10 +279,10 @@ def admit(model: Any, tok: Any, text: str, *, where: str = "prompt", contract: b
     if unknown:
         shown = "".join(dict.fromkeys(unknown))
         if len(unknown) > MAX_UNKNOWN * counted:
-            example = f"like {contract.example!r}" if contract is not None else "in the model's alphabet"
-            raise InputError(f"{len(unknown)} of the {counted} characters of {_quote(text)} are unknown "
-                             f"to {name}'s tokenizer ({_quote(shown)}): the model would read them as <unk>",
-                             where=where, fix=f"give text {example}")
+            raise InputError.of("input.unknown_characters", where=where, count=len(unknown), counted=counted,
+                                text=_quote(text), name=name, shown=_quote(shown),
+                                fix="input.like" if contract is not None else "input.alphabet",
+                                example=repr(contract.example) if contract is not None else None)
         warnings.warn(InputWarning(f"{where}: {len(unknown)} of {counted} characters unknown to "
                                    f"{name}'s tokenizer, read as <unk>: {_quote(shown)}"), stacklevel=3)
     return text

@@ -252,12 +252,20 @@ def _check_option(name: str, v, opt: Option) -> None:
     elif opt.kind == "int":
         if not _is_int(v) or not opt.low <= v < opt.high:
             rng = f">= {opt.low}" if opt.high == 2**63 else f"in [{_num(opt.low)}, {_num(opt.high)})"
+            if opt.fix is None:  # worded from zoo.messages: a front end translates it
+                raise ZooError.of("option.integer_at_least" if opt.high == 2**63 else "option.integer_in",
+                                  where=f"generate.{name}", name=name, low=opt.low, value=short(v),
+                                  span=f"[{_num(opt.low)}, {_num(opt.high)})")
             _bad(name, f"must be an integer {rng}, got {short(v)}", opt.fix)
     elif opt.kind == "float":
         ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) \
             and (v > opt.low if opt.low_open else v >= opt.low) and v <= opt.high
         if not ok:
             rng = f"> {opt.low:g}" if opt.high == math.inf else f"in [{opt.low:g}, {opt.high:g}]"
+            if opt.fix is None:
+                raise ZooError.of("option.number_above" if opt.high == math.inf else "option.number_in",
+                                  where=f"generate.{name}", name=name, low=f"{opt.low:g}", value=short(v),
+                                  span=f"[{opt.low:g}, {opt.high:g}]")
             _bad(name, f"must be a finite number {rng}, got {short(v)}", opt.fix)
     elif opt.kind == "token":
         if not _is_int(v):

@@ -95,26 +95,41 @@ class TrainConfig:
         def bad(field_, msg, fix=None, options=None):
             raise ZooError(msg, where=f"train.{field_}", fix=fix, options=options)
 
+        def bad_of(field_, message_id, fix, **params):  # worded from zoo.messages: translatable
+            raise ZooError.of(message_id, where=f"train.{field_}", fix=fix, **params)
+
         def integer(name, lo, hi=MAX_INT, fix=None):
             v = getattr(self, name)
+            if fix not in (None, "positive"):  # a fix of the field's own, in English
+                if isinstance(v, bool) or not isinstance(v, int):
+                    bad(name, f"must be an integer, got {short(v)} ({type(v).__name__})", fix=fix)
+                if not lo <= v <= hi:
+                    bad(name, f"must be an integer in [{lo}, {hi}], got {short(v)}", fix=fix)
+                return
+            # worded from zoo.messages (translatable); fix "positive": a positive integer, at most hi
+            fixes = dict(fix="hint.pass_positive_int" if fix == "positive" else "hint.pass_integer_in", lo=lo, hi=hi)
             if isinstance(v, bool) or not isinstance(v, int):
-                bad(name, f"must be an integer, got {short(v)} ({type(v).__name__})",
-                    fix=fix or f"pass an integer in [{lo}, {hi}]")
+                bad_of(name, "value.must_be_int", value=short(v), type=type(v).__name__, **fixes)
             if not lo <= v <= hi:
-                bad(name, f"must be a positive integer, got {short(v)}" if lo == 1 and v < 1 else
-                    f"must be an integer in [{lo}, {hi}], got {short(v)}",
-                    fix=fix or f"pass an integer in [{lo}, {hi}]")
+                bad_of(name, "value.must_be_positive_int" if lo == 1 and v < 1 else "value.must_be_int_in",
+                       value=short(v), **fixes)
 
         def number(name, lo, hi, *, lo_open=False, hi_open=False, fix=None):
             v = getattr(self, name)
             span = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
             if isinstance(v, bool) or not isinstance(v, (int, float)):
-                bad(name, f"must be a number, got {short(v)} ({type(v).__name__})",
-                    fix=fix or f"pass a finite number in {span}")
+                if fix:
+                    bad(name, f"must be a number, got {short(v)} ({type(v).__name__})", fix=fix)
+                bad_of(name, "value.must_be_number", "hint.pass_number_in", value=short(v), type=type(v).__name__,
+                       span=span)
             if not math.isfinite(v):
-                bad(name, f"must be a finite number, got {v}", fix=fix or f"pass a number in {span}")
+                if fix:
+                    bad(name, f"must be a finite number, got {v}", fix=fix)
+                bad_of(name, "value.must_be_finite", "hint.pass_number_in", value=v, span=span)
             if v < lo or v > hi or (lo_open and v == lo) or (hi_open and v == hi):
-                bad(name, f"must be in {span}, got {short(v)}", fix=fix or f"pass a number in {span}")
+                if fix:
+                    bad(name, f"must be in {span}, got {short(v)}", fix=fix)
+                bad_of(name, "value.must_be_in", "hint.pass_number_in", value=short(v), span=span)
 
         def choice(name, label, options):
             v = getattr(self, name)
@@ -125,7 +140,7 @@ class TrainConfig:
         choice("objective", "objective", OBJECTIVES)
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "save_every", "log_every",
                      "eval_batches"):
-            integer(name, 1, fix=f"pass a positive integer (at most {MAX_INT})")
+            integer(name, 1, fix="positive")
         choice("window_starts", "window start", WINDOW_STARTS)
         if self.block_size is not None:
             integer("block_size", 2, fix="pass at least 2 (a window and its next token), or None "
@@ -181,33 +196,34 @@ def threshold_name(metric: str, value: float) -> str:
 def check_thresholds(items: Any, where: str = "train.thresholds") -> list[dict]:
     """Each entry ``{metric: NAME, value: NUMBER, stop: BOOL}`` (``stop`` optional, default false),
     checked by type; whether the metric exists is checked where the task is known."""
-    def bad(i, key, msg, fix):
-        raise ZooError(msg, where=f"{where}[{i}]{'.' + key if key else ''}", fix=fix,
-                       options=THRESHOLD_FIELDS if key in ("", None) else None)
+    def bad(i, key, message_id, fix=None, **params):  # worded from zoo.messages: translatable
+        raise ZooError.of(message_id, where=f"{where}[{i}]{'.' + key if key else ''}", fix=fix,
+                          options=THRESHOLD_FIELDS if key in ("", None) else None, **params)
 
     if not isinstance(items, (list, tuple)):
-        raise ZooError(f"must be a list of thresholds, got {short(items)}", where=where,
-                       fix="e.g. thresholds: [{metric: acc, value: 0.9}]")
+        raise ZooError.of("threshold.list", where=where, fix="hint.example", value=short(items),
+                          example="thresholds: [{metric: acc, value: 0.9}]")
     out = []
     for i, t in enumerate(items):
         if not isinstance(t, dict) or "metric" not in t or "value" not in t:
-            bad(i, "", f"a threshold is a mapping with metric and value, got {short(t)}",
-                "e.g. {metric: acc, value: 0.9, stop: true}")
+            bad(i, "", "threshold.not_mapping", "hint.example", value=short(t),
+                example="{metric: acc, value: 0.9, stop: true}")
         extra = [k for k in t if k not in THRESHOLD_FIELDS]
         if extra:
-            bad(i, "", f"unknown threshold field {short(extra[0])}", "use metric, value and stop")
+            bad(i, "", "threshold.unknown_field", field=short(extra[0]))
         if not isinstance(t["metric"], str) or not t["metric"]:
-            bad(i, "metric", f"must be a metric name, got {short(t['metric'])}", "e.g. acc or eval_loss")
+            bad(i, "metric", "threshold.metric_name", "hint.example", value=short(t["metric"]),
+                example="acc or eval_loss")
         v = t["value"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            bad(i, "value", f"must be a finite number, got {short(v)}", "e.g. value: 0.9")
+            bad(i, "value", "value.must_be_finite", "hint.example", value=short(v), example="value: 0.9")
         if not isinstance(t.get("stop", False), bool):
-            bad(i, "stop", f"must be true or false, got {short(t['stop'])}", "stop: true ends the run there")
+            bad(i, "stop", "value.must_be_bool", "threshold.stop", value=short(t["stop"]))
         out.append({"metric": t["metric"], "value": float(v), "stop": bool(t.get("stop", False))})
     names = [threshold_name(t["metric"], t["value"]) for t in out]
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup:
-        raise ZooError(f"two thresholds make the same metric {dup}", where=where, fix="remove one")
+        raise ZooError.of("threshold.same_metric", where=where, metric=dup)
     return out
 
 
