@@ -709,6 +709,9 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "value.must_be_number": ("必须是数，实际是 {value}（{type}）", None),
     "value.must_be_in": ("必须在 {span} 内，实际是 {value}", None),
     "value.not_a_number": ("不是数：{value}", None),
+    "option.fix_temperature": (None, "贪心解码请用 do_sample=False，不要把 temperature 设为 0"),
+    "option.fix_top_p": (None, "更小的 top_p 只会留下最可能的那个词元：请改用 do_sample=False"),
+    "option.fix_repetition_penalty": (None, "1 表示关闭；1.1 到 1.3 会温和地抑制重复"),
     "option.integer_at_least": ("{name} 必须是 >= {low} 的整数，实际是 {value}", None),
     "option.integer_in": ("{name} 必须是 {span} 内的整数，实际是 {value}", None),
     "option.number_above": ("{name} 必须是 > {low} 的有限数，实际是 {value}", None),
@@ -775,6 +778,20 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "chat.failed": ("模板在这段对话上出错：{error}: {detail}", "对照模板读取的内容检查这些消息的字段"),
     "experiment.unknown_field": ("未知字段 {field}", None),
     "experiment.missing_field": ("缺少必填字段 '{field}'", "加上 `{field}: ...`"),
+    "checkpoint.resave": (None, "请重新保存它；zoo 只读取有效的 safetensors 文件"),
+    "checkpoint.too_short": ("文件太短，不是 safetensors 文件", None),
+    "checkpoint.header_length": ("文件头长度 {n} 超过了文件本身或 {mib} MiB", None),
+    "checkpoint.header_json": ("文件头不是有效的 JSON：「{detail}」", None),
+    "checkpoint.header_object": ("文件头不是 JSON 对象", None),
+    "checkpoint.metadata_strings": ("__metadata__ 必须是字符串到字符串的映射", None),
+    "checkpoint.entry_fields": ("应为 {{dtype, shape, data_offsets}}", None),
+    "checkpoint.unknown_dtype": ("未知的数据类型 {dtype}", None),
+    "checkpoint.bad_shape": ("无效的形状 {shape}", None),
+    "checkpoint.offsets": ("data_offsets {offsets} 超出了数据区（{size} 字节）", "文件被截断或已损坏；请重新保存"),
+    "checkpoint.size_mismatch": ("形状 {shape}、类型 {dtype} 却有 {n} 字节", None),
+    "checkpoint.corrupt": ("检查点损坏或被截断：{cause}", None),
+    "manifest.malformed": ("{manifest} 格式不对：{value}", None),
+    "manifest.fix": (None, "用 zoo 重新保存这个文件夹，或删除 {manifest}，按文件现状读取"),
     "experiment.not_mapping": ("实验必须是字段的映射，实际是 {type}", "文件以 `name: ...` 开头"),
     "experiment.bad_name": ("无效的名称 {name}", "只用小写字母、数字和 '_'"),
     "experiment.quick_nested": ("quick 块里不能再嵌套 quick 块", None),
@@ -878,6 +895,11 @@ def error_text(exc: Any, lang: Any = DEFAULT) -> tuple[str, str | None]:
     if not message_id or code != "zh":
         return what, fix
     from zoo import messages
+
+    if params.get("cause_id"):  # an error wording another (messages.cause): the inner one in Chinese too
+        inner = messages.render(params["cause_id"], params.get("cause_params") or {}, (), ERRORS_ZH,
+                                words=_WORDS_ZH, join=_join_zh)
+        params = {**params, "cause": inner[0]} if inner is not None else params
 
     done = messages.render(message_id, params, fix_ids, ERRORS_ZH, words=_WORDS_ZH, join=_join_zh)
     return done if done is not None else (what, fix)

@@ -80,6 +80,9 @@ MESSAGES: dict[str, Message] = {
     "value.must_be_number": Message("must be a number, got {value} ({type})"),
     "value.must_be_in": Message("must be in {span}, got {value}"),
     "value.not_a_number": Message("not a number: {value}"),
+    "option.fix_temperature": Message(fix="use do_sample=False for greedy decoding instead of temperature 0"),
+    "option.fix_top_p": Message(fix="a smaller top_p keeps only the most likely token: use do_sample=False"),
+    "option.fix_repetition_penalty": Message(fix="1 is off; 1.1 to 1.3 discourage repeats gently"),
     "option.integer_at_least": Message("{name} must be an integer >= {low}, got {value}"),
     "option.integer_in": Message("{name} must be an integer in {span}, got {value}"),
     "option.number_above": Message("{name} must be a finite number > {low}, got {value}"),
@@ -162,6 +165,21 @@ MESSAGES: dict[str, Message] = {
     # ---------------------------------------------------------------- experiments
     "experiment.unknown_field": Message("unknown field {field}"),
     "experiment.missing_field": Message("missing required field '{field}'", "add `{field}: ...`"),
+    "checkpoint.resave": Message(fix="re-save it; zoo only reads valid safetensors files"),
+    "checkpoint.too_short": Message("the file is too short to be a safetensors file"),
+    "checkpoint.header_length": Message("header length {n} is larger than the file or than {mib} MiB"),
+    "checkpoint.header_json": Message("the header is not valid JSON: {detail}"),
+    "checkpoint.header_object": Message("the header is not a JSON object"),
+    "checkpoint.metadata_strings": Message("__metadata__ must map strings to strings"),
+    "checkpoint.entry_fields": Message("expected {{dtype, shape, data_offsets}}"),
+    "checkpoint.unknown_dtype": Message("unknown dtype {dtype}"),
+    "checkpoint.bad_shape": Message("invalid shape {shape}"),
+    "checkpoint.offsets": Message("data_offsets {offsets} outside the data ({size} bytes)",
+                                  "the file is truncated or damaged; re-save it"),
+    "checkpoint.size_mismatch": Message("{n} bytes for shape {shape} of {dtype}"),
+    "checkpoint.corrupt": Message("corrupt or truncated checkpoint: {cause}"),
+    "manifest.malformed": Message("{manifest} is malformed: {value}"),
+    "manifest.fix": Message(fix="re-save the folder with zoo, or delete {manifest} to read its files as they are"),
     "experiment.not_mapping": Message("an experiment must be a mapping of fields, got {type}",
                                       "start the file with `name: ...`"),
     "experiment.bad_name": Message("invalid name {name}", "lower-case letters, digits and '_'"),
@@ -205,6 +223,14 @@ MESSAGES: dict[str, Message] = {
     "input.alphabet": Message(fix="give text in the model's alphabet"),
     "input.like": Message(fix="give text like {example}"),
 }
+
+
+def cause(exc: Any) -> dict[str, Any]:
+    """The params of an error that words another (``"corrupt or truncated checkpoint: {cause}"``):
+    ``cause``, the inner error's English, and ``cause_id`` / ``cause_params``, from which a front end
+    words the inner error in its own language (``zoo.ui.i18n.error_text``)."""
+    return {"cause": getattr(exc, "what", None) or str(exc), "cause_id": getattr(exc, "message_id", None),
+            "cause_params": dict(getattr(exc, "params", None) or {})}
 
 
 def add(message_id: str, what: str | None = None, fix: str | None = None) -> None:

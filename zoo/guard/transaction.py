@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from .. import messages
 from ..errors import ZooError
 from ..version import __version__
 from .files import clip, open_read, short
@@ -474,7 +475,7 @@ def read_manifest(root: str | os.PathLike, *, where: str | None = None,
     except OSError as exc:
         raise error(f"cannot read {MANIFEST}: {exc.strerror or exc}", where=where,
                     fix="check the folder's permissions") from exc
-    fix = f"re-save the folder with zoo, or delete {MANIFEST} to read its files as they are"
+    fix = messages.MESSAGES["manifest.fix"].fix.format(manifest=MANIFEST)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MANIFEST_BYTES:
         raise error(f"{MANIFEST} is not a regular file of at most {MAX_MANIFEST_BYTES:,} bytes",
                     where=where, fix=fix)
@@ -497,7 +498,7 @@ def read_manifest(root: str | os.PathLike, *, where: str | None = None,
                   for k, v in m["files"].items())
           and (m.get("staged") is None or (isinstance(m["staged"], str) and _STAGE_RE.match(m["staged"]))))
     if not ok:
-        raise error(f"{MANIFEST} is malformed: {short(m)}", where=where, fix=fix)
+        raise error.of("manifest.malformed", where=where, fix="manifest.fix", manifest=MANIFEST, value=short(m))
     for name in m["files"]:  # names stay inside the folder, with no link on the way
         try:
             target(root, name, where=where, error=error)

@@ -44,6 +44,7 @@ import torch
 from safetensors.torch import save_file
 
 from . import tokenizers
+from .. import messages
 from ..components import SPEC_FAMILIES
 from ..deprecation import moved
 from ..errors import CheckpointError, SpecError, UnknownComponentError, ZooError
@@ -442,18 +443,16 @@ def read_header(source: str | os.PathLike, *, fh=None) -> tuple[dict[str, tuple[
     the file, already open (``source`` then only names it in messages)."""
     file = Path(source)
     where = str(file)
-    bad = "re-save it; zoo only reads valid safetensors files"
     try:
         with _opened(file, fh) as fh:
             size = os.fstat(fh.fileno()).st_size
             head = fh.read(8)
             if len(head) < 8:
-                raise CheckpointError("the file is too short to be a safetensors file", where=where,
-                                      fix=bad)
+                raise CheckpointError.of("checkpoint.too_short", where=where, fix="checkpoint.resave")
             (n,) = struct.unpack("<Q", head)
             if n > MAX_HEADER_BYTES or n > size - 8:
-                raise CheckpointError(f"header length {n} is larger than the file or than "
-                                      f"{MAX_HEADER_BYTES // 2**20} MiB", where=where, fix=bad)
+                raise CheckpointError.of("checkpoint.header_length", where=where, fix="checkpoint.resave", n=n,
+                                         mib=MAX_HEADER_BYTES // 2**20)
             raw = fh.read(n)
     except OSError as exc:
         raise CheckpointError(f"cannot read the file: {exc.strerror or exc}", where=where,
@@ -461,34 +460,34 @@ def read_header(source: str | os.PathLike, *, fh=None) -> tuple[dict[str, tuple[
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointError(f"the header is not valid JSON: {clip(exc, 80)}", where=where,
-                              fix=bad) from exc
+        raise CheckpointError.of("checkpoint.header_json", where=where, fix="checkpoint.resave",
+                                 detail=clip(exc, 80)) from exc
     if not isinstance(header, dict):
-        raise CheckpointError("the header is not a JSON object", where=where, fix=bad)
+        raise CheckpointError.of("checkpoint.header_object", where=where, fix="checkpoint.resave")
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                              for k, v in meta.items()):
-        raise CheckpointError("__metadata__ must map strings to strings", where=where, fix=bad)
+        raise CheckpointError.of("checkpoint.metadata_strings", where=where, fix="checkpoint.resave")
     data_len = size - 8 - n
     entries = {}
     for name, e in header.items():
         at = f"{where}: tensor {short(name)}"
         if not isinstance(e, dict) or set(e) - {"dtype", "shape", "data_offsets"}:
-            raise CheckpointError("expected {dtype, shape, data_offsets}", where=at, fix=bad)
+            raise CheckpointError.of("checkpoint.entry_fields", where=at, fix="checkpoint.resave")
         dtype, shape, offs = e.get("dtype"), e.get("shape"), e.get("data_offsets")
         if dtype not in ITEMSIZE:
-            raise CheckpointError(f"unknown dtype {short(dtype)}", where=at, options=ITEMSIZE, fix=bad)
+            raise CheckpointError.of("checkpoint.unknown_dtype", where=at, options=ITEMSIZE, fix="checkpoint.resave",
+                                     dtype=short(dtype))
         if not isinstance(shape, list) or len(shape) > 16 or not all(
                 isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**48 for d in shape):
-            raise CheckpointError(f"invalid shape {short(shape)}", where=at, fix=bad)
+            raise CheckpointError.of("checkpoint.bad_shape", where=at, fix="checkpoint.resave", shape=short(shape))
         if not (isinstance(offs, list) and len(offs) == 2 and all(
                 isinstance(o, int) and not isinstance(o, bool) for o in offs)
                 and 0 <= offs[0] <= offs[1] <= data_len):
-            raise CheckpointError(f"data_offsets {short(offs)} outside the data ({data_len} bytes)",
-                                  where=at, fix="the file is truncated or damaged; re-save it")
+            raise CheckpointError.of("checkpoint.offsets", where=at, offsets=short(offs), size=data_len)
         if offs[1] - offs[0] != math.prod(shape) * ITEMSIZE[dtype]:
-            raise CheckpointError(f"{offs[1] - offs[0]} bytes for shape {tuple(shape)} of {dtype}",
-                                  where=at, fix=bad)
+            raise CheckpointError.of("checkpoint.size_mismatch", where=at, fix="checkpoint.resave",
+                                     n=offs[1] - offs[0], shape=tuple(shape), dtype=dtype)
         entries[name] = (dtype, tuple(shape), (offs[0], offs[1]))
     return entries, meta, 8 + n
 
@@ -687,8 +686,9 @@ def read_metadata(source: str | os.PathLike) -> dict[str, str]:
         try:
             return read_header(file, fh=fh)[1]
         except CheckpointError as exc:
-            raise CheckpointError(f"corrupt or truncated checkpoint: {exc.what}", where=exc.where,
-                                  fix=exc.fix) from exc
+            raise CheckpointError(f"corrupt or truncated checkpoint: {exc.what}", where=exc.where, fix=exc.fix,
+                                  message_id="checkpoint.corrupt", fix_ids=exc.fix_ids,
+                                  params={**exc.params, **messages.cause(exc)}) from exc
 
 
 def load_spec(source: str | os.PathLike) -> ModelSpec:

@@ -242,6 +242,23 @@ def _bad(name, what, fix=None):
     raise ZooError(f"{name} {what}", where=f"generate.{name}", fix=fix)
 
 
+#: the catalogue ids (zoo.messages) of the options' own fix sentences, so a front end translates them
+_FIX_IDS = {"temperature": "option.fix_temperature", "top_p": "option.fix_top_p",
+            "repetition_penalty": "option.fix_repetition_penalty"}
+
+
+def _range_error(message_id: str, name: str, opt: Option, **params) -> None:
+    """An option out of its range, worded from zoo.messages (its own fix too, when the catalogue
+    has it word for word; otherwise the whole message in English as declared)."""
+    from .. import messages
+
+    fix_id = _FIX_IDS.get(name)
+    if opt.fix is not None and (fix_id is None or messages.MESSAGES[fix_id].fix != opt.fix):
+        what, _ = messages.render(message_id, {"name": name, **params})
+        _bad(name, what[len(name) + 1:], opt.fix)
+    raise ZooError.of(message_id, where=f"generate.{name}", name=name, fix=fix_id if opt.fix else (), **params)
+
+
 def _check_option(name: str, v, opt: Option) -> None:
     """One option's type and range, from its :class:`Option` declaration."""
     if v is None and opt.optional:
@@ -251,22 +268,14 @@ def _check_option(name: str, v, opt: Option) -> None:
             _bad(name, f"must be true or false, got {short(v)}")
     elif opt.kind == "int":
         if not _is_int(v) or not opt.low <= v < opt.high:
-            rng = f">= {opt.low}" if opt.high == 2**63 else f"in [{_num(opt.low)}, {_num(opt.high)})"
-            if opt.fix is None:  # worded from zoo.messages: a front end translates it
-                raise ZooError.of("option.integer_at_least" if opt.high == 2**63 else "option.integer_in",
-                                  where=f"generate.{name}", name=name, low=opt.low, value=short(v),
-                                  span=f"[{_num(opt.low)}, {_num(opt.high)})")
-            _bad(name, f"must be an integer {rng}, got {short(v)}", opt.fix)
+            _range_error("option.integer_at_least" if opt.high == 2**63 else "option.integer_in", name, opt,
+                         low=opt.low, value=short(v), span=f"[{_num(opt.low)}, {_num(opt.high)})")
     elif opt.kind == "float":
         ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) \
             and (v > opt.low if opt.low_open else v >= opt.low) and v <= opt.high
         if not ok:
-            rng = f"> {opt.low:g}" if opt.high == math.inf else f"in [{opt.low:g}, {opt.high:g}]"
-            if opt.fix is None:
-                raise ZooError.of("option.number_above" if opt.high == math.inf else "option.number_in",
-                                  where=f"generate.{name}", name=name, low=f"{opt.low:g}", value=short(v),
-                                  span=f"[{opt.low:g}, {opt.high:g}]")
-            _bad(name, f"must be a finite number {rng}, got {short(v)}", opt.fix)
+            _range_error("option.number_above" if opt.high == math.inf else "option.number_in", name, opt,
+                         low=f"{opt.low:g}", value=short(v), span=f"[{opt.low:g}, {opt.high:g}]")
     elif opt.kind == "token":
         if not _is_int(v):
             _bad(name, f"must be a token id (an integer), got {short(v)}")
