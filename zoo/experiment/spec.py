@@ -305,7 +305,7 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
     if quick:
         q = data.get("quick")
         if q is not None and not isinstance(q, dict):
-            _bad("quick", "must be a mapping of overrides", fix="e.g. quick: {seeds: 2, budget: {steps: 50}}")
+            _bad_of("quick", "experiment.overrides_mapping", example="quick: {seeds: 2, budget: {steps: 50}}")
         if q and "quick" in q:
             _bad_of("quick.quick", "experiment.quick_nested")
         data = deep_merge({k: v for k, v in data.items() if k != "quick"}, q or {})
@@ -336,18 +336,18 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
                 _bad_of(f"baseline.{k}", "experiment.baseline_key", options=sorted(keys), key=short(k))
         baseline = tuple(sorted(baseline.items()))
     elif baseline is not None:
-        _bad("baseline", "must be a variant name or a mapping {key: value}")
+        _bad_of("baseline", "experiment.baseline_kind")
     probe = data.get("probe") or []
     if isinstance(probe, str):
         probe = [probe]
     if not isinstance(probe, list) or not all(isinstance(p, str) and 0 < len(p) <= 200 for p in probe):
-        _bad("probe", "must be a text or a list of texts (1-200 characters each)")
+        _bad_of("probe", "experiment.probe_texts")
     plugins = data.get("plugins") or []
     if not isinstance(plugins, list) or not all(isinstance(p, str) for p in plugins):
-        _bad("plugins", "must be a list of plugin entry-point names", fix="e.g. plugins: [linear_attention]")
+        _bad_of("plugins", "experiment.plugin_names", example="plugins: [linear_attention]")
     for k in ("title", "claim", "description"):
         if not isinstance(data.get(k, ""), str):
-            _bad(k, "must be text")
+            _bad_of(k, "experiment.must_be_text")
     min_effect = data.get("min_effect") or {}
     if not isinstance(min_effect, dict):
         _bad_of("min_effect", "experiment.min_effect_mapping", example="min_effect: {acc: 0.05, eval_loss: 0.01}")
@@ -362,7 +362,7 @@ def parse(data: Any, *, quick: bool = False, source: str = "") -> Experiment:
             _bad_of(f"success.{k}", "value.must_be_finite", value=short(v), example="success: {acc: 0.9}")
     executor = data.get("executor") or {}
     if not isinstance(executor, dict) or not all(isinstance(k, str) for k in executor):
-        _bad("executor", "must be a mapping of submitit parameters", fix="e.g. executor: {slurm_partition: cpu}")
+        _bad_of("executor", "experiment.executor_mapping", example="executor: {slurm_partition: cpu}")
     try:  # threshold: {metric: acc, value: 0.9, stop: false}, or a list of them
         thresholds = check_thresholds(data.get("threshold") if isinstance(data.get("threshold"), list)
                                       else [data["threshold"]] if data.get("threshold") is not None else [],
@@ -478,7 +478,7 @@ def _parse_tune(tune: Any) -> tuple[tuple, str | None]:
         _bad_of("tune", "experiment.tune_mapping", example="tune: {train.lr: [1.0e-3, 3.0e-3, 1.0e-2]}")
     select = tune.get("select")
     if select is not None and not isinstance(select, str):
-        _bad("tune.select", f"must be a metric name, got {short(select)}", fix="e.g. select: acc")
+        _bad_of("tune.select", "threshold.metric_name", value=short(select), example="select: acc")
     out = []
     for k, vals in tune.items():
         if k == "select":
@@ -490,14 +490,14 @@ def _parse_tune(tune: Any) -> tuple[tuple, str | None]:
         if not isinstance(vals, list) or len({json.dumps(_freeze(v)) for v in vals}) < 2:
             _bad_of(f"tune.{k}", "experiment.tune_two_values", values=short(vals), key=k)
         if len(vals) != len({json.dumps(_freeze(v)) for v in vals}):
-            _bad(f"tune.{k}", "the values must be distinct")
+            _bad_of(f"tune.{k}", "experiment.values_distinct")
         if k.startswith("train."):
             for v in vals:
                 _parse_train({k[6:]: v}, "tune.train")
             vals = [float(v) if isinstance(v, str) else v for v in vals]
         out.append((k, tuple(_freeze(v) for v in vals)))
     if not out:
-        _bad("tune", "names no key to sweep", fix="e.g. tune: {train.lr: [1.0e-3, 3.0e-3]}")
+        _bad_of("tune", "experiment.tune_no_key", example="tune: {train.lr: [1.0e-3, 3.0e-3]}")
     return tuple(sorted(out)), select
 
 
@@ -506,13 +506,13 @@ def _parse_base(base: Any) -> str:
         return base
     if isinstance(base, dict):
         return json.dumps(base, sort_keys=True)
-    _bad("base", f"must be a preset name or a spec mapping, got {type(base).__name__}",
-         fix="e.g. base: gpt_tiny, or base: {preset: gpt_tiny, num_layers: 2}")
+    _bad_of("base", "experiment.base_kind", type=type(base).__name__,
+            example="base: gpt_tiny, or base: {preset: gpt_tiny, num_layers: 2}")
 
 
 def _check_key(key: Any, where: str) -> str:
     if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", key):
-        _bad(where, f"invalid override key {key!r}", fix="a field name or a dotted path (norm.placement, train.lr)")
+        _bad_of(where, "experiment.override_key", key=repr(key))
     return key
 
 
@@ -524,24 +524,24 @@ def _freeze(v: Any) -> Any:
 def _parse_variants(data: dict) -> list[Variant]:
     has_list, has_grid = data.get("variants") is not None, data.get("grid") is not None
     if has_list == has_grid:
-        _bad("variants", "give exactly one of `variants:` (a list) or `grid:` (a mapping of lists)")
+        _bad_of("variants", "experiment.variants_or_grid")
     out: list[Variant] = []
     if has_list:
         items = data["variants"]
         if not isinstance(items, list) or not items:
-            _bad("variants", "must be a non-empty list of {name, set}")
+            _bad_of("variants", "experiment.variants_list")
         for i, it in enumerate(items):
             w = f"variants[{i}]"
             if not isinstance(it, dict) or "name" not in it:
-                _bad(w, "each variant is a mapping with a `name` (and `set:` overrides)")
+                _bad_of(w, "experiment.variant_mapping")
             extra = set(it) - {"name", "set", "description"}
             if extra:
-                _bad(f"{w}.{sorted(extra)[0]}", "unknown variant field", options=["name", "set", "description"])
+                _bad_of(f"{w}.{sorted(extra)[0]}", "experiment.variant_field", options=["name", "set", "description"])
             if not isinstance(it["name"], str) or not _PATH_NAME_RE.match(it["name"]):
-                _bad(f"{w}.name", f"invalid variant name {it['name']!r}", fix="letters, digits, _ . = , + -")
+                _bad_of(f"{w}.name", "experiment.variant_name", name=repr(it["name"]))
             sets = it.get("set") or {}
             if not isinstance(sets, dict):
-                _bad(f"{w}.set", "must be a mapping of overrides")
+                _bad_of(f"{w}.set", "experiment.overrides_mapping")
             pairs = tuple(sorted((_check_key(k, f"{w}.set"), _freeze(v)) for k, v in sets.items()))
             out.append(Variant(it["name"], pairs, str(it.get("description", ""))))
     else:
@@ -552,8 +552,7 @@ def _parse_variants(data: dict) -> list[Variant]:
         keys = [_check_key(k, "grid") for k in grid]
         size = math.prod(len(grid[k]) for k in keys)
         if size > MAX_VARIANTS:
-            _bad("grid", f"the grid makes {size:,} variants; at most {MAX_VARIANTS:,} are planned",
-                 fix="use fewer values per key, or split the experiment")
+            _bad_of("grid", "experiment.grid_size", size=f"{size:,}", limit=f"{MAX_VARIANTS:,}")
         for combo in itertools.product(*(grid[k] for k in keys)):
             name = ",".join(f"{k.split('.')[-1]}={_short_val(v)}" for k, v in zip(keys, combo))
             if not _PATH_NAME_RE.match(name):
@@ -562,7 +561,7 @@ def _parse_variants(data: dict) -> list[Variant]:
                      "no leading '.', at most 80 characters for the whole name)")
             out.append(Variant(name, tuple(sorted((k, _freeze(v)) for k, v in zip(keys, combo)))))
     if len(out) > MAX_VARIANTS:
-        _bad("variants", f"{len(out):,} variants; at most {MAX_VARIANTS:,} are planned")
+        _bad_of("variants", "experiment.variants_count", size=f"{len(out):,}", limit=f"{MAX_VARIANTS:,}")
     seen: set[str] = set()
     dup = None
     for v in out:  # one pass (a 64,000-variant grid was an O(n^2) count)
@@ -571,7 +570,7 @@ def _parse_variants(data: dict) -> list[Variant]:
             break
         seen.add(v.name)
     if dup:
-        _bad("variants", f"two variants are named {dup!r}", fix="give every variant its own name")
+        _bad_of("variants", "experiment.variant_twice", name=repr(dup))
     return out
 
 
@@ -583,17 +582,17 @@ def _short_val(v: Any) -> str:
 
 def _parse_seeds(seeds: Any) -> tuple[int, ...]:
     if isinstance(seeds, bool):
-        _bad("seeds", "must be a count or a list of integers")
+        _bad_of("seeds", "experiment.seeds_kind")
     if isinstance(seeds, int):
         if not 1 <= seeds <= 100:
-            _bad("seeds", f"a seed count must be in [1, 100], got {seeds}")
+            _bad_of("seeds", "experiment.seed_count", value=seeds)
         return tuple(range(seeds))
     if isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                   for s in seeds):
         if len(set(seeds)) != len(seeds):
-            _bad("seeds", "seeds must be distinct")
+            _bad_of("seeds", "experiment.seeds_distinct")
         return tuple(seeds)
-    _bad("seeds", f"must be a count or a list of distinct non-negative integers, got {seeds!r}")
+    _bad_of("seeds", "experiment.seeds_values", value=repr(seeds))
 
 
 def _parse_task(task: Any) -> tuple[str, tuple]:
@@ -605,7 +604,7 @@ def _parse_task(task: Any) -> tuple[str, tuple]:
             if k == "path" or k.endswith("_path"):
                 _check_task_path(v, f"task.{k}")
         return task["kind"], tuple(sorted(params.items()))
-    _bad("task", "must be a task name or {kind: NAME, ...params}", fix="e.g. task: {kind: mqar, num_kv_pairs: 8}")
+    _bad_of("task", "experiment.task_kind", example="task: {kind: mqar, num_kv_pairs: 8}")
 
 
 def _check_task_path(v: Any, where: str) -> None:
@@ -658,7 +657,7 @@ def _parse_budget(b: Any) -> Budget:
     if isinstance(b, dict) and ("params" in b or "params_tolerance" in b):
         rest = {k: v for k, v in b.items() if k not in ("params", "params_tolerance")}
         if "params" not in b:
-            _bad("budget.params_tolerance", "goes with params: N", fix="add params: N, or remove it")
+            _bad_of("budget.params_tolerance", "experiment.tolerance_alone")
         out = {}
         for k, lo, hi in (("params", 1.0, 1e13), ("params_tolerance", 0.0, 1.0)):
             v = b.get(k, 0.05)
@@ -684,9 +683,9 @@ def _parse_budget(b: Any) -> Budget:
         _bad_of(f"budget.{k}", "value.must_be_finite_positive", value=short(v))
     if k == "steps":
         if v > MAX_STEPS:
-            _bad("budget.steps", f"at most {MAX_STEPS:,} steps, got {short(v)}")
+            _bad_of("budget.steps", "experiment.max_steps", limit=f"{MAX_STEPS:,}", value=short(v))
         if int(v) != v:
-            _bad("budget.steps", "must be an integer")
+            _bad_of("budget.steps", "experiment.must_be_integer")
         return Budget(steps=int(v))
     return Budget(**{k: float(v)})
 
@@ -725,17 +724,15 @@ def _check_against_registry(exp: Experiment) -> str | None:
 def _check_tune(exp: Experiment, task, known: dict) -> None:
     """A tuned experiment needs a task with a validation split and a selection metric it has."""
     if not hasattr(task, "using_split"):
-        _bad("tune", f"the task '{exp.task}' has no validation split to select on",
-             fix="tune on a synthetic task (copy, mqar, lag, modadd, ...), or compare at one setting")
+        _bad_of("tune", "experiment.no_validation", task=exp.task)
     select = exp.tune_select or getattr(task, "primary", None) or next(iter(task_metrics(task)), None)
     tm = task_metrics(task)
     if select not in tm or tm[select] is None:
-        _bad("tune.select", f"cannot select on {select!r}: not a metric of task '{exp.task}' with a "
-             "direction", options=sorted(m for m, d in tm.items() if d), fix="e.g. select: acc")
+        _bad_of("tune.select", "experiment.select_metric", options=sorted(m for m, d in tm.items() if d),
+                metric=repr(select), task=exp.task, example="select: acc")
     overlap = {k for k, _ in exp.tune} & {k for v in exp.variants for k, _ in v.set}
     if overlap:
-        _bad(f"tune.{sorted(overlap)[0]}", "a key cannot be both swept by tune and set by a variant",
-             fix="remove it from the variants (or from tune)")
+        _bad_of(f"tune.{sorted(overlap)[0]}", "experiment.tune_overlap")
 
 
 def tune_select(exp: Experiment, task) -> tuple[str, str]:
@@ -772,5 +769,5 @@ def load_plugins(names) -> None:
             reg.load_entry_points(only=[n])
         info = reg.plugins.get(n)
         if info is None or not info.ok:
-            raise ExperimentError(f"this experiment needs the plugin {n!r}, which is not installed",
-                                  where="experiment.plugins", fix=install_hint(n))
+            raise ExperimentError.of("experiment.plugin_missing", where="experiment.plugins", plugin=repr(n),
+                                     package="zoo-" + n.replace("_", "-"))
