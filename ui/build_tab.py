@@ -110,15 +110,15 @@ def _set_scalar(raw: dict, field: str, value: Any) -> None:
     elif kind is str:
         raw[field] = str(value or "")
     elif value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, str))):
-        raise SpecError(f"{field} takes a number, got {type(value).__name__}", where=field,
-                        fix=f"type a number for {field}")
+        raise ui_error(SpecError, "build.takes_number", fix="build.takes_number_fix", where=field, field=field,
+                       value=type(value).__name__)
     else:
         try:
             raw[field] = (float(value) if value is not None else 0.0) if kind is float else \
                 (int(value) if value is not None else value)
         except (TypeError, ValueError, OverflowError):
-            raise SpecError(f"{field} takes a number, got {str(value)[:40]!r}", where=field,
-                            fix=f"type a number for {field}") from None
+            raise ui_error(SpecError, "build.takes_number", fix="build.takes_number_fix", where=field, field=field,
+                           value=repr(str(value)[:40])) from None
 
 
 def _set_arch(raw: dict, value: Any) -> None:
@@ -164,8 +164,8 @@ def set_field(text: str, field: str, value: Any) -> str:
     """Rewrite one form field into the YAML (see :func:`_set_scalar`, :func:`_set_arch`,
     :func:`_set_component`)."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
-        raise SpecError(f"a form field takes one value, got {type(value).__name__}", where=field,
-                        fix=f"choose or type one value for {field}")
+        raise ui_error(SpecError, "build.one_value", fix="build.one_value_fix", where=field, field=field,
+                       value=type(value).__name__)
     raw = _load(text)
     families = {f.field: f for f in form_families()}
     if field == "arch":
@@ -175,7 +175,7 @@ def set_field(text: str, field: str, value: Any) -> str:
     elif field in families:
         _set_component(raw, families[field], value)
     else:
-        raise SpecError(f"unknown form field '{field}'", where=field, options=form_fields())
+        raise ui_error(SpecError, "build.unknown_form_field", where=field, options=form_fields(), field=field)
     return _dump(raw)
 
 
@@ -194,8 +194,8 @@ def set_param(text: str, path: list | tuple, param: str, value: Any) -> str:
     try:
         container, key, entry = _entry_path(raw, tuple(path))
     except (KeyError, IndexError, TypeError):
-        raise SpecError("the component is no longer in the YAML", where=".".join(map(str, path)),
-                        fix="edit the YAML directly") from None
+        raise ui_error(SpecError, "build.component_gone", fix="build.component_gone_fix",
+                       where=".".join(map(str, path))) from None
     if isinstance(entry, str):
         entry = {"kind": entry}
     entry = dict(entry)
@@ -573,7 +573,7 @@ def build(tr, lang_state) -> dict:
     import gradio as gr
 
     ui = _layout(tr, lang_state)
-    _wire_form(ui)
+    _wire_form(ui, lang_state)
     _wire_validation(ui, lang_state, tr)
 
     @inline_errors(2, kept=True)
@@ -806,26 +806,28 @@ def refill(text: str) -> list:
     return [vals[f] for f in form_fields()]
 
 
-def _wire_form(ui: dict) -> None:
+def _wire_form(ui: dict, lang_state) -> None:
     """Form -> YAML on user edits (``.input``, so programmatic refills never loop); YAML -> form when
-    the user types in the editor or loads a preset."""
+    the user types in the editor or loads a preset.  The page's language goes along so that a
+    refusal reads in it."""
     import gradio as gr
 
     fields, code = ui["fields"], ui["code"]
     for f, w in fields.items():
-        def on_field(value, text, _f=f):
+        def on_field(value, text, lang=None, _f=f):
             return set_field(text, _f, value)
-        w.input(handler(on_field), inputs=[w, code], outputs=[code], show_progress="hidden",
+        w.input(handler(on_field), inputs=[w, code, lang_state], outputs=[code], show_progress="hidden",
                 api_visibility="private")
     form = [fields[f] for f in form_fields()]
     gr.on([code.input, code.blur], handler(refill), inputs=[code], outputs=form, show_progress="hidden",
           api_visibility="private", trigger_mode="always_last")
 
-    def on_load(name):
+    def on_load(name, lang=None):
         text = preset_yaml(name)
         return [text] + refill(text)
 
-    ui["load"].click(handler(on_load), inputs=[ui["preset"]], outputs=[code] + form, api_name="load_preset")
+    ui["load"].click(handler(on_load), inputs=[ui["preset"], lang_state], outputs=[code] + form,
+                     api_name="load_preset")
 
 
 def on_change(text: str, lang: str, current: list | None = None):

@@ -81,6 +81,13 @@ STRINGS: dict[str, tuple[str, str]] = {
     "err.arg_type_fix": ("send {expected} for {name}", "请为 {name} 给出{expected_zh}"),
     "err.arg_call": ("called with the wrong arguments ({detail})", "调用的参数不对（{detail}）"),
     "err.arg_call_fix": ("send the fields this action takes", "请按此操作所需的字段发送"),
+    "build.takes_number": ("{field} takes a number, got {value}", "{field} 只接受数，实际是 {value}"),
+    "build.takes_number_fix": ("type a number for {field}", "请为 {field} 输入一个数"),
+    "build.one_value": ("a form field takes one value, got {value}", "表单字段只接受一个值，实际是 {value}"),
+    "build.one_value_fix": ("choose or type one value for {field}", "请为 {field} 选择或输入一个值"),
+    "build.unknown_form_field": ("unknown form field '{field}'", "未知的表单字段 '{field}'"),
+    "build.component_gone": ("the component is no longer in the YAML", "YAML 里已经没有这个组件"),
+    "build.component_gone_fix": ("edit the YAML directly", "请直接编辑 YAML"),
     "exp.empty": ("the experiment is empty", "实验是空的"),
     "exp.empty_fix": ("pick a shipped experiment or type its YAML", "请选一个自带的实验，或输入它的 YAML"),
     "exp.no_shipped": ("no shipped experiment named '{name}'", "没有名为 '{name}' 的自带实验"),
@@ -921,7 +928,7 @@ def error_text(exc: Any, lang: Any = DEFAULT) -> tuple[str, str | None]:
     message_id, code = getattr(exc, "message_id", None), lang_code(lang)
     params, fix_ids = getattr(exc, "params", None) or {}, tuple(getattr(exc, "fix_ids", ()))
     if message_id and message_id.startswith(UI_PREFIX):  # the UI's own: its keys, as t() words them
-        fixes = [t(k[len(UI_PREFIX):], code) for k in fix_ids]
+        fixes = [_fix_text(k[len(UI_PREFIX):], code, params) for k in fix_ids]
         return t(message_id[len(UI_PREFIX):], code, **params), ("；" if code == "zh" else "; ").join(fixes) or None
     if not message_id or code != "zh":
         return what, fix
@@ -936,13 +943,26 @@ def error_text(exc: Any, lang: Any = DEFAULT) -> tuple[str, str | None]:
     return done if done is not None else (what, fix)
 
 
+def _fix_text(key: str, lang: Any, params: dict) -> str:
+    """The UI's fix sentence ``key`` in ``lang``, formatted with the error's params when it names
+    them (a fix may also hold literal braces, a YAML example: then it is shown as written)."""
+    from zoo.messages import fields
+
+    text = t(key, lang)
+    try:
+        names = fields(text)
+        return text.format(**params) if names and names <= set(params) else text
+    except (ValueError, KeyError, IndexError):
+        return text
+
+
 def ui_error(cls: type, key: str, *, fix: str | None = None, where: str | None = None,
              options: Any = None, **params: Any) -> Exception:
     """The UI's own error: :data:`STRINGS` ``key`` formatted with ``params`` (and ``fix``, another
     key), as a ``cls`` (a ``ZooError``) in English whose message id is ``ui.KEY`` -- worded in the
     page's language when shown, and again after a language switch: ``raise ui_error(CheckpointError,
     "err.bad_name", fix="err.bad_name_fix", where="checkpoint", name=name)``."""
-    return cls(t(key, "en", **params), where=where, options=options, fix=t(fix, "en") if fix else None,
+    return cls(t(key, "en", **params), where=where, options=options, fix=_fix_text(fix, "en", params) if fix else None,
                message_id=UI_PREFIX + key, params=params, fix_ids=(UI_PREFIX + fix,) if fix else ())
 
 
