@@ -12,7 +12,8 @@ and the load seen.
     python benchmarks/threads.py [--rounds 5] [--checkpoint DIR ...]
 
 ``--checkpoint`` adds a decoding row for a converted checkpoint (e.g. SmolLM2-135M from
-``zoo convert SmolLM2-135M-Instruct.Q4_1.gguf DIR``).
+``zoo convert SmolLM2-135M-Instruct.Q4_1.gguf DIR``); ``--q4`` a second one decoding it with
+``--q4`` (the fused step of :mod:`zoo.run.qstep`, 128 new tokens).
 """
 from __future__ import annotations
 
@@ -48,11 +49,11 @@ def train_speed(threads: int, out: Path, steps: int) -> float:
     return 1.0 / statistics.median(steps_s)
 
 
-def decode_speed(threads: int, source: str, new_tokens: int) -> float:
+def decode_speed(threads: int, source: str, new_tokens: int, *extra: str) -> float:
     """Tokens per second of ``zoo bench SOURCE --task generate`` (batch 1, 32-token prompt)."""
     report = json.loads(zoo("bench", source, "--task", "generate", "--prompt-len", "32", "--new-tokens",
                             str(new_tokens), "--repeats", "3", "--warmup", "1", "--json",
-                            "--threads", str(threads)))
+                            "--threads", str(threads), *extra))
     return report["results"][0]["tokens_per_s"]
 
 
@@ -61,12 +62,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=13)
     ap.add_argument("--checkpoint", action="append", default=[])
+    ap.add_argument("--q4", action="store_true", help="also decode each checkpoint with --q4 (the fused step)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="zoo-threads-"))
     rows = {"zoo train gpt_tiny (steps/s)": lambda t: train_speed(t, tmp / f"run{t}", args.steps),
             "zoo bench gpt_tiny --task generate (tok/s)": lambda t: decode_speed(t, "gpt_tiny", 64)}
     for c in args.checkpoint:
         rows[f"zoo bench {Path(c).name} --task generate (tok/s)"] = lambda t, c=c: decode_speed(t, c, 32)
+        if args.q4:
+            rows[f"zoo bench {Path(c).name} --task generate --q4 (tok/s)"] = \
+                lambda t, c=c: decode_speed(t, c, 128, "--q4")
     speed = {name: {1: [], 2: []} for name in rows}
     load = {name: [] for name in rows}
     for r in range(args.rounds):

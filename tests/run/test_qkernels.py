@@ -97,6 +97,37 @@ def test_block_products_match_float64(M, N, K):
             assert torch.allclose(got, torch.nn.functional.linear(x, back, bias), rtol=1e-5, atol=1e-3)
 
 
+def test_kernels_split_rows_between_threads_and_agree_bit_for_bit():
+    """Both C++ libraries are OpenMP builds (their at::parallel_for regions are GOMP_parallel
+    calls: built without -fopenmp they ran on one thread whatever --threads said), and a thread owns
+    whole rows, so 1 and 2 threads give the same bits."""
+    from pathlib import Path
+
+    from torch.utils import cpp_extension
+
+    from zoo.run import qstep
+
+    lib = Path(cpp_extension._get_build_directory("zoo_qkernels_v4", False)) / "zoo_qkernels_v4.so"
+    libs = [lib] + ([Path(qstep.extension().__file__)] if qstep.extension() is not None else [])
+    for path in libs:
+        assert b"GOMP_parallel" in path.read_bytes(), path.name
+    torch.manual_seed(0)
+    lin = nn.Linear(576, 1536)
+    x = torch.randn(3, 576)
+    before = torch.get_num_threads()
+    for bits in (4, 8):
+        layer = precision.BlockLinear(lin, bits)
+        outs = []
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            try:
+                with torch.inference_mode():
+                    outs.append((layer(x), layer.dequantized()))
+            finally:
+                torch.set_num_threads(before)
+        assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+
+
 def test_kernels_refuse_bad_shapes_and_types():
     codes = torch.zeros(4, 16, dtype=torch.uint8)
     scale = torch.ones(4, 1)

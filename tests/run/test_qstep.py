@@ -225,3 +225,29 @@ def test_real_smollm2_greedy_tokens_with_the_fused_step():
     target = text[0, 1:]
     nll = lambda lg: torch.nn.functional.cross_entropy(lg, target).item()  # noqa: E731
     assert top1 >= 0.90 and nll(got) - nll(ref) <= 0.05, (top1, nll(got) - nll(ref))
+
+
+def test_zoo_bench_q4_says_which_path_decoded(tmp_path):
+    """``zoo bench --q4`` quantises to q4 and says whether batch-1 generation took the fused step
+    (a Llama) or the module path and why (a GPT); two schemes at once are refused, naming both."""
+    import json
+
+    import zoo
+    from click.testing import CliRunner
+
+    from zoo.cli import cli
+    from zoo.errors import ZooError
+
+    model, _ = tiny_q4()
+    zoo.save(model, tmp_path / "llama")
+    args = ["--task", "generate", "--new-tokens", "4", "--prompt-len", "4", "--repeats", "1",
+            "--warmup", "0", "--threads", "1"]
+    res = CliRunner().invoke(cli, ["bench", str(tmp_path / "llama"), "--q4", "--json", *args])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["q4_decoding"].startswith("the fused step") and "q4" in json.dumps(report["quality"])
+    res = CliRunner().invoke(cli, ["bench", "gpt_tiny", "--q4", *args])
+    assert res.exit_code == 0, res.output
+    assert "q4 decoding: the module path (architecture:" in res.output
+    res = CliRunner().invoke(cli, ["bench", "gpt_tiny", "--q4", "--int8"])
+    assert isinstance(res.exception, ZooError) and "--int8 and --q4" in str(res.exception)

@@ -28,11 +28,15 @@ from zoo.commands.threads import threads_option
               help="int8 weights (CPU; zoo.run.precision.quantize_int8); training is skipped.")
 @click.option("--int4", "int4", is_flag=True,
               help="int4 weights in groups (CPU; zoo.run.precision.quantize_int4); training is skipped.")
+@click.option("--q4", "q4", is_flag=True,
+              help="GGUF's Q4_1 blocks, the LM head Q8_0 (CPU; zoo.run.precision.quantize_q4: a Q4_1 "
+                   "file's own blocks exactly; batch-1 decoding of a Llama takes the fused step, "
+                   "zoo.run.qstep); training is skipped.")
 @click.option("--group-size", type=click.Choice(["32", "64", "128", "256"]), default=None,
               help="--int4: inputs per (scale, zero) group (default: the source's own 4-bit blocks "
                    "where its weights have them, else 128).")
 @click.option("--vs-float32", is_flag=True,
-              help="With --int8 / --int4: also decode with the float32 weights, alternating rounds, "
+              help="With --int8 / --int4 / --q4: also decode with the float32 weights, alternating rounds, "
                    "and print the tokens/s ratio (paired).")
 @threads_option
 @click.option("--compile", "use_compile", is_flag=True, help="Time the torch.compile'd model.")
@@ -40,7 +44,7 @@ from zoo.commands.threads import threads_option
               help="Override a spec field (YAML value), e.g. --set num_layers=2.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats, warmup, tasks,
-            device, dtype, int8, int4, group_size, vs_float32, use_compile, sets, as_json):
+            device, dtype, int8, int4, q4, group_size, vs_float32, use_compile, sets, as_json):
     """Time SOURCE (a spec, preset or checkpoint) on this machine.
 
     Reports the median and spread of warm, synchronised repeats; tokens/s; GFLOP/s (FLOPs counted by
@@ -55,6 +59,7 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
               zoo bench runs/gpt --device cuda --dtype bfloat16 --compile
               zoo bench gpt2 --task generate --int8
               zoo bench gpt2 --task generate --int4 --group-size 32 --vs-float32
+              zoo bench runs/smollm2 --task generate --q4 --threads 1
     """
     import torch
     from zoo.inside.speed import TASKS, bench
@@ -66,46 +71,64 @@ def command(source, batch, seq_len, prompt_len, new_tokens, train_batch, repeats
             raise zoo.ZooError(f"must be >= 1, got {v}", where=name)
     if warmup < 0:
         raise zoo.ZooError(f"must be >= 0, got {warmup}", where="--warmup")
-    if int8 and int4:
-        raise zoo.ZooError("--int8 and --int4 are two ways to store the weights; pick one",
-                           where="zoo bench", fix="drop --int8 or --int4")
+    schemes = [name for name, on in (("--int8", int8), ("--int4", int4), ("--q4", q4)) if on]
+    if len(schemes) > 1:
+        raise zoo.ZooError(f"{' and '.join(schemes)} are ways to store the weights; pick one",
+                           where="zoo bench", options=["--int8", "--int4", "--q4"],
+                           fix=f"keep one of {', '.join(schemes)}")
     overrides = parse_sets(sets)
     model = zoo.load_or_build(source, device=device, dtype=dtype, **overrides)
     tasks = tuple(tasks) or TASKS
-    if vs_float32 and not (int8 or int4):
+    if vs_float32 and not schemes:
         raise zoo.ZooError("--vs-float32 compares quantized weights with float32 ones",
-                           where="zoo bench", fix="add --int8 or --int4")
+                           where="zoo bench", fix="add --int8, --int4 or --q4")
     reference = copy.deepcopy(model).float() if vs_float32 else None
-    if int8 or int4:
+    if schemes:
         import warnings
 
-        from zoo.run.precision import QualityWarning, quality_line, quantize_int4, quantize_int8
+        from zoo.run.precision import (QualityWarning, quality_line, quantize_int4, quantize_int8,
+                                       quantize_q4)
 
         with warnings.catch_warnings():  # the quality line below says it, with the figures
             warnings.simplefilter("ignore", QualityWarning)
             if int8:
                 quantize_int8(model)
-            else:
+            elif int4:
                 quantize_int4(model, int(group_size) if group_size else None)
+            else:
+                quantize_q4(model)
         tasks = tuple(t for t in tasks if t != "train")  # quantised weights are for inference
     report = bench(model, batch=batch, seq_len=seq_len, prompt_len=prompt_len, new_tokens=new_tokens,
                    train_batch=train_batch, warmup=warmup, repeats=repeats,
                    tasks=tasks, compile=use_compile)
     ratio = paired_decode(reference, model, prompt_len, new_tokens, max(3, repeats // 2)) \
         if reference is not None else None
-    quality = getattr(model, "quality", None) if (int8 or int4) else None
+    quality = getattr(model, "quality", None) if schemes else None
+    fused = fused_line(model) if q4 and "generate" in tasks else None
     if as_json:
         click.echo(json.dumps({**report.to_dict(), **({"vs_float32": ratio} if ratio else {}),
-                               **({"quality": quality} if quality else {})}, indent=2))
+                               **({"quality": quality} if quality else {}),
+                               **({"q4_decoding": fused} if fused else {})}, indent=2))
     else:
         click.echo(report.table())
         if quality:
             click.echo(quality_line(model))
+        if fused:
+            click.echo(f"q4 decoding: {fused}")
         if ratio:
             click.echo(f"{model.quantized} decoding: {ratio['quantized_tokens_per_s']:,.1f} tokens/s "
                        f"vs float32 {ratio['float32_tokens_per_s']:,.1f} = {ratio['speedup']:.2f}x "
                        f"(paired median of {ratio['rounds']} alternating rounds, batch 1, "
                        f"{prompt_len} + {new_tokens} tokens)")
+
+
+def fused_line(model) -> str:
+    """How a q4 model's batch-1 generation decoded: the fused step, or the module path and why."""
+    from zoo.run import qstep
+
+    why = getattr(model, "qstep_reason", "") or qstep.why_not(model)
+    return "the fused step (zoo.run.qstep), one C++ call a token" if why is None else \
+        f"the module path ({why})"
 
 
 def paired_decode(reference, quantized, prompt_len: int, new_tokens: int, rounds: int) -> dict:

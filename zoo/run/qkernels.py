@@ -333,9 +333,12 @@ def _build() -> None:
     """Build and load the ops once per process (the build is cached on disk per machine)."""
     from torch.utils import cpp_extension
 
-    flags = ["-O3", "-march=native", "-ffp-contract=off"]
-    cpp_extension.load_inline(name="zoo_qkernels_v3", cpp_sources=[_SOURCE], functions=None,
-                              extra_cflags=flags, is_python_module=False, verbose=False)
+    # -fopenmp: at::parallel_for is an OpenMP region compiled into this library (PyTorch's runtime,
+    # its thread count); built without it (v3) every kernel ran on one thread whatever --threads said
+    flags = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]
+    cpp_extension.load_inline(name="zoo_qkernels_v4", cpp_sources=[_SOURCE], functions=None,
+                              extra_cflags=flags, extra_ldflags=["-fopenmp"], is_python_module=False,
+                              verbose=False)
 
     @torch.library.register_fake("zoo::q4_mm")
     def _(x, codes, scale, lo):
