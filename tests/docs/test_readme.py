@@ -232,6 +232,21 @@ def test_readme_numbers_are_performance_md_numbers():
     assert f"decode at **{int8}** float32" in perf.replace("\n", " ")  # the prose says the table's
 
 
+def test_readme_q4_speed_is_performance_md_speed():
+    """The q4 sentence (both languages) quotes the fused step's paired ratios against llama.cpp at
+    one and two threads from docs/PERFORMANCE.md's side-by-side table, and no other ratio."""
+    after = "### Where it stands: the fused q4 step"
+    one = _perf_table_value("**zoo q4 (fused step)**", 2, r"\*\*\d\.\d\d\*\*", after).strip("*")
+    two = _perf_table_value("**zoo q4 (fused step)**", 4, r"\*\*\d\.\d\d\*\*", after).strip("*")
+    perf = (ROOT / "docs" / "PERFORMANCE.md").read_text(encoding="utf-8")
+    assert f"fused q4 step at {one}x llama.cpp (one thread) and {two}x (two)" in perf
+    for name in READMES:
+        text = (ROOT / name).read_text(encoding="utf-8").replace("\n", " ")
+        sentence = next(s for s in re.split(r"(?<=[.。])\s", text) if "quantize_q4(model)" in s)
+        figures = re.findall(r"(\d+\.\d+)\s*(?:x|倍)", sentence)
+        assert figures == [one, two], (name, figures, sentence)
+
+
 # ---------------------------------------------------------------------- zoo.run.precision, import zoo
 def test_precision_is_reachable_after_import_zoo_and_import_stays_light():
     code = ("import sys, zoo\n"
