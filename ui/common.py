@@ -101,9 +101,7 @@ def handler(fn: Callable) -> Callable:
 #: passes for an ``Optional`` one); unannotated parameters are checked by the handler itself
 _ADMITS = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "list": (list, tuple),
            "dict": (dict,)}
-_WORDS = {"str": "text", "int": "a whole number", "float": "a number", "bool": "true or false",
-          "list": "a list", "dict": "a mapping"}
-_WORDS_ZH = {"str": "文本", "int": "整数", "float": "数", "bool": " true 或 false", "list": "列表", "dict": "映射"}
+#: what each annotation expects is worded by the STRINGS keys err.arg_<type> (ui/i18n.py)
 
 
 def _expected_types(fn: Callable) -> dict[str, tuple[str, bool]]:
@@ -147,9 +145,8 @@ def check_arguments(where: str, sig, expected: dict, args: tuple, kwargs: dict) 
             ok = False  # NaN is no setting
         if not ok:
             got = "nothing" if value is None else "NaN" if value != value else type(value).__name__
-            raise ui_error(ZooError, "err.arg_type", fix="err.arg_type_fix", where=f"{where}.{name}", name=name,
-                           expected=_WORDS[base], expected_zh=_WORDS_ZH[base], got=got,
-                           got_zh="空值" if value is None else got)
+            raise ui_error(ZooError, f"err.arg_{base}", fix=f"err.arg_{base}_fix", where=f"{where}.{name}",
+                           name=name, got=got)
 
 
 def _html(text: str) -> str:

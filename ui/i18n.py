@@ -77,8 +77,6 @@ STRINGS: dict[str, tuple[str, str]] = {
                             "观察页的模型私有副本（追踪时会临时替换注意力实现）大约需要 {need}，超过了预算 {limit}（{why}）"),
     "budget.inspect_copy_fix": ("free memory on the server, or inspect a smaller checkpoint",
                                 "请释放服务器内存，或观察更小的检查点"),
-    "err.arg_type": ("{name} must be {expected}, got {got}", "{name} 应为{expected_zh}，实际是 {got_zh}"),
-    "err.arg_type_fix": ("send {expected} for {name}", "请为 {name} 给出{expected_zh}"),
     "err.arg_call": ("called with the wrong arguments ({detail})", "调用的参数不对（{detail}）"),
     "err.arg_call_fix": ("send the fields this action takes", "请按此操作所需的字段发送"),
     "build.takes_number": ("{field} takes a number, got {value}", "{field} 只接受数，实际是 {value}"),
@@ -651,6 +649,15 @@ def basic_strings() -> dict[str, tuple[str, str]]:
 
     return {f"build.{f}": (f.replace("_", " "), f"{f}（规格字段）") for f in BASIC_FIELDS
             if f"build.{f}" not in STRINGS}
+
+
+#: the UI's argument contract (ui.common.check_arguments), one key per expected type: same fields
+#: in both languages
+for _base, (_en, _zh) in {"str": ("text", "文本"), "int": ("a whole number", "整数"), "float": ("a number", "数"),
+                          "bool": ("true or false", " true 或 false"), "list": ("a list", "列表"),
+                          "dict": ("a mapping", "映射")}.items():
+    STRINGS[f"err.arg_{_base}"] = (f"{{name}} must be {_en}, got {{got}}", f"{{name}} 应为{_zh}，实际是 {{got}}")
+    STRINGS[f"err.arg_{_base}_fix"] = (f"send {_en} for {{name}}", f"请为 {{name}} 给出{_zh}")
 
 
 def all_strings() -> dict[str, tuple[str, str]]:

@@ -337,7 +337,7 @@ def test_every_error_a_tab_shows_reads_in_chinese(app, monkeypatch):
     ids = {e["id"] for e in found}
     reached = {"yaml.duplicate_key", "yaml.invalid_at", "experiment.range_order", "experiment.unknown_metric",
                "threshold.not_mapping", "checkpoint.corrupt", "manifest.malformed", "input.unknown_characters",
-               "option.number_in", "ui.err.arg_type"}
+               "option.number_in", "ui.err.arg_str"}
     assert reached <= ids, f"the walk no longer reaches {sorted(reached - ids)}"
     texts = {(e["where"], e["what"], e["fix"]) for e in found}  # known values, in Chinese
     assert ("experiment", "重复的键 'task'（第 25 行）", "两项只保留一项") in texts
