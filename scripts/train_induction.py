@@ -3,6 +3,7 @@ induction head forms (Olsson et al., 2022, "In-context Learning and Induction He
 
     OMP_NUM_THREADS=1 python scripts/train_induction.py            # train (a few minutes), measure, export
     python scripts/train_induction.py --measure-only                # re-measure the shipped weights
+    OMP_NUM_THREADS=1 python scripts/train_induction.py --extra-classes 1   # the plateau (measure, no export)
 
 Data: every training sequence is made of random chunks, each followed by an exact copy
 (``A A B B ...``, chunk lengths 4-24, 64 tokens, vocabulary 64).  The first copy of a chunk is
@@ -14,6 +15,12 @@ token before me was X" against "I am X").
 Attention-only: the spec keeps zoo's MLP sub-layer at its smallest (``d_ff: 1``, no biases) with its
 output projection fixed at zero and never trained, so every MLP adds exactly 0 to the residual
 stream and the model computes what an attention-only Transformer computes.
+
+The vocabulary is exactly the 64 symbols, and that is part of the recipe: ``--extra-classes K`` trains
+the same model, loop and batches with ``K`` more output classes that are never a target (what the
+char tokenizer's reserved tokens were in the ``induction_heads`` experiment) and only measures.  At
+``K = 1`` the model stays on the plateau (in-context loss about ln 64, no induction head) where
+``K = 0`` forms the circuit (``checkpoints/experiments/induction_heads/REPRODUCTION.md``).
 
 Measured (written into the model card, ``README.md``): the induction score of every head
 (:func:`zoo.inside.lens.induction_score`), the previous-token score, the in-context-learning score (loss
@@ -69,9 +76,10 @@ def attention_only(model) -> None:
         block.ffn.up.weight.requires_grad_(False)
 
 
-def train(steps: int, seed: int) -> tuple[torch.nn.Module, list[float], float]:
+def train(steps: int, seed: int, extra: int = 0) -> tuple[torch.nn.Module, list[float], float]:
+    """``extra``: output classes beyond the ``V`` symbols, never a target (0: the shipped recipe)."""
     torch.manual_seed(seed)
-    model = zoo.build(SPEC, seed=seed)
+    model = zoo.build(dict(SPEC, vocab_size=V + extra), seed=seed)
     attention_only(model)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=steps, pct_start=0.1)
@@ -81,7 +89,7 @@ def train(steps: int, seed: int) -> tuple[torch.nn.Module, list[float], float]:
     for step in range(steps):
         ids = batch(32, g)
         logits = model(ids[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), ids[:, 1:].reshape(-1))
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V + extra), ids[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -203,13 +211,28 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--measure-only", action="store_true")
     ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--extra-classes", type=int, default=0, metavar="K",
+                    help="K output classes that are never a target (0..64); trains and measures, exports nothing")
     a = ap.parse_args(argv)
+    if not 0 <= a.extra_classes <= 64:
+        ap.error(f"--extra-classes must be in [0, 64], got {a.extra_classes}")
+    if a.extra_classes and a.measure_only:
+        ap.error("--extra-classes trains a new model; it cannot be combined with --measure-only")
     out = Path(a.out)
     torch.set_num_threads(1)
     if a.measure_only:
         model = zoo.load(out).eval()
         info = json.loads((out / "training.json").read_text()) if (out / "training.json").exists() else {}
         wall, final, a.steps = info.get("wall_s"), info.get("final_loss"), info.get("steps", a.steps)
+    elif a.extra_classes:
+        model, losses, wall = train(a.steps, a.seed, a.extra_classes)
+        m = measure(model)
+        print(json.dumps({"extra_classes": a.extra_classes, "steps": a.steps, "seed": a.seed,
+                          "final_loss": round(sum(losses[-50:]) / 50, 4), "wall_s": round(wall, 1),
+                          "best_induction_score": round(float(m["induction_score"].max()), 4),
+                          "loss_first_copy": round(m["loss_first_copy"], 4),
+                          "loss_second_copy": round(m["loss_second_copy"], 4)}, indent=1))
+        return 0
     else:
         model, losses, wall = train(a.steps, a.seed)
         final = sum(losses[-50:]) / 50
