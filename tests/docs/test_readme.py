@@ -23,6 +23,7 @@ run twice.
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import signal
@@ -144,6 +145,7 @@ def run_readme(name: str, work: Path, skip: set[str] = frozenset()) -> list[str]
             r = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True,
                                env=_env(str(work / "site")), timeout=600)
             assert r.returncode == 0, f"{name}: this block fails as pasted:\n{code}\n{r.stderr[-3000:]}"
+            assert MOVED_WARNING not in r.stderr, f"{name}: this block uses a moved name:\n{code}\n{r.stderr[-3000:]}"
             done.append(code.splitlines()[0])
         elif kind == "yaml":
             import zoo
@@ -181,6 +183,46 @@ def test_every_readme_block_runs_as_pasted(tmp_path):
 def _folders(tmp_path):
     (tmp_path / "en").mkdir()
     (tmp_path / "zh").mkdir()
+
+
+#: the words of zoo's DeprecationWarning for a name that moved (zoo/deprecation.py: ``warn``)
+MOVED_WARNING = " is deprecated: use "
+
+
+def zoo_imports(name: str) -> list[str]:
+    """Every ``import zoo...`` / ``from zoo... import ...`` statement of README ``name``'s python
+    blocks, as source."""
+    out = []
+    for kind, code in blocks((ROOT / name).read_text(encoding="utf-8")):
+        if kind != "python":
+            continue
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "zoo" for a in node.names):
+                out.append(ast.unparse(node))
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "zoo":
+                out.append(ast.unparse(node))
+    return out
+
+
+@pytest.mark.parametrize("name", READMES)
+def test_readme_imports_no_moved_name(name):
+    """The README shows only the new names (zoo/deprecation.py): each of its imports of zoo runs
+    without zoo's DeprecationWarning.  The newcomer walk of issue 34 found `from zoo import
+    accounting, plots` printing two of them on the first paste; the block still exited 0, so the
+    runs of the blocks alone did not catch it."""
+    stmts = sorted(set(zoo_imports(name)))
+    assert any(s.startswith("from zoo") for s in stmts), (name, stmts)  # the reader finds them
+    prog = ("import warnings\n"
+            f"warnings.filterwarnings('error', message='.*{MOVED_WARNING}', category=DeprecationWarning)\n"
+            f"for stmt in {stmts!r}:\n"
+            "    try:\n"
+            "        exec(stmt, {})\n"
+            "    except DeprecationWarning as err:\n"
+            "        print(f'{stmt}  ->  {err}')\n")
+    r = subprocess.run([sys.executable, "-c", prog], cwd=ROOT, capture_output=True, text=True,
+                       env=_env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not r.stdout.strip(), f"{name} imports names that moved (show the new ones):\n{r.stdout}"
 
 
 def test_the_block_reader_finds_fenced_and_indented_blocks():

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pytest
 
-from test_readme import READMES, ROOT, _bare, _shell_line, _shortened, blocks
+from test_readme import MOVED_WARNING, READMES, ROOT, _bare, _shell_line, _shortened, blocks
 
 #: the shipped, trained checkpoints the UI's page must list (checkpoints/*/model.safetensors)
 SHIPPED = sorted(p.parent.name for p in (ROOT / "checkpoints").glob("*/model.safetensors"))
@@ -162,6 +162,7 @@ class Step:
         self.times.append((time.monotonic() - t0, code.splitlines()[0]))
         assert r.returncode == 0, (f"{where}: this block fails after only the README's commands before "
                                    f"it:\n{code}\n{r.stderr[-3000:]}")
+        assert MOVED_WARNING not in r.stderr, f"{where}: this block uses a moved name:\n{code}\n{r.stderr[-3000:]}"
 
 
 def _free_port() -> int:
