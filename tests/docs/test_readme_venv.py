@@ -67,6 +67,15 @@ def setup_commands(name: str = "README.md") -> dict[str, str]:
     return {"torch": lines[0], "torch_fallback": fallback.pop(), "main": lines[1], "test": lines[2]}
 
 
+def readme_plugins(name: str = "README.md") -> tuple[str, ...]:
+    """The plugins the README's Plugins section installs, by the names `zoo verify NAME` checks."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    start = text.index("\n## Plugins" if name == "README.md" else "\n## 插件")
+    found = tuple(re.findall(r"^    zoo verify (\w+)", text[start:text.index("\n## ", start + 3)], re.M))
+    assert found, f"{name}: the Plugins section runs `zoo verify NAME` on the plugin it installs"
+    return found
+
+
 def _split_and(line: str) -> tuple[str, str]:
     first, sep, second = line.partition(" && ")
     assert sep, f"expected `INSTALL && RUN`, got `{line}`"
@@ -171,9 +180,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_and_check_ui(step: Step, run: str, wait_s: float = 600) -> float:
+def start_and_check_ui(step: Step, run: str, wait_s: float = 600, plugins: tuple[str, ...] = ()) -> float:
     """Start ``run`` (``zoo ui``) in the virtualenv, wait until it answers HTTP on 127.0.0.1, check
-    its page lists the shipped checkpoints, stop it with Ctrl-C; returns seconds until it answered."""
+    its page lists the shipped checkpoints (and ``plugins``, in its Plugins tab), stop it with
+    Ctrl-C; returns seconds until it answered."""
     port = _free_port()
     t0 = time.monotonic()
     proc = subprocess.Popen(["bash", "-c", f"exec {run} --port {port}"], cwd=step.clone, env=step.env,
@@ -196,6 +206,9 @@ def start_and_check_ui(step: Step, run: str, wait_s: float = 600) -> float:
             config = resp.read().decode("utf-8", "replace")
         missing = [name for name in SHIPPED if name not in config]
         assert SHIPPED and not missing, f"README.md: `{run}`: the page does not list {missing} ({url}/config)"
+        missing = [name for name in plugins if name not in config]
+        assert not missing, (f"README.md: `{run}` restarted after the plugin block: its Plugins tab does "
+                             f"not list {missing} ({url}/config)")
         proc.send_signal(signal.SIGINT)  # Ctrl+C, as `zoo ui` says
         try:
             proc.wait(timeout=60)
@@ -275,6 +288,9 @@ def test_the_readme_on_a_fresh_virtualenv(tmp_path):
     assert len(done) >= 9, done
     en = {_bare(c) for _, c in blocks((ROOT / "README.md").read_text(encoding="utf-8"))}
     run_blocks_after_setup(step, "README.zh.md", en)
+    # the README: a `zoo ui` started before a plugin's install shows it after a restart (the walk of
+    # issue 34 had the UI running since the main job, and its Plugins tab never listed the plugin)
+    start_and_check_ui(step, run, plugins=readme_plugins())
     # 4. the test command's install half; the suite it runs must at least import
     install, _ = _split_and(cmd["test"])
     step.sh("README.md, the test command's install", install)
