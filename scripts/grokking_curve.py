@@ -11,6 +11,7 @@ curve first reaches the thresholds -- the numbers used to choose the settings of
 
     OMP_NUM_THREADS=1 python3 scripts/grokking_curve.py --p 97 --steps 3000 --wd 1.0 --seeds 0 1 2
     OMP_NUM_THREADS=1 python3 scripts/grokking_curve.py --heldout 0.7 --batch 0 --scope all --verbose
+    OMP_NUM_THREADS=1 python3 scripts/grokking_curve.py --heldout 0.7 --init-std 0.071 --verbose
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def run(args, seed: int) -> dict:
     tok = task.tokenizer()
     model = zoo.build("gpt_tiny", num_layers=args.layers, d_model=args.d_model, num_heads=args.heads,
                       d_ff=4 * args.d_model, max_len=8, vocab_size=tok.vocab_size,
-                      positions=args.positions)
+                      positions=args.positions, init={"scheme": "normal", "std": args.init_std})
     cfg = TrainConfig(steps=args.steps, lr=args.lr, weight_decay=args.wd, warmup=args.warmup,
                       min_lr_ratio=1.0, beta1=0.9, beta2=0.98, batch_size=max(1, args.batch),
                       weight_decay_scope=args.scope).validate()
@@ -84,6 +85,9 @@ def main():
                     "0 = full batch (every training pair once per step)")
     ap.add_argument("--scope", default="matrices", choices=("matrices", "all"),
                     help="what weight decay applies to (train.weight_decay_scope)")
+    ap.add_argument("--init-std", type=float, default=0.02,
+                    help="std of the normal initialisation (spec init: {std: ...}); zoo's default 0.02, "
+                    "TransformerLens' 0.8/sqrt(d_model) = 0.071 at d_model 128 (Nanda et al.'s model)")
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
