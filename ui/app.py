@@ -91,7 +91,7 @@ def build_app(lang: str = "en") -> Any:
         lang_state = gr.State(tr.lang)
         switch = _header(tr)
         parts = _tabs(tr, lang_state)
-        _wire_saved_models(parts)
+        _wire_saved_models(parts, lang_state)
         _wire_language(tr, switch, lang_state)
     demo.queue(default_concurrency_limit=DEFAULT_CONCURRENCY, max_size=QUEUE_MAX)
     demo.zoo_translator = tr
@@ -125,15 +125,16 @@ def _tabs(tr, lang_state) -> dict[str, dict]:
     return parts
 
 
-def _wire_saved_models(parts: dict[str, dict]) -> None:
-    """A model saved in Build appears at once in the checkpoint lists of the other tabs."""
+def _wire_saved_models(parts: dict[str, dict], lang_state) -> None:
+    """A model saved in Build appears at once in the checkpoint lists of the other tabs (the page's
+    language goes along, so that a refusal of the lists' values reads in it)."""
     import gradio as gr
 
     from .common import checkpoint_names, handler
     from .compare_tab import sources
 
     @handler
-    def refresh_lists(run_now, inspect_now, a_now, b_now):
+    def refresh_lists(run_now, inspect_now, a_now, b_now, lang=None):
         names, srcs = checkpoint_names(), sources()
         keep = lambda cur, opts: cur if cur in opts else (opts[0] if opts else None)  # noqa: E731
         return (gr.update(choices=names, value=keep(run_now, names)),
@@ -143,8 +144,9 @@ def _wire_saved_models(parts: dict[str, dict]) -> None:
 
     lists = [parts["tab-run"]["checkpoint"], parts["tab-inspect"]["checkpoint"], parts["tab-compare"]["a"],
              parts["tab-compare"]["b"]]
-    parts["tab-build"]["saved_event"].success(refresh_lists, inputs=lists, outputs=lists, api_visibility="private")
-    parts["tab-experiments"]["saved_event"].success(refresh_lists, inputs=lists, outputs=lists, api_visibility="private")
+    for tab in ("tab-build", "tab-experiments"):
+        parts[tab]["saved_event"].success(refresh_lists, inputs=lists + [lang_state], outputs=lists,
+                                          api_visibility="private")
 
 
 def _wire_language(tr, switch, lang_state) -> None:

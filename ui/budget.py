@@ -32,7 +32,7 @@ from zoo.guard import run_budget
 from zoo.guard.run_budget import human_bytes
 
 from .limits import LIMITS
-from .i18n import t, ui_error
+from .i18n import budget_why, t, ui_error
 
 
 def budget() -> tuple[float, str]:
@@ -167,7 +167,7 @@ def room_line(path: Path, lang: str = "en") -> str:
     r, nbytes = room_of(path)
     limit, why = budget()
     shown_limit = "∞" if math.isinf(limit) else human_bytes(limit)
-    line = t("budget.card", lang, weights=human_bytes(nbytes), limit=shown_limit, why=why, n=r.tokens,
+    line = t("budget.card", lang, weights=human_bytes(nbytes), limit=shown_limit, why=budget_why(why, lang), n=r.tokens,
              max_len=r.max_len, kv=human_bytes(r.kv_bytes))
     return line + (" " + cap_text(r, lang) if r.capped else "")
 

@@ -796,8 +796,9 @@ def _save_area(tr, ui: dict) -> None:
 
 
 # ---------------------------------------------------------------------- wiring
-def refill(text: str) -> list:
-    """YAML -> the form's values, in :func:`form_fields` order (unchanged while the YAML is invalid)."""
+def refill(text: str, lang: str | None = None) -> list:
+    """YAML -> the form's values, in :func:`form_fields` order (unchanged while the YAML is invalid);
+    ``lang``: the page's language, in which :func:`~zoo.ui.common.handler` words a refusal."""
     import gradio as gr
 
     vals = form_values(text)
@@ -819,7 +820,7 @@ def _wire_form(ui: dict, lang_state) -> None:
         w.input(handler(on_field), inputs=[w, code, lang_state], outputs=[code], show_progress="hidden",
                 api_visibility="private")
     form = [fields[f] for f in form_fields()]
-    gr.on([code.input, code.blur], handler(refill), inputs=[code], outputs=form, show_progress="hidden",
+    gr.on([code.input, code.blur], handler(refill), inputs=[code, lang_state], outputs=form, show_progress="hidden",
           api_visibility="private", trigger_mode="always_last")
 
     def on_load(name, lang=None):

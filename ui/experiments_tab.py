@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import math
 import re
 import shutil
@@ -27,10 +28,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, internal_error
 
-from .common import error_box, error_markdown, handler, inline_errors, runs_dir
+from .common import error_again, error_box, error_markdown, error_record, handler, inline_errors, runs_dir
 from .i18n import t, ui_error
+
+log = logging.getLogger(__name__)
 
 #: runs started by this process: folder name -> {"thread", "error", "events"}
 _JOBS: dict[str, dict] = {}
@@ -158,8 +161,9 @@ def start(text: str, lang: str = "en", jobs: int | None = None) -> str:
                 ze.run(exp, out=out, jobs=jobs, quick=True, progress=job["events"].append)
             except ZooError as exc:
                 job["error"] = exc
-            except Exception as exc:  # noqa: BLE001 - reported in the tab, logged by the thread
-                job["error"] = ZooError(f"{type(exc).__name__}: {str(exc)[:200]}", where=name)
+            except Exception as exc:  # noqa: BLE001 - a bug: reported in the tab as an internal error
+                log.exception("experiment %s failed", name)  # in the page's language, its kind only
+                job["error"] = internal_error(exc, where=name)
 
         job["thread"] = threading.Thread(target=work, name=f"zoo-ui-{name}", daemon=True)
         _JOBS[name] = job
@@ -233,8 +237,8 @@ def table_rows(res, lang: str = "en") -> list[list]:
 def status_text(name: str, res, lang: str = "en") -> str:
     """Where the run stands, naming its folder relative to the runs directory."""
     job = _JOBS.get(name or "")
-    if job and job["error"] is not None:
-        return error_markdown(job["error"], lang)
+    if job and job["error"] is not None:  # the user's mistake worded from its id; a bug as "went wrong"
+        return error_again(lang, error_record(job["error"]))
     if res is None:
         return t("exp.starting", lang, folder=name) if name else ""
     done = sum(tr.status == "done" for tr in res.trials)

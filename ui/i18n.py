@@ -233,6 +233,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "run.no_tokenizer_fix": ("train it with a tokenizer (see `zoo train`) or choose a shipped checkpoint",
                              "请带分词器训练它（见 `zoo train`），或选择自带的检查点"),
     "run.contract": ("input: {text}", "输入约定：{text}"),
+    "run.contract_unreadable": ("input: unreadable ({problem})", "输入约定：无法读取（{problem}）"),
     # a converted checkpoint's parity line: English as zoo.convert.certificate_text words it
     "run.cert": ("Parity with {reference}: max |Δlogit| {max}, mean |Δ| {mean}, top-1 agreement {top1}% "
                  "({dtype}, {probe}; zoo {zoo}, torch {torch}, {date})",
@@ -557,6 +558,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "exp.status.running": ("training", "训练中"),
     "exp.status.done": ("done", "完成"),
     "exp.status.failed": ("failed", "失败"),
+    "exp.status.mismatched": ("not counted (its record does not match)", "不计入（记录与试验不符）"),
     "exp.col.trial": ("trial", "试验"),
     "exp.col.status": ("status", "状态"),
     "exp.col.step": ("step", "步数"),
@@ -787,9 +789,9 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "generate.nothing_to_choose": ("生成第 {step} 个新 token 时，规则 {rules} 把 {row} 的所有 token 都禁掉了：没有可选的 token",
                                    "放宽一条规则（更大的 vocab_limit、更小的 no_repeat_ngram_size、更少的 "
                                    "suppress_tokens / bad_words），或少生成一些（max_new_tokens 小于 {step}）"),
-    "chat.sandbox": ("模板试图做沙箱禁止的操作：{detail}", "请使用模型发布的模板"),
-    "chat.refused": ("模板拒绝了这段对话：{detail}", "遵守该模型的对话规则（例如 user 与 assistant 交替）"),
-    "chat.failed": ("模板在这段对话上出错：{error}: {detail}", "对照模板读取的内容检查这些消息的字段"),
+    "chat.sandbox": ("模板试图做沙箱禁止的操作：「{detail}」", "请使用模型发布的模板"),
+    "chat.refused": ("模板拒绝了这段对话：「{detail}」", "遵守该模型的对话规则（例如 user 与 assistant 交替）"),
+    "chat.failed": ("模板在这段对话上出错：{error}：「{detail}」", "对照模板读取的内容检查这些消息的字段"),
     "experiment.unknown_field": ("未知字段 {field}", None),
     "experiment.missing_field": ("缺少必填字段 '{field}'", "加上 `{field}: ...`"),
     "checkpoint.resave": (None, "请重新保存它；zoo 只读取有效的 safetensors 文件"),
@@ -873,6 +875,41 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
                                  "模型会把它们读成 <unk>", None),
     "input.alphabet": (None, "请用模型字母表中的字符"),
     "input.like": (None, "请给出类似 {example} 的文本"),
+    "experiment.task_arch": ("任务 '{task}' 训练的是 {task_arch} 模型；这个规格是 {arch}", "请改用 {task_arch} 的基础规格"),
+    "experiment.no_step": ("按这个预算，变体 {variant} 一步也训练不了（每步 {flops} FLOPs）", "请提高预算"),
+    "experiment.tune_range_run": ("tune.{key} 是一个范围，`zoo experiment run` 无法按网格扫描它",
+                                  "用 `zoo experiment tune FILE --trials N` 搜索它，或列出要扫描的值，"
+                                  "例如 {key}: [1.0e-3, 3.0e-3, 1.0e-2]"),
+    "experiment.code_changed": ("规划实验之后代码变了：「{changes}」", "再运行一次同样的命令：它会用现在的代码重新规划试验"),
+    "experiment.mismatched": ("{n} 个已完成的试验与本次运行不符：「{shown}{more}」",
+                              "传入 --rerun-mismatched（rerun_mismatched=True）重新训练它们，或换一个 --out"),
+    "experiment.trials_failed": ("{n} 个试验失败；第一个：{trial}：{cause}",
+                                 "查看结果文件夹中的 {trial}/worker.log；再运行一次同样的命令即可重试它们（已完成的试验会保留）"),
+    "experiment.out_symlink": ("结果文件夹 '{folder}' 是符号链接；zoo 不会通过链接写入", "请传入真实的文件夹"),
+    "experiment.out_not_folder": ("'{folder}' 已存在，但不是文件夹（而是文件、FIFO 或设备）", "请传入 --out 新文件夹"),
+    "experiment.record_bad": ("文件夹中的 {record} 不可用：「{reason}」", "换一个 --out，或删除这个文件夹"),
+    "experiment.other_experiment": ("这个文件夹存放的是另一个实验的结果（{name}，或设置不同的本实验）",
+                                    "换一个 --out，或删除这个文件夹"),
+    "experiment.trial_symlink": ("{folder} 是符号链接；zoo 不会通过链接写入或删除", "请删除这个链接"),
+    "results.none": ("这个文件夹里没有实验结果", "请传入 `zoo experiment run` 的 --out 文件夹"),
+    "results.record_bad": ("文件夹中的 {record} 不可用：「{reason}」", "请把实验重新运行到一个新的 --out"),
+    "results.trials_bad": ("文件夹中的 {record} 已损坏（{kind}：其中的试验不是试验记录）", "请把实验重新运行到一个新的 --out"),
+    "train.loss_nonfinite": ("第 {step} 步的损失变成了 {loss}；训练已停止且未保存；{kept}",
+                             "调低学习率（--lr）或保持梯度裁剪开启（--grad-clip），然后从保留的检查点继续训练"),
+    "train.weight_nonfinite": ("第 {step} 步：权重 {name} 变成了非有限值（{kind}）；训练已停止，未保存它",
+                               "调低学习率（--lr）或保持梯度裁剪开启（--grad-clip），然后从保留的检查点继续训练"),
+    "train.weight_nonfinite_kept": ("第 {step} 步：权重 {name} 变成了非有限值（{kind}）；训练已停止，未保存它；{kept}",
+                                    "调低学习率（--lr）或保持梯度裁剪开启（--grad-clip），然后从保留的检查点继续训练"),
+    "task.symbols": ("任务需要 {n} 个符号；最多只有 {limit} 个", "请使用最多 {room} 个符号的词表"),
+    "task.heldout_draw": ("在留出划分的一侧抽不到足够的样本", "请把留出比例设在 0.05 到 0.5 之间"),
+    "task.vocab": ("任务有 {n} 个 token，规格的 vocab_size 是 {vocab_size}", "请让词表大小与任务一致"),
+    "task.max_len": ("任务需要长为 {need} 个 token 的序列，max_len 却是 {max_len}", "在基础规格中设 max_len: {need}（或更大）"),
+    "train.tensorboard_missing": ("tensorboard=True 需要 tensorboard 包",
+                                  "pip install 'zoo-transformers[track]'（或 pip install tensorboard），或者不用 tensorboard 训练"),
+    "train.tensorboard_symlink": ("{folder} 是符号链接", "请删除它：zoo 只在运行文件夹内写入"),
+    "train.kept_step": ("'{out}' 保留着第 {saved} 步的检查点", None),
+    "train.kept_nothing": ("什么都没有保存", None),
+    "train.kept_last": ("'{out}' 保留着上一次正常的保存", None),
 }
 
 #: What the YAML parser (PyYAML) says most often, in Chinese; anything else is shown as it said it,
@@ -903,9 +940,29 @@ def yaml_problem_zh(problem: Any) -> str:
     return YAML_PROBLEMS_ZH.get(text) or f"「{text}」"
 
 
+#: How the engine says where a memory budget came from (``why`` of :func:`zoo.guard.run_budget.budget`),
+#: in Chinese; another (a process limit, a GPU: with figures) is quoted in 「」 by :func:`budget_why`.
+BUDGET_WHY_ZH = {
+    "available memory on cpu": "本机 CPU 当前的可用内存",
+    "free memory on cpu": "本机 CPU 当前的空闲内存",
+    "no limit (memory size unknown)": "不设上限（内存大小未知）",
+    "zoo.guard.run_budget.BUDGET": "由 `zoo.guard.run_budget.BUDGET` 设定",
+    "the budget you set": "你设定的预算",
+}
+
+
+def budget_why(why: Any, lang: Any = DEFAULT) -> str:
+    """Where a memory budget came from, in ``lang`` (English: as the engine says it)."""
+    text = str(why)
+    if lang_code(lang) != "zh":
+        return text
+    return BUDGET_WHY_ZH.get(text) or f"「{text}」"
+
+
 #: Parameters whose value is itself a word to translate: a component family (``attention``), the
-#: YAML parser's problem.
-_WORDS_ZH = {"family": lambda word: family_word_zh(str(word)), "problem": yaml_problem_zh}
+#: YAML parser's problem, where a memory budget came from.
+_WORDS_ZH = {"family": lambda word: family_word_zh(str(word)), "problem": yaml_problem_zh,
+             "why": lambda why: budget_why(why, "zh")}
 #: The UI's own messages are :data:`STRINGS` keys; as message ids they read ``ui.KEY``.
 UI_PREFIX = "ui."
 
@@ -935,19 +992,53 @@ def error_text(exc: Any, lang: Any = DEFAULT) -> tuple[str, str | None]:
     message_id, code = getattr(exc, "message_id", None), lang_code(lang)
     params, fix_ids = getattr(exc, "params", None) or {}, tuple(getattr(exc, "fix_ids", ()))
     if message_id and message_id.startswith(UI_PREFIX):  # the UI's own: its keys, as t() words them
+        if code == "zh" and str(params.get("why")) in BUDGET_WHY_ZH:  # a memory budget's origin (ui/budget.py)
+            params = {**params, "why": BUDGET_WHY_ZH[str(params["why"])]}
+        from zoo.messages import cap  # each part as long as the English one may be (MAX_PART)
+
         fixes = [_fix_text(k[len(UI_PREFIX):], code, params) for k in fix_ids]
-        return t(message_id[len(UI_PREFIX):], code, **params), ("；" if code == "zh" else "; ").join(fixes) or None
+        return cap(t(message_id[len(UI_PREFIX):], code, **params)), cap(("；" if code == "zh" else "; ").join(fixes) or None)
     if not message_id or code != "zh":
         return what, fix
     from zoo import messages
 
-    if params.get("cause_id"):  # an error wording another (messages.cause): the inner one in Chinese too
-        inner = messages.render(params["cause_id"], params.get("cause_params") or {}, (), ERRORS_ZH,
-                                words=_WORDS_ZH, join=_join_zh)
-        params = {**params, "cause": inner[0]} if inner is not None else params
+    params = _parts_zh(params)  # a sentence inside (messages.cause / messages.part): in Chinese too
 
     done = messages.render(message_id, params, fix_ids, ERRORS_ZH, words=_WORDS_ZH, join=_join_zh)
     return done if done is not None else (what, fix)
+
+
+def _parts_zh(params: dict, depth: int = 0) -> dict:
+    """``params`` with each sentence inside the error (a param ``P`` beside ``P_id`` and
+    ``P_params``: :func:`zoo.messages.cause`, :func:`zoo.messages.part`) worded in Chinese from its
+    id -- its own inner sentences too -- or, a foreign library's own text (torch, safetensors, the
+    OS) or an id without a Chinese entry, its English quoted in 「」: a value the page shows as it
+    was raised, not a sentence left untranslated."""
+    from zoo import messages
+
+    out = dict(params)
+    for name in [k for k in params if f"{k}_id" in params and f"{k}_params" in params]:
+        inner, mid, inner_params = None, params.get(f"{name}_id"), params.get(f"{name}_params")
+        if isinstance(mid, str) and mid in ERRORS_ZH and isinstance(inner_params, dict) and depth < 4:
+            try:
+                inner = messages.render(mid, _parts_zh(inner_params, depth + 1), (), ERRORS_ZH,
+                                        words=_WORDS_ZH, join=_join_zh)
+            except (KeyError, IndexError, ValueError):  # a record whose params do not fit the id
+                inner = None
+        out[name] = inner[0] if inner is not None else f"「{params.get(name)}」"
+    return out
+
+
+def cause_text(exc: Any, lang: Any = DEFAULT) -> str:
+    """The problem of ``exc`` (a ``ZooError``) as a part of another sentence, in ``lang``: worded
+    from its id (:func:`error_text`); in Chinese, an error without a Chinese entry is its English
+    quoted in 「」 (a value shown as it was raised, not a sentence left untranslated)."""
+    what = error_text(exc, lang)[0]
+    if lang_code(lang) != "zh":
+        return what
+    message_id = getattr(exc, "message_id", None)
+    done = bool(message_id) and (message_id.startswith(UI_PREFIX) or message_id in ERRORS_ZH)
+    return what if done else f"「{what}」"
 
 
 def _fix_text(key: str, lang: Any, params: dict) -> str:

@@ -557,7 +557,8 @@ def redraw(lang: str, kept: dict | None):
 
 
 @handler
-def on_refresh(current):
+def on_refresh(current, lang=None):
+    """The checkpoint list again (``lang``: the page's language, for an error)."""
     import gradio as gr
 
     names = checkpoint_names()
@@ -572,7 +573,7 @@ def _wire_attention(ui: dict, lang_state) -> None:
                      outputs=[ui["stack"], ui["layer"], ui["head"], *error_outputs(ui["error"])],
                      api_visibility="private")
     ui["checkpoint"].change(on_checkpoint, **selectors)
-    ui["refresh"].click(on_refresh, inputs=[ui["checkpoint"]], outputs=[ui["checkpoint"]], api_visibility="private")
+    ui["refresh"].click(on_refresh, inputs=[ui["checkpoint"], lang_state], outputs=[ui["checkpoint"]], api_visibility="private")
     run = dict(inputs=[ui[k] for k in ("checkpoint", "text", "stack", "layer", "head")] + [lang_state],
                outputs=[ui[k] for k in ("grid", "maskfig", "posfig", "experts", "heat", "next", "kept")]
                + error_outputs(ui["error"]),
@@ -652,10 +653,11 @@ def calc_again(lang: str, qv, kv, vv, mv):
 
 
 @handler
-def on_mask_kind(kind, qv, kv):
-    """A mask kind chosen: a mask table of the size of the Q and K tables (3 x 3 when unreadable)."""
+def on_mask_kind(kind, qv, kv, lang=None):
+    """A mask kind chosen: a mask table of the size of the Q and K tables (3 x 3 when unreadable);
+    ``lang``: the page's language, in which a refusal reads."""
     try:
-        n, m = len(_matrix(qv, "Q", "en")), len(_matrix(kv, "K", "en"))
+        n, m = len(_matrix(qv, "Q", lang)), len(_matrix(kv, "K", lang))
     except ZooError:
         n = m = 3
     return mask_table(kind, n, m)
@@ -675,7 +677,7 @@ def _wire_calculator(c: dict, lang_state) -> None:
     for table in tables:
         table.input(on_calc, inputs=tables + [lang_state], outputs=outputs, show_progress="hidden",
                     trigger_mode="always_last", api_visibility="private")
-    c["mask_kind"].input(on_mask_kind, inputs=[c["mask_kind"], c["q"], c["k"]], outputs=[c["mask"]],
+    c["mask_kind"].input(on_mask_kind, inputs=[c["mask_kind"], c["q"], c["k"], lang_state], outputs=[c["mask"]],
                          api_visibility="private").then(
         on_calc, inputs=tables + [lang_state], outputs=outputs, api_visibility="private")
     c["reset"].click(on_reset, inputs=[lang_state], outputs=tables + [c["mask_kind"]] + outputs,

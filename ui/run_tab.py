@@ -32,7 +32,7 @@ from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoi
                      default_checkpoint, error_box, error_outputs, handler, inline_errors, load_checkpoint, raw,
                      safe_markdown, shown_paths)
 from .controls import UI_DEFAULTS, sampling_options, ui_options
-from .i18n import STRINGS, lang_code, t, ui_error
+from .i18n import STRINGS, cause_text, lang_code, t, ui_error
 
 from zoo.run.input_contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
 
@@ -75,8 +75,8 @@ def model_card(name: str, lang: str = "en") -> str:
     if contract:  # what the model accepts (zoo.run.input_contract): the same words as the card's Input section
         try:
             lines.append("- " + t("run.contract", lang, text=InputContract.from_json(contract).summary()))
-        except zoo.ZooError as exc:
-            lines.append("- " + t("run.contract", lang, text=f"unreadable ({exc.what})"))
+        except zoo.ZooError as exc:  # the engine's problem in the page's language (quoted when it has none)
+            lines.append("- " + t("run.contract_unreadable", lang, problem=cause_text(exc, lang)))
     for key, value in sorted(meta.items()):
         if key in ("zoo.extra.parity", "zoo.extra.converted_from", CONTRACT_KEY, "zoo.extra.train"):
             continue  # the certificate and contract lines above; the trainer's raw log is not a result
@@ -306,8 +306,9 @@ def _examples(tr, ui: dict, names: list[str]):
 
 
 @handler
-def pick_example(sample: list) -> tuple[str, str]:
-    """An example clicked: its checkpoint and prompt, as plain values."""
+def pick_example(sample: list, lang: str | None = None) -> tuple[str, str]:
+    """An example clicked: its checkpoint and prompt, as plain values (``lang``: the page's
+    language, in which a refusal of ``sample`` reads)."""
     name, prompt = (list(sample) + ["", ""])[:2]
     return str(name), str(prompt)
 
@@ -507,7 +508,8 @@ SHOW_OUTPUT_JS = """() => { const el = document.querySelector('#run-error') || d
 
 
 @handler
-def on_refresh(current):
+def on_refresh(current, lang=None):
+    """The checkpoint list again (``lang``: the page's language, for an error)."""
     import gradio as gr
 
     names = checkpoint_names()
@@ -529,7 +531,7 @@ def _wire(ui: dict, lang_state, tr) -> None:
                           *[ui[name] for name, _ in ui_options() if name != "max_new_tokens"], *error_outputs(error)],
                  api_visibility="private")
     if examples is not None:  # one click: pick the checkpoint (card, limits), then run with the defaults
-        picked = examples.click(pick_example, inputs=[examples], outputs=[ckpt, ui["prompt"]],
+        picked = examples.click(pick_example, inputs=[examples, lang_state], outputs=[ckpt, ui["prompt"]],
                                 api_visibility="private")
         example_run = picked.then(
             on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], *error_outputs(error)],
@@ -538,7 +540,7 @@ def _wire(ui: dict, lang_state, tr) -> None:
             fresh_run, **fresh).then(None, js=SHOW_OUTPUT_JS).then(run_ui, inputs=inputs, outputs=outputs, **generate)
         example_run.then(None, js=SHOW_OUTPUT_JS)  # once more: the card and table may have moved it
         runs.append(example_run)  # (a js-only event is not queued, so it cannot be cancelled)
-    ui["refresh"].click(on_refresh, inputs=[ckpt], outputs=[ckpt], api_visibility="private")
+    ui["refresh"].click(on_refresh, inputs=[ckpt, lang_state], outputs=[ckpt], api_visibility="private")
     ckpt.change(on_checkpoint, inputs=[ckpt, lang_state], outputs=[card, ui["max_new_tokens"], *error_outputs(error)],
                 api_visibility="private")
     # a language switch: the card's own lines, and the last run's table and lines, in the new language

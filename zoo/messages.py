@@ -260,15 +260,86 @@ MESSAGES: dict[str, Message] = {
         "model would read them as <unk>"),
     "input.alphabet": Message(fix="give text in the model's alphabet"),
     "input.like": Message(fix="give text like {example}"),
+    # ---------------------------------------------------------------- running an experiment
+    "experiment.task_arch": Message("task '{task}' trains {task_arch} models; this spec is {arch}",
+                                    "use a {task_arch} base spec"),
+    "experiment.no_step": Message("the budget gives variant {variant} no training step ({flops} FLOPs per step)",
+                                  "raise the budget"),
+    "experiment.tune_range_run": Message(
+        "tune.{key} is a range, which `zoo experiment run` cannot sweep",
+        "search it with `zoo experiment tune FILE --trials N`, or list the values to sweep, e.g. "
+        "{key}: [1.0e-3, 3.0e-3, 1.0e-2]"),
+    "experiment.code_changed": Message("the code changed since the experiment was planned: {changes}",
+                                       "rerun the same command: it plans the trials again with this code"),
+    "experiment.mismatched": Message(
+        "{n} finished trial(s) do not match this run: {shown}{more}",
+        "pass --rerun-mismatched (rerun_mismatched=True) to train them again, or another --out"),
+    "experiment.trials_failed": Message(
+        "{n} trial(s) failed; first: {trial}: {cause}",
+        "see {trial}/worker.log in the results folder; rerun the same command to retry them (finished "
+        "trials are kept)"),
+    "experiment.out_symlink": Message("the results folder '{folder}' is a symlink; zoo does not write through links",
+                                      "pass a real folder"),
+    "experiment.out_not_folder": Message("'{folder}' exists and is not a folder (a file, a FIFO or a device)",
+                                         "pass --out NEW_FOLDER"),
+    "experiment.record_bad": Message("the folder's {record} is {reason}", "pass another --out, or delete the folder"),
+    "experiment.other_experiment": Message(
+        "the folder holds the results of another experiment ({name}, or this one with other settings)",
+        "pass another --out, or delete the folder"),
+    "experiment.trial_symlink": Message("{folder} is a symlink; zoo does not write or delete through links",
+                                        "remove the link"),
+    "results.none": Message("no experiment results in this folder", "pass the --out folder of `zoo experiment run`"),
+    "results.record_bad": Message("the folder's {record} is {reason}", "run the experiment again into a new --out"),
+    "results.trials_bad": Message("the folder's {record} is damaged ({kind}: its trials are not trial records)",
+                                  "run the experiment again into a new --out"),
+    # ---------------------------------------------------------------- training
+    "train.loss_nonfinite": Message(
+        "the loss became {loss} at step {step}; the run stopped without saving; {kept}",
+        "lower the learning rate (--lr) or keep gradient clipping on (--grad-clip), then resume from the "
+        "kept checkpoint"),
+    "train.weight_nonfinite": Message(
+        "step {step}: the weight {name} became non-finite ({kind}); the run stopped without saving it",
+        "lower the learning rate (--lr) or keep gradient clipping on (--grad-clip), then resume from the "
+        "kept checkpoint"),
+    "train.weight_nonfinite_kept": Message(
+        "step {step}: the weight {name} became non-finite ({kind}); the run stopped without saving it; {kept}",
+        "lower the learning rate (--lr) or keep gradient clipping on (--grad-clip), then resume from the "
+        "kept checkpoint"),
+    "task.symbols": Message("a task needs {n} symbols; at most {limit} exist", "use a vocabulary of at most {room}"),
+    "task.heldout_draw": Message("could not draw enough examples on one side of the held-out split",
+                                 "use a held-out fraction between 0.05 and 0.5"),
+    "task.vocab": Message("the task has {n} tokens, the spec's vocab_size is {vocab_size}", "fit the vocabulary"),
+    "task.max_len": Message("the task needs sequences of {need} tokens, max_len is {max_len}",
+                            "set max_len: {need} (or more) in the base spec"),
+    "train.tensorboard_missing": Message(
+        "tensorboard=True needs the tensorboard package",
+        "pip install 'zoo-transformers[track]' (or pip install tensorboard), or train without tensorboard"),
+    "train.tensorboard_symlink": Message("{folder} is a symlink", "remove it: zoo writes only inside the run folder"),
+    "train.kept_step": Message("'{out}' keeps the checkpoint of step {saved}"),
+    "train.kept_nothing": Message("nothing was saved"),
+    "train.kept_last": Message("'{out}' keeps its last good save"),
 }
 
 
-def cause(exc: Any) -> dict[str, Any]:
+def cause(exc: Any, name: str = "cause") -> dict[str, Any]:
     """The params of an error that words another (``"corrupt or truncated checkpoint: {cause}"``):
     ``cause``, the inner error's English, and ``cause_id`` / ``cause_params``, from which a front end
-    words the inner error in its own language (``zoo.ui.i18n.error_text``)."""
-    return {"cause": getattr(exc, "what", None) or str(exc), "cause_id": getattr(exc, "message_id", None),
-            "cause_params": dict(getattr(exc, "params", None) or {})}
+    words the inner error in its own language (``zoo.ui.i18n.error_text``).  ``exc``: a ``ZooError``,
+    a foreign exception (torch's, safetensors', the OS's: its own text, ``cause_id`` None, which a
+    front end shows quoted), or a mapping with ``what`` / ``message_id`` / ``params`` (a record of
+    one, e.g. a worker's).  ``name``: the parameter (``cause``)."""
+    get = exc.get if isinstance(exc, Mapping) else (lambda key, default=None: getattr(exc, key, default))
+    return {name: get("what", None) or str(exc), f"{name}_id": get("message_id", None),
+            f"{name}_params": dict(get("params", None) or {})}
+
+
+def part(name: str, message_id: str, **params: Any) -> dict[str, Any]:
+    """The params of a sentence inside another, worded from its own id: ``{name}`` the English
+    ``what`` of ``message_id`` with ``params``, ``{name}_id`` and ``{name}_params`` for a front end to
+    word it again (``part("kept", "train.kept_step", out=..., saved=3)``: the ``{kept}`` of
+    ``train.loss_nonfinite``).  As :func:`cause`, but for one of the catalogue's own sentences."""
+    what, _ = render(message_id, params, ())
+    return {name: what, f"{name}_id": message_id, f"{name}_params": dict(params)}
 
 
 def add(message_id: str, what: str | None = None, fix: str | None = None) -> None:

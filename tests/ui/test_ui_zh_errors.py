@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -184,7 +185,79 @@ EXPERIMENT_EDITS = [
     ("budget: {steps: 300}", "budget: {steps: 300, params_tolerance: 0.1}"),
     ("train: {batch_size: 32,", "train: {steps: 10, batch_size: 32,"),
     ("seeds: 3\n", "seeds: 3\ntune: {train.lr: [1.0e-3, 3.0e-3], select: nope}\n"),
+    ("seeds: 3\n", "seeds: 3\ntune: {train.lr: {low: 1.0e-4, high: 1.0e-2}}\n"),  # a range: no grid to run
+    ("budget: {steps: 300}\nmetrics: [entropy_init, acc, gen_exact, eval_loss]\nquick: {seeds: 3, budget: {steps: 30}",
+     "budget: {flops: 1000}\nmetrics: [entropy_init, acc, gen_exact, eval_loss]\nquick: {seeds: 3, budget: {flops: 1000}"),
+    # ^ a budget too small for one training step
+    ("base: {preset: gpt_tiny,", "base: {preset: bert_tiny,"),                     # an encoder for a decoder task
 ]
+#: a one-trial, three-step experiment the walk runs from the Experiments tab (seconds): ``{name}``
+#: names its runs folder, ``{length}`` its copy task (12 needs sequences longer than max_len 16:
+#: the trial fails inside its worker, mid-run)
+TINY_EXPERIMENT = """name: zh_walk_{name}
+base: {{preset: gpt_tiny, num_layers: 1, d_model: 16, num_heads: 2, d_ff: 32, max_len: 16}}
+variants: [{{name: a, set: {{}}}}]
+seeds: 1
+task: {{kind: copy, length: {length}, vocab: 8}}
+train: {{batch_size: 4, lr: 1.0e-3, warmup: 0, eval_every: 2, save_every: 2, log_every: 1}}
+budget: {{steps: 3}}
+"""
+
+
+def _out_is_a_file(exp, out):
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.exists():
+        out.write_text("not a folder", encoding="utf-8")
+
+
+def _out_is_a_link(exp, out):
+    target = out.parent / "zh_walk_target"
+    target.mkdir(parents=True, exist_ok=True)
+    if not os.path.lexists(out):
+        out.symlink_to(target, target_is_directory=True)
+
+
+def _record(text):
+    def write(exp, out):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "experiment.json").write_text(text, encoding="utf-8")
+    return write
+
+
+def _foreign_result(exp, out):
+    """A finished-looking trial whose result.json is another trial's: the run refuses to count it."""
+    import zoo.experiment as ze
+
+    (out / "experiment.json").unlink(missing_ok=True)
+    folder = ze.plan(exp)[0].folder(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "result.json").write_text('{"key": "another trial"}', encoding="utf-8")
+
+
+#: (name, task length, what is done to its runs folder first): each run the Experiments tab starts
+#: and the refusal or failure its status line then shows
+EXPERIMENT_RUNS = [
+    ("midrun", 12, None),                                             # a trial fails in its worker
+    ("file", 4, _out_is_a_file),                                      # the results folder is a file
+    ("link", 4, _out_is_a_link),                                      # ... a symlink
+    ("damaged", 4, _record("not json")),                              # its record is damaged
+    ("other", 4, _record('{"name": "other", "fingerprint": "x"}')),   # another experiment's
+    ("mismatch", 4, _foreign_result),                                 # a trial not counted
+]
+
+
+def run_experiment(name: str, length: int, prepare, lang: str) -> None:
+    """Start :data:`TINY_EXPERIMENT` as the tab's Run button does (``prepare`` its runs folder
+    first), wait for the run to end and draw its status as the tab's timer does."""
+    from zoo.ui import experiments_tab as et
+
+    text = TINY_EXPERIMENT.format(name=name, length=length)
+    exp = et._load(text)
+    if prepare is not None:
+        prepare(exp, et.runs_dir() / et.folder_name(exp))
+    started = et.start(text, lang)
+    et._JOBS[started]["thread"].join(HANG_S - 10)  # within the walk's alarm (a run: ~10 s)
+    et.poll(started, lang)
 #: the Run tab's generation controls, in ``run_tab.ui_options()`` order: max_new_tokens, temperature,
 #: top_k, top_p, repetition_penalty, seed, num_beams, length_penalty, no_repeat_ngram_size
 GOOD_OPTIONS = (8, 0.8, 40, 0.95, 1.0, 0, 1, 1.0, 0)
@@ -208,6 +281,7 @@ def realistic(lang: str, ckpts: list[str]):
         calls.append((experiments_tab.validate, (exp_text.replace(old, new, 1), lang)))
     calls += [(experiments_tab.validate, (text, lang)) for text in ("", "nope_exp", "a: [\n", "- 1\n")]
     calls += [(experiments_tab.shipped_report, ("nope", lang)), (experiments_tab.open_trial, ("nope", "t0", lang))]
+    calls += [(run_experiment, (*run, lang)) for run in EXPERIMENT_RUNS]
     for name in ["nope_checkpoint", "../etc", "", *ckpts]:
         calls.append((run_tab.on_checkpoint, (name, lang)))
         for prompt in BAD_PROMPTS:
@@ -257,17 +331,26 @@ def translated(message_id: str | None) -> bool:
     return bool(message_id) and (message_id.startswith(i18n.UI_PREFIX) or message_id in i18n.ERRORS_ZH)
 
 
+#: a quoted value (the first pass of :func:`english_left`: a path rule of CODE starting earlier in a
+#: run of Chinese characters would otherwise swallow the opening 「 and leave the value's words)
+QUOTED = re.compile(r"「[^」]*」|‘[^’]*’|`[^`]*`")
+
+
 def english_left(text: str | None) -> list[str]:
     """The English sentences of ``text`` outside quoted values and code."""
-    return ENGLISH.findall(CODE.sub(" ", text or ""))
+    return ENGLISH.findall(CODE.sub(" ", QUOTED.sub(" ", text or "")))
 
 
 def walk(app, lang: str, ckpts: list[str], *, fuzz: bool = True, one_at_a_time: bool = False,
-         monkeypatch=None) -> list[dict]:
-    """Every distinct ZooError the app shows in ``lang``: the realistic mistakes, then (``fuzz``)
-    every handler with each hostile value in every argument, the language argument kept, and
-    (``one_at_a_time``, minutes: the script's ``--deep``) each hostile value in one argument with the
-    others as the page starts."""
+         monkeypatch=None, verbose: bool = False, mistakes: bool = True, hostile=None, single=None,
+         skip=frozenset()) -> list[dict]:
+    """Every distinct ZooError the app shows in ``lang``: the realistic mistakes (``mistakes``), then
+    (``fuzz``) every handler with each hostile value (``hostile``, default :data:`HOSTILE`) in every
+    argument, the language argument kept, and (``one_at_a_time``, minutes: the script's ``--deep``)
+    each value of ``single`` (default :data:`ONE_AT_A_TIME`) in one argument with the others as the
+    page starts.  ``skip``: handler keys not fuzzed (besides :data:`SKIP`)."""
+    hostile = HOSTILE if hostile is None else hostile
+    single = ONE_AT_A_TIME if single is None else single
     from zoo.ui import i18n
 
     shown = Shown()
@@ -282,20 +365,24 @@ def walk(app, lang: str, ckpts: list[str], *, fuzz: bool = True, one_at_a_time: 
             if bf.fn is not None:
                 fns.setdefault(_key(bf.fn), (bf.fn, len(bf.inputs), _defaults(bf)))
         by_name = {k.rsplit(".", 1)[-1]: fn for k, (fn, _, _) in fns.items()}
-        for fn, args in realistic(lang, ckpts):
+        for fn, args in realistic(lang, ckpts) if mistakes else []:
             _call(by_name[fn] if isinstance(fn, str) else fn, list(args))
         if fuzz:
             for key, (fn, n, base) in fns.items():
-                if key in SKIP:
+                if key in SKIP or key in skip:
                     continue
                 at = _lang_index(fn)
-                cases = [[h] * n for h in (HOSTILE[:1] if key in ONCE else HOSTILE)]
+                cases = [[h] * n for h in (hostile[:1] if key in ONCE else hostile)]
                 if key not in ONCE and one_at_a_time:  # one argument hostile, the others as the page starts
-                    cases += [base[:i] + [h] + base[i + 1:] for i in range(n) for h in ONE_AT_A_TIME if i != at]
+                    cases += [base[:i] + [h] + base[i + 1:] for i in range(n) for h in single if i != at]
+                began = time.monotonic()
                 for args in cases:
                     if at is not None and at < n:
                         args[at] = lang
                     _call(fn, args)
+                if verbose:
+                    print(f"fuzzed {key}: {len(cases)} calls, {time.monotonic() - began:.1f} s", file=sys.stderr,
+                          flush=True)
     finally:
         if monkeypatch is None:
             i18n.error_text = real
@@ -337,7 +424,9 @@ def test_every_error_a_tab_shows_reads_in_chinese(app, monkeypatch):
     ids = {e["id"] for e in found}
     reached = {"yaml.duplicate_key", "yaml.invalid_at", "experiment.range_order", "experiment.unknown_metric",
                "threshold.not_mapping", "checkpoint.corrupt", "manifest.malformed", "input.unknown_characters",
-               "option.number_in", "ui.err.arg_str"}
+               "option.number_in", "ui.err.arg_str", "experiment.trials_failed", "experiment.out_not_folder",
+               "experiment.out_symlink", "experiment.record_bad", "experiment.other_experiment",
+               "experiment.mismatched", "experiment.tune_range_run", "experiment.no_step", "experiment.task_arch"}
     assert reached <= ids, f"the walk no longer reaches {sorted(reached - ids)}"
     texts = {(e["where"], e["what"], e["fix"]) for e in found}  # known values, in Chinese
     assert ("experiment", "重复的键 'task'（第 25 行）", "两项只保留一项") in texts
@@ -345,6 +434,122 @@ def test_every_error_a_tab_shows_reads_in_chinese(app, monkeypatch):
             "交换两者；或不调这一项，把那一个值写在 train: / base: 中") in texts
     assert any(e["id"] == "checkpoint.corrupt" and e["what"].startswith("检查点损坏或被截断：文件头长度 ")
                for e in found)  # the inner error worded in Chinese too (messages.cause)
+    # a trial failing inside its worker process: its own error worded from the id the worker recorded
+    assert ("experiment zh_walk_midrun", "1 个试验失败；第一个：a/seed0：任务需要长为 24 个 token 的序列，max_len 却是 16",
+            "查看结果文件夹中的 a/seed0/worker.log；再运行一次同样的命令即可重试它们（已完成的试验会保留）") in texts
+
+
+def test_a_failed_experiment_run_reads_in_chinese_and_an_internal_one_names_only_its_kind(app, monkeypatch):
+    """The Experiments tab's status line: a run that fails inside zoo with a bug (not a ZooError) says
+    "went wrong inside zoo" in the page's language -- it once put the exception's English there."""
+    import zoo.experiment as ze
+    from zoo.ui import experiments_tab as et
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("an English sentence of a bug")
+
+    monkeypatch.setattr(ze, "run", broken)
+    text = TINY_EXPERIMENT.format(name="internal", length=4)
+    name = et.start(text, "zh")
+    et._JOBS[name]["thread"].join(30)
+    zh = et.poll(name, "zh")["status"]
+    assert "zoo 内部出错（RuntimeError）" in zh and not english_left(zh), zh
+    assert "an English sentence" not in zh and "an English sentence" not in et.poll(name, "en")["status"]
+    assert "Something went wrong inside zoo (RuntimeError)" in et.poll(name, "en")["status"]
+
+
+def test_an_unreadable_input_contract_reads_in_chinese_on_the_card(tmp_path, monkeypatch):
+    """Run's card of a checkpoint whose stored input contract is damaged: the note is the page's
+    language, the engine's own words quoted (they had no id)."""
+    import zoo
+    from zoo.ui import run_tab
+
+    model = zoo.build("gpt_tiny", seed=0, vocab_size=64, num_layers=1, d_model=32, num_heads=4, d_ff=64,
+                      max_len=32, name="ui_badcontract")
+    zoo.save(model, tmp_path / "ui_badcontract", metadata={"input_contract": "not json"})
+    monkeypatch.setenv("ZOO_CHECKPOINTS", str(tmp_path))
+    zh = run_tab.model_card("ui_badcontract", "zh")
+    line = next(ln for ln in zh.splitlines() if ln.startswith("- 输入约定"))
+    assert line.startswith("- 输入约定：无法读取（「") and not english_left(line), line
+    en = run_tab.model_card("ui_badcontract", "en")
+    assert any(ln.startswith("- input: unreadable (the input contract is not JSON") for ln in en.splitlines()), en
+    size = next(ln for ln in zh.splitlines() if ln.startswith("- 大小"))  # the budget's origin too
+    assert not english_left(size), size
+
+
+def test_a_foreign_cause_is_quoted_and_an_inner_sentence_worded():
+    """``checkpoint.corrupt`` whose cause is a foreign library's English (torch, safetensors, the OS:
+    no id) shows it quoted in 「」 under 中文; a sentence inside another (the trainer's "kept"
+    checkpoint, :func:`zoo.messages.part`) is worded from its own id."""
+    import torch
+
+    import zoo
+    from zoo import messages
+    from zoo.errors import CheckpointError, TrainError
+    from zoo.train.state import check_finite
+    from zoo.ui import i18n
+
+    exc = CheckpointError.of("checkpoint.corrupt", **messages.cause(OSError(5, "Input/output error")))
+    assert exc.what == "corrupt or truncated checkpoint: [Errno 5] Input/output error"
+    what, _ = i18n.error_text(exc, "zh")
+    assert what == "检查点损坏或被截断：「[Errno 5] Input/output error」" and not english_left(what)
+    model = zoo.build("gpt_tiny", seed=0, vocab_size=32, num_layers=1, d_model=16, num_heads=2, d_ff=32, max_len=16)
+    with torch.no_grad():
+        model.lm_head.weight[0, 0] = float("nan")
+    with pytest.raises(TrainError) as info:
+        check_finite(model, 7, kept=messages.part("kept", "train.kept_step", out="runs/x", saved=5))
+    err = info.value
+    name = err.params["name"]
+    assert err.what == (f"step 7: the weight {name} became non-finite (NaN); the run stopped without saving it; "
+                        "'runs/x' keeps the checkpoint of step 5")  # the English as before the ids
+    what, fix = i18n.error_text(err, "zh")
+    assert what == f"第 7 步：权重 {name} 变成了非有限值（NaN）；训练已停止，未保存它；'runs/x' 保留着第 5 步的检查点"
+    assert not english_left(what) and not english_left(fix), (what, fix)
+
+
+#: handlers that take no page language, each with why: their inputs are not the page's, or they
+#: show no text (gradio's own machinery; the switch, whose input *is* the language)
+NO_LANGUAGE = {
+    "gradio.renderable:Renderable.apply": "gradio's own @gr.render machinery",
+    "zoo.ui.app:_wire_language.<locals>.on_switch": "the language switch: its input is the language",
+    "zoo.ui.run_tab:fits_checkpoint": "shows or hides controls: no text, no zoo call",
+    "zoo.ui.chat_panel:clear": "empties the chat: no input, no text",
+    "zoo.ui.experiments_tab:_wire.<locals>.<lambda>": "shows the report's note: no input",
+}
+
+
+def test_every_handler_gets_the_page_language(app):
+    """Each handler that can show a message gets the page's language state, so a refusal of what it
+    was sent reads in 中文 (``refill``, ``pick_example``, ``on_mask_kind``, ``refresh_lists`` and the
+    two refresh buttons once got none and answered in English)."""
+    demo, _ = app
+    states, missing = set(), []
+    for bf in demo.fns.values():
+        if bf.fn is None or _key(bf.fn) in NO_LANGUAGE:
+            continue
+        at = _lang_index(bf.fn)
+        if at is None or at >= len(bf.inputs):
+            missing.append(_key(bf.fn))
+            continue
+        if isinstance(bf.inputs[at], gr.State):
+            states.add(id(bf.inputs[at]))
+        else:  # an HTTP endpoint (gr.api): the client names its language as an argument
+            assert type(bf.inputs[at]).__name__ == "Api", (_key(bf.fn), bf.inputs[at])
+    assert not missing, missing
+    assert len(states) == 1, f"the handlers' language comes from {len(states)} states, not the page's one"
+
+
+@pytest.mark.parametrize("key,args", [
+    ("zoo.ui.build_tab:refill", (12345, "zh")),
+    ("zoo.ui.run_tab:pick_example", ("not a list", "zh")),
+])
+def test_the_handlers_that_had_no_language_refuse_in_chinese(app, key, args):
+    demo, _ = app
+    fn = next(bf.fn for bf in demo.fns.values() if bf.fn is not None and _key(bf.fn) == key)
+    with pytest.raises(gr.Error) as info:
+        fn(*args)
+    text = str(info.value.message)
+    assert re.search(r"[\u4e00-\u9fff]", text) and not english_left(re.sub(r"<[^>]+>", " ", text)), text
 
 
 #: (where, problem, fix) the English page showed before these errors had message ids, word for word
@@ -409,7 +614,8 @@ if __name__ == "__main__":  # the collection: what the walk finds, in 中文
     os.environ["ZOO_CHECKPOINTS"], os.environ["ZOO_RUNS"] = str(d / "ckpts"), str(d / "runs")
     from zoo.ui.app import build_app
 
-    found = walk(build_app(), "zh", sorted(made), fuzz="--no-fuzz" not in sys.argv, one_at_a_time="--deep" in sys.argv)
+    found = walk(build_app(), "zh", sorted(made), fuzz="--no-fuzz" not in sys.argv, one_at_a_time="--deep" in sys.argv,
+                 verbose="-v" in sys.argv)
     bad = [e for e in found if english_left(e["what"]) or english_left(e["fix"]) or not translated(e["id"])]
     print(f"{len(found)} distinct errors shown, {sum(1 for e in found if not e['id'])} without an id, "
           f"{len(bad)} still English")

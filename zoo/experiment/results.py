@@ -94,19 +94,17 @@ class Results:
     def from_dir(cls, out: str | os.PathLike) -> "Results":
         f = Path(out) / EXPERIMENT
         if not os.path.lexists(f):
-            raise ZooError("no experiment results in this folder", where=str(Path(out).name),
-                           fix="pass the --out folder of `zoo experiment run`")
+            raise ZooError.of("results.none", where=str(Path(out).name))
         plan, why = read_record(f)
         if plan is None or not isinstance(plan.get("trials"), list) or not isinstance(plan.get("name"), str) \
                 or not isinstance(plan.get("experiment"), dict):
-            raise ZooError(f"the folder's {EXPERIMENT} is {why or 'damaged (not an experiment record)'}",
-                           where=str(Path(out).name), fix="run the experiment again into a new --out")
+            raise ZooError.of("results.record_bad", where=str(Path(out).name), record=EXPERIMENT,
+                              reason=why or "damaged (not an experiment record)")
         try:
             return cls(Path(out), plan)
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
-            raise ZooError(f"the folder's {EXPERIMENT} is damaged ({type(exc).__name__}: its trials "
-                           "are not trial records)", where=str(Path(out).name),
-                           fix="run the experiment again into a new --out") from exc
+            raise ZooError.of("results.trials_bad", where=str(Path(out).name), record=EXPERIMENT,
+                              kind=type(exc).__name__) from exc
 
     def refresh(self) -> "Results":
         """Re-read every trial's files (cheap: call it to poll a running experiment)."""

@@ -37,10 +37,12 @@ from typing import Any, Callable
 
 import torch
 
+from .. import messages
 from ..errors import ZooError
 from ..inside.costs import forward_cost
 from ..inside.trace import trace
 from ..components import FAMILIES
+from ..guard.files import clip
 from ..guard.transaction import lock, target, write_file
 from ..io.checkpoint import atomic_write
 from ..model.build import build
@@ -108,8 +110,8 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
         task = get_task(exp.task, tparams, where=where)
         spec = resolve_spec(exp, spec_ov, where)
         if spec.arch != task.arch:
-            raise ExperimentError(f"task '{exp.task}' trains {task.arch} models; this spec is {spec.arch}",
-                                  where=where, fix=f"use a {task.arch} base spec")
+            raise ExperimentError.of("experiment.task_arch", where=where, task=exp.task, task_arch=task.arch,
+                                     arch=spec.arch)
         if exp.budget.params is not None:  # parameter-matched: this variant's width for the count
             fitted, _ = match_params(spec.replace(vocab_size=task.tokenizer().vocab_size), exp.budget.params,
                                      exp.budget.params_tolerance, where)
@@ -127,9 +129,8 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
         else:
             steps = int(b.flops // per_step)
         if steps < 1:
-            raise ExperimentError(f"the budget gives variant {v.name!r} no training step "
-                                  f"({per_step:.3g} FLOPs per step)", where="experiment.budget",
-                                  fix="raise the budget")
+            raise ExperimentError.of("experiment.no_step", where="experiment.budget", variant=repr(v.name),
+                                     flops=f"{per_step:.3g}")
         params = int(cost["params_bytes"] // 4)
         for s in exp.seeds:
             trials.append(Trial(variant=v.name, seed=s, spec=spec.to_dict(), train=train, task=exp.task,
@@ -147,10 +148,7 @@ def planned_variants(exp: Experiment) -> list[Variant]:
     ranges = tune_ranges(exp)
     if ranges:  # a range has no grid: only the Optuna search draws its points
         k = next(iter(ranges))
-        raise ExperimentError(f"tune.{k} is a range, which `zoo experiment run` cannot sweep",
-                              where=f"experiment.tune.{k}",
-                              fix="search it with `zoo experiment tune FILE --trials N`, or list "
-                                  f"the values to sweep, e.g. {k}: [1.0e-3, 3.0e-3, 1.0e-2]")
+        raise ExperimentError.of("experiment.tune_range_run", where=f"experiment.tune.{k}", key=k)
     return [Variant(tuned_name(v.name, c), tuple(sorted({**v.overrides, **c}.items())), v.description)
             for v in exp.variants for c in combos(exp.tune)]
 
@@ -288,9 +286,8 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
     spec = parse_spec(trial.spec)
     code = code_identity(trial.spec, trial.task)
     if trial.code and code["sources"] != trial.code.get("sources"):
-        raise ExperimentError("the code changed since the experiment was planned: "
-                              + ", ".join(code_changes(trial.code, code)), where=f"trial {trial.id}",
-                              fix="rerun the same command: it plans the trials again with this code")
+        raise ExperimentError.of("experiment.code_changed", where=f"trial {trial.id}",
+                                 changes=", ".join(code_changes(trial.code, code)))
     knobs = {**trial.train, "progress": False}
     extra: dict = {}
     if "entropy_init" in trial.metrics:  # the same initial weights the trainer starts from
@@ -322,6 +319,39 @@ def run_trial(trial: Trial, out: str | os.PathLike, threads: int | None = None) 
     text = json.dumps(record, indent=1, ensure_ascii=False)
     atomic_write(out / RESULT, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return record
+
+
+#: a failed trial's error as its worker raised it (message id and params, for a front end's language)
+FAILURE = "error.json"
+
+
+def write_failure(folder: Path, exc: ZooError) -> None:
+    """Record the ``ZooError`` a trial failed with in ``folder/error.json``: its English, message id
+    and params (:mod:`zoo.messages`), so that the experiment's "trial(s) failed" error can be worded
+    again in a front end's language (:func:`read_failure`).  Best effort: a record that cannot be
+    written leaves the worker's log line as the only account."""
+    rec = {"what": getattr(exc, "what", None) or str(exc), "message_id": getattr(exc, "message_id", None),
+           "params": dict(getattr(exc, "params", None) or {})}
+    try:
+        text = json.dumps(rec, ensure_ascii=False, default=str)
+        atomic_write(Path(folder) / FAILURE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    except (OSError, ValueError, ZooError):
+        pass
+
+
+def read_failure(folder: Path) -> dict | None:
+    """The record :func:`write_failure` left in ``folder`` for this attempt (one older than the
+    attempt's ``worker.log`` is a past attempt's: None), or None."""
+    rec, _ = read_record(Path(folder) / FAILURE)
+    if rec is None or not isinstance(rec.get("params"), dict) or not isinstance(rec.get("message_id"), (str, type(None))):
+        return None
+    try:
+        log = Path(folder) / "worker.log"
+        if log.is_file() and (Path(folder) / FAILURE).stat().st_mtime < log.stat().st_mtime - 1.0:
+            return None
+    except OSError:
+        return None
+    return {"what": str(rec.get("what") or ""), "message_id": rec["message_id"], "params": rec["params"]}
 
 
 def finished(trial: Trial, out: Path) -> dict | None:
@@ -386,12 +416,10 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
         _claim_folder(exp, trials, out)
         bad = mismatched(trials, out)
         if bad and not rerun_mismatched:
-            shown = "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:3])
-            raise ExperimentError(f"{len(bad)} finished trial(s) do not match this run: {shown}"
-                                  + (f"; and {len(bad) - 3} more" if len(bad) > 3 else ""),
-                                  where="experiment.out",
-                                  fix="pass --rerun-mismatched (rerun_mismatched=True) to train them "
-                                      "again, or another --out")
+            # cut to fit a message part whole (zoo.messages.MAX_PART), so a front end can quote it
+            shown = clip("; ".join(f"{k}: {v}" for k, v in list(bad.items())[:3]), 400)
+            raise ExperimentError.of("experiment.mismatched", where="experiment.out", n=len(bad), shown=shown,
+                                     more=f"; and {len(bad) - 3} more" if len(bad) > 3 else "")
         for t in trials:
             if t.id in bad:  # cleared: trained afresh (no resume from a state of other code)
                 _clear_trial(t, out)
@@ -409,6 +437,7 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
                     emit({"event": "done", "id": t.id})
                 except ZooError as exc:
                     failures[t.id] = str(exc)
+                    write_failure(t.folder(out), exc)  # its id and params, as a worker writes them
                     emit({"event": "failed", "id": t.id, "error": str(exc)})
         elif executor == "local":
             failures = _run_local(todo, trials, out, jobs, threads, emit, poll_s)
@@ -424,10 +453,12 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
             res.write_report()
         if failures:
             first = next(iter(failures.items()))
-            raise ZooError(f"{len(failures)} trial(s) failed; first: {first[0]}: {first[1]}",
-                           where=f"experiment {exp.name}",
-                           fix=f"see {first[0]}/worker.log in the results folder; rerun the same "
-                               "command to retry them (finished trials are kept)")
+            by_id = {t.id: t for t in trials}
+            said = read_failure(by_id[first[0]].folder(out)) if first[0] in by_id else None
+            # the trial's own error (its id and params, for a front end's language) or the worker's line
+            inner = messages.cause({**said, "what": first[1]} if said else first[1])
+            raise ZooError.of("experiment.trials_failed", where=f"experiment {exp.name}", n=len(failures),
+                              trial=first[0], **inner)
         return res
 
 
@@ -444,11 +475,9 @@ def _check_out(out: Path, jobs: Any, threads: Any) -> Path:
                                   where=f"experiment.{name}", fix=f"e.g. --{name} 2")
     if os.path.lexists(out):
         if os.path.islink(out):
-            raise ExperimentError(f"the results folder '{out.name}' is a symlink; zoo does not write "
-                                  "through links", where="experiment.out", fix="pass a real folder")
+            raise ExperimentError.of("experiment.out_symlink", where="experiment.out", folder=out.name)
         if not out.is_dir():
-            raise ExperimentError(f"'{out.name}' exists and is not a folder (a file, a FIFO or a "
-                                  "device)", where="experiment.out", fix="pass --out NEW_FOLDER")
+            raise ExperimentError.of("experiment.out_not_folder", where="experiment.out", folder=out.name)
     return out
 
 
@@ -460,12 +489,10 @@ def _claim_folder(exp: Experiment, trials: list[Trial], out: Path) -> None:
     if os.path.lexists(f):
         old, why = read_record(f)
         if old is None:
-            raise ExperimentError(f"the folder's {EXPERIMENT} is {why}", where="experiment.out",
-                                  fix="pass another --out, or delete the folder")
+            raise ExperimentError.of("experiment.record_bad", where="experiment.out", record=EXPERIMENT, reason=why)
         if old.get("fingerprint") != rec["fingerprint"]:
-            raise ExperimentError(f"the folder holds the results of another experiment "
-                                  f"({old.get('name')!r}, or this one with other settings)",
-                                  where="experiment.out", fix="pass another --out, or delete the folder")
+            raise ExperimentError.of("experiment.other_experiment", where="experiment.out",
+                                     name=repr(old.get("name")))
     out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(rec, indent=1, ensure_ascii=False)
     atomic_write(f, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
@@ -482,8 +509,7 @@ def _clear_trial(t: Trial, out: Path) -> None:
     for part in rel.parts:
         here = here / part
         if here.is_symlink():
-            raise ExperimentError(f"{rel} is a symlink; zoo does not write or delete through links",
-                                  where="experiment.out", fix="remove the link")
+            raise ExperimentError.of("experiment.trial_symlink", where="experiment.out", folder=str(rel))
     if d.is_dir():
         shutil.rmtree(d)
 

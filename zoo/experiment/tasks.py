@@ -76,8 +76,7 @@ def example_hash(ids: torch.Tensor, length: torch.Tensor | None = None) -> torch
 def symbols(n: int, offset: int = 0, where: str = "task") -> str:
     """``n`` distinct symbol characters starting at ``offset`` of :data:`SYMBOLS`."""
     if offset + n > len(SYMBOLS):
-        raise ZooError(f"a task needs {offset + n} symbols; at most {len(SYMBOLS)} exist", where=where,
-                       fix=f"use a vocabulary of at most {len(SYMBOLS) - offset}")
+        raise ZooError.of("task.symbols", where=where, n=offset + n, limit=len(SYMBOLS), room=len(SYMBOLS) - offset)
     return SYMBOLS[offset:offset + n]
 
 
@@ -154,8 +153,7 @@ class SyntheticTask(Task):
             if have >= n:
                 break
         else:
-            raise ZooError("could not draw enough examples on one side of the held-out split",
-                           where="task.heldout", fix="use a held-out fraction between 0.05 and 0.5")
+            raise ZooError.of("task.heldout_draw", where="task.heldout")
         out = {}
         for k in parts[0]:
             v0 = parts[0][k]
@@ -193,12 +191,10 @@ class SyntheticTask(Task):
         if fit_vocab and spec.vocab_size != self.tok.vocab_size:
             spec = spec.replace(vocab_size=self.tok.vocab_size)
         if self.tok.vocab_size > spec.vocab_size:
-            raise ZooError(f"the task has {self.tok.vocab_size} tokens, the spec's vocab_size is "
-                           f"{spec.vocab_size}", where="vocab_size", fix="fit the vocabulary")
+            raise ZooError.of("task.vocab", where="vocab_size", n=self.tok.vocab_size, vocab_size=spec.vocab_size)
         need = max(self.seq_len(), self.max_eval_len())
         if need > spec.max_len:
-            raise ZooError(f"the task needs sequences of {need} tokens, max_len is {spec.max_len}",
-                           where="max_len", fix=f"set max_len: {need} (or more) in the base spec")
+            raise ZooError.of("task.max_len", where="max_len", need=need, max_len=spec.max_len)
         if spec.pad_id is not None and spec.pad_id != self.tok.pad_id:
             spec = spec.replace(pad_id=self.tok.pad_id)
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ZooError
-from .run import Trial, run_trial
+from .run import FAILURE, Trial, run_trial, write_failure
 
 
 def main(argv=None) -> int:
@@ -16,10 +16,12 @@ def main(argv=None) -> int:
     path = Path(args[0])
     threads = int(args[1]) if len(args) > 1 else None
     trial = Trial.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    (path.parent / FAILURE).unlink(missing_ok=True)  # a past attempt's error is not this one's
     try:
         run_trial(trial, path.parent, threads)
     except ZooError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr, flush=True)
+        write_failure(path.parent, exc)  # its id and params: the UI words it in the page's language
         if argv is not None:
             raise
         return 2

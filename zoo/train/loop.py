@@ -45,6 +45,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..model.build import build
 from ..io.loading import checkpoint_or_spec, load
 from ..components import Tokenizer
+from .. import messages
 from ..errors import CheckpointError, DataError, TrainError, ZooError
 from ..io.checkpoint import SPEC_FILE, WEIGHTS, save
 from ..model.spec import ModelSpec, parse_spec
@@ -283,14 +284,11 @@ def _check_health(run: Run, loss: float, log: RunLog) -> None:
     longer finite -- *before* anything is saved, so the last good checkpoint in ``out`` is kept.
     (A finite loss does not prove finite weights: with ``lr=inf`` the loss of the step is computed
     before the update that turns every weight into NaN.)"""
-    kept = (f"'{run.out}' keeps the checkpoint of step {run.saved_step}" if run.saved_step
-            else "nothing was saved")
+    kept = (messages.part("kept", "train.kept_step", out=run.out, saved=run.saved_step) if run.saved_step
+            else messages.part("kept", "train.kept_nothing"))  # the sentence and its id (for the UI's 中文)
     try:
         if not math.isfinite(loss):
-            raise TrainError(f"the loss became {loss} at step {run.step}; the run stopped without "
-                             f"saving; {kept}", where="train",
-                             fix="lower the learning rate (--lr) or keep gradient clipping on "
-                                 "(--grad-clip), then resume from the kept checkpoint")
+            raise TrainError.of("train.loss_nonfinite", where="train", loss=loss, step=run.step, **kept)
         check_finite(run.net, run.step, kept=kept)
     except TrainError as exc:
         if run.dist.main:

@@ -179,13 +179,10 @@ def open_tensorboard(out: Path, resumed_at: int | None):
     try:
         from torch.utils.tensorboard import SummaryWriter  # optional: only when asked for
     except ImportError as exc:
-        raise CheckpointError("tensorboard=True needs the tensorboard package", where="train.tensorboard",
-                              fix="pip install 'zoo-transformers[track]' (or pip install tensorboard), "
-                                  "or train without tensorboard") from exc
+        raise CheckpointError.of("train.tensorboard_missing", where="train.tensorboard") from exc
     d = out / TENSORBOARD_DIR
     if d.is_symlink():
-        raise CheckpointError(f"{TENSORBOARD_DIR} is a symlink", where="train.out",
-                              fix="remove it: zoo writes only inside the run folder")
+        raise CheckpointError.of("train.tensorboard_symlink", where="train.out", folder=TENSORBOARD_DIR)
     if d.is_dir() and not resumed_at:  # a new run in the folder (overwrite): the old run's events go,
         for f in d.iterdir():          # or TensorBoard would draw both runs as one
             if f.name.startswith("events.out.tfevents.") and f.is_file() and not f.is_symlink():

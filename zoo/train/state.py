@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 
 from ..version import __version__
 from ..model.build import build
+from .. import messages
 from ..errors import CheckpointError, TrainError
 from ..guard import transaction as txn
 from ..io.checkpoint import dedupe, read_header, read_tensor, save
@@ -103,11 +104,12 @@ def check_finite(model, step: int, kept: str = "") -> None:
     for name, t in tensors:
         if not bool(torch.isfinite(t.detach()).all()):
             nan = bool(torch.isnan(t.detach()).any())
-            raise TrainError(f"step {step}: the weight {name} became non-finite "
-                             f"({'NaN' if nan else 'inf'}); the run stopped without saving it"
-                             + (f"; {kept}" if kept else ""), where="train",
-                             fix="lower the learning rate (--lr) or keep gradient clipping on "
-                                 "(--grad-clip), then resume from the kept checkpoint")
+            said = dict(step=step, name=name, kind="NaN" if nan else "inf")
+            if isinstance(kept, dict):  # the kept sentence with its id (messages.part)
+                raise TrainError.of("train.weight_nonfinite_kept", where="train", **said, **kept)
+            if kept:
+                raise TrainError.of("train.weight_nonfinite_kept", where="train", **said, kept=kept)
+            raise TrainError.of("train.weight_nonfinite", where="train", **said)
 
 
 def save_state(out: Path, model, opt, tok, cfg, spec, info, step, elapsed, tokens_seen, last,
@@ -115,7 +117,7 @@ def save_state(out: Path, model, opt, tok, cfg, spec, info, step, elapsed, token
     """Write the zoo checkpoint and the resumable trainer state as one commit of ``out`` (the
     checkpoint's files and the state's, together or not at all).  Non-finite weights are refused
     first (:func:`check_finite`): nothing is written over the last save."""
-    check_finite(model, step, kept=f"'{out}' keeps its last good save")
+    check_finite(model, step, kept=messages.part("kept", "train.kept_last", out=out))
     meta = {"step": step, "config": cfg.to_dict(), "spec": spec.to_yaml(), "tokenizer": tok_json(tok),
             "data": info, "elapsed_s": elapsed, "tokens_seen": tokens_seen,
             "lr": lr_at(max(0, step - 1), cfg), "zoo_version": __version__, "last_metrics": last,
