@@ -824,6 +824,10 @@ def _wire_form(ui: dict, lang_state) -> None:
           api_visibility="private", trigger_mode="always_last")
 
     def on_load(name, lang=None):
+        presets = zoo.list_presets()
+        if not isinstance(name, str) or name not in presets:  # the list's names only, never a path
+            raise ui_error(zoo.SpecError, "build.no_preset", fix="build.no_preset_fix", where="preset",
+                           options=presets, name=str(name)[:80])
         text = preset_yaml(name)
         return [text] + refill(text)
 

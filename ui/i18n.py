@@ -105,6 +105,8 @@ STRINGS: dict[str, tuple[str, str]] = {
                     "选择一个预设或填写表单；右侧的 YAML 随表单实时更新，直接编辑 YAML 也会同步回表单。"
                     "组件参数来自每个组件自己的配置，所以安装的第三方插件会自动出现在这里。"),
     "build.preset": ("Start from preset", "从预设开始"),
+    "build.no_preset": ("no preset named '{name}'", "没有名为 '{name}' 的预设"),
+    "build.no_preset_fix": ("pick one from the list", "请从列表中选一个"),
     "build.load": ("Load preset", "载入预设"),
     "build.arch": ("Architecture", "架构"),
     "build.name": ("Name", "名称"),

@@ -11,10 +11,12 @@ the inline notes), which the walk records: its message id, ``where`` and the tex
 
 In 中文 no shown problem or fix may hold an English sentence (three English words in a row, the
 regex of tests/ui/test_ui_zh_complete.py) outside quoted values and code; in English the text is
-the engine's English, as raised.  The tests walk the realistic mistakes (seconds); the fuzz of every
-handler takes minutes on two busy cores, so it runs as a script: ``python3 tests/ui/test_ui_zh_errors.py``
-(``--no-fuzz``: the mistakes only; ``--deep``: each hostile value in one argument too) prints each
-distinct error shown in 中文 that has no Chinese entry or still reads English.
+the engine's English, as raised.  The tests walk the realistic mistakes (seconds) and a bounded slice of
+the fuzz (:func:`test_the_handler_fuzz_shows_no_english_in_chinese`, seconds); the whole fuzz, the
+conformance kit's handler included, takes minutes, so it runs as a script: ``python3
+tests/ui/test_ui_zh_errors.py`` (``--no-fuzz``: the mistakes only; ``--deep``: each hostile value in
+one argument too; ``-v``: each handler's time) prints each distinct error shown in 中文 that has no
+Chinese entry or still reads English.
 """
 from __future__ import annotations
 
@@ -337,8 +339,11 @@ QUOTED = re.compile(r"「[^」]*」|‘[^’]*’|`[^`]*`")
 
 
 def english_left(text: str | None) -> list[str]:
-    """The English sentences of ``text`` outside quoted values and code."""
-    return ENGLISH.findall(CODE.sub(" ", QUOTED.sub(" ", text or "")))
+    """The English sentences of ``text`` outside quoted values and code (of its first 4,000
+    characters: a shown part is at most zoo.messages.MAX_PART long, and CODE's path rule takes
+    quadratic time on a long run without spaces -- a hostile 200,000-character value handed to
+    error_text as if it were an error record took minutes)."""
+    return ENGLISH.findall(CODE.sub(" ", QUOTED.sub(" ", (text or "")[:4000])))
 
 
 def walk(app, lang: str, ckpts: list[str], *, fuzz: bool = True, one_at_a_time: bool = False,
@@ -507,6 +512,19 @@ def test_a_foreign_cause_is_quoted_and_an_inner_sentence_worded():
     assert not english_left(what) and not english_left(fix), (what, fix)
 
 
+def test_a_uis_own_error_in_chinese_is_capped_like_its_english():
+    """``ZooError`` caps its English parts (zoo.messages.MAX_PART); the UI's own error worded again in
+    中文 from its key and params is capped the same (it once came back whole: 5,000 characters)."""
+    from zoo.errors import ZooError
+    from zoo.messages import MAX_PART
+    from zoo.ui.i18n import error_text, ui_error
+
+    exc = ui_error(ZooError, "build.no_preset", fix="build.no_preset_fix", where="preset", name="x" * 5000)
+    assert len(exc.what) <= MAX_PART
+    what, fix = error_text(exc, "zh")
+    assert what.startswith("没有名为 'xxx") and len(what) <= MAX_PART and fix == "请从列表中选一个"
+
+
 #: handlers that take no page language, each with why: their inputs are not the page's, or they
 #: show no text (gradio's own machinery; the switch, whose input *is* the language)
 NO_LANGUAGE = {
@@ -550,6 +568,33 @@ def test_the_handlers_that_had_no_language_refuse_in_chinese(app, key, args):
         fn(*args)
     text = str(info.value.message)
     assert re.search(r"[\u4e00-\u9fff]", text) and not english_left(re.sub(r"<[^>]+>", " ", text)), text
+
+
+#: the handlers the pytest slice of the fuzz leaves to the script: the conformance kit over every
+#: component (minutes, even refused: Verify's rows are checked by test_ui_zh_complete.py)
+FUZZ_SLICE_SKIP = {"zoo.ui.verify_tab:build.<locals>.run_kit"}
+
+
+def test_the_handler_fuzz_shows_no_english_in_chinese(app, monkeypatch):
+    """A bounded slice of the script's fuzz (``python3 tests/ui/test_ui_zh_errors.py [--deep]``):
+    every handler but the kit, every argument hostile at once, then each argument alone given four of
+    the hostile values with the others as the page starts -- whatever they show in 中文 reads in
+    中文 and has a Chinese entry, no longer than the English may be (10 s on two busy cores, so not
+    marked slow; the script does all of it, the conformance kit included)."""
+    demo, ckpts = app
+    began = time.monotonic()
+    found = walk(demo, "zh", ckpts, mistakes=False, one_at_a_time=True, single=[None, 12345, ["a", 1], "x" * 200_000],
+                 skip=FUZZ_SLICE_SKIP, monkeypatch=monkeypatch)
+    spent = time.monotonic() - began
+    found = [e for e in found if e["lang"] == "zh"]  # (the switch's hostile choice is no language: English)
+    assert len(found) >= 10, f"the fuzz saw too few errors ({len(found)}): did the handlers change?\n" + _report(found)
+    left = [e for e in found if english_left(e["what"]) or english_left(e["fix"]) or not translated(e["id"])]
+    assert not left, f"{len(left)} of {len(found)} errors the fuzz made still read English:\n" + _report(left)
+    from zoo.messages import MAX_PART
+
+    long = [e for e in found if len(e["what"] or "") > MAX_PART or len(e["fix"] or "") > MAX_PART]
+    assert not long, f"shown in 中文 longer than the English may be ({MAX_PART}):\n" + _report(long)
+    assert spent < 120, f"the slice took {spent:.0f} s: keep it bounded (the script holds the rest)"
 
 
 #: (where, problem, fix) the English page showed before these errors had message ids, word for word
@@ -616,6 +661,7 @@ if __name__ == "__main__":  # the collection: what the walk finds, in 中文
 
     found = walk(build_app(), "zh", sorted(made), fuzz="--no-fuzz" not in sys.argv, one_at_a_time="--deep" in sys.argv,
                  verbose="-v" in sys.argv)
+    found = [e for e in found if e["lang"] == "zh"]  # (the switch's hostile choice is no language: English)
     bad = [e for e in found if english_left(e["what"]) or english_left(e["fix"]) or not translated(e["id"])]
     print(f"{len(found)} distinct errors shown, {sum(1 for e in found if not e['id'])} without an id, "
           f"{len(bad)} still English")
