@@ -666,3 +666,36 @@ if __name__ == "__main__":  # the collection: what the walk finds, in 中文
     print(f"{len(found)} distinct errors shown, {sum(1 for e in found if not e['id'])} without an id, "
           f"{len(bad)} still English")
     print(_report(sorted(bad, key=lambda e: (str(e["id"]), str(e["where"])))))
+
+
+def test_the_last_engine_refusals_a_tab_reaches_read_in_chinese(tmp_path):
+    """Raised for real through the engine (no hand-made error): a prompt outside a shipped
+    checkpoint's input contract (Run, Inspect), an init value out of range (Build, Experiments) and a
+    folder another writer holds (every tab that saves).  Each has an id, reads in 中文 with the
+    contract's own English quoted in 「」, and keeps its English word for word."""
+    import zoo
+    from zoo.errors import ZooError
+    from zoo.guard import transaction as txn
+    from zoo.ui import i18n
+
+    numerals = zoo.load("numerals_t5")
+    with pytest.raises(ZooError) as info:
+        numerals.generate("one hundred")
+    err = info.value
+    assert err.message_id == "input.outside_contract"
+    assert "numerals_t5's input contract" in err.what and "'10086'" in err.fix  # the English as before
+    what, fix = i18n.error_text(err, "zh")
+    assert "numerals_t5 的输入约定之内" in what and "「" in what and "'10086'" in fix
+    assert not english_left(what) and not english_left(fix), (what, fix)
+
+    with pytest.raises(ZooError) as info:
+        zoo.build("gpt_tiny", init={"std": -1.0})
+    err = info.value
+    assert err.message_id == "spec.init_value" and err.what == "must be a finite number in (0, 100], got -1.0"
+    what, fix = i18n.error_text(err, "zh")
+    assert what == "必须是 (0, 100] 之间的有限数，实际是 -1.0" and not english_left(fix), (what, fix)
+
+    busy = txn._busy(tmp_path / "ck", "process 4242", "save.path", ZooError)  # what a held lock raises
+    assert busy.message_id == "transaction.busy" and "being written by process 4242" in busy.what
+    what, fix = i18n.error_text(busy, "zh")
+    assert "正在被 process 4242 写入" in what and not english_left(what) and not english_left(fix), (what, fix)

@@ -332,9 +332,7 @@ def deadline(wait: Any, where: str, error: type[ZooError] = ZooError) -> float |
 
 
 def _busy(root: Path, who: str, where: str, error: type[ZooError]) -> ZooError:
-    return error(f"'{root}' is being written by {who} (it holds {root.name}/{LOCK})", where=where,
-                 fix="wait until it is done (zoo.save(..., wait=True) waits), or write to another "
-                     "folder")
+    return error.of("transaction.busy", where=where, root=str(root), who=who, lock=f"{root.name}/{LOCK}")
 
 
 _RECORD = 64  # bytes of the lock file's "PID HOST" line

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from .. import messages
 from ..guard import build_budget as budgets
 from ..model.assembly import fill
 from ..model.build import build, layout, resolve_device, resolve_dtype
@@ -79,8 +80,8 @@ def _load_open(fh, file: Path, *, device: Any, dtype: Any, strict: bool, verify:
             t = t.to(dev) if dev.type != "cpu" else t
             state[name] = t.to(dt) if dt is not None else t  # cast one tensor at a time
     except OSError as exc:
-        raise CheckpointError(f"corrupt or truncated checkpoint: {clip(exc)}", where=where,
-                              fix="re-save it; zoo only reads valid safetensors files") from exc
+        raise CheckpointError.of("checkpoint.corrupt", where=where, fix="checkpoint.resave",
+                                 **{**messages.cause(exc), "cause": clip(exc)}) from exc
     fill(model, state, dev)  # the read tensors become the weights; non-strict gaps stay empty
     if dt is not None:
         model = model.to(dt)

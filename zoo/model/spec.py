@@ -797,8 +797,7 @@ def _parse_init(value: Any) -> InitSpec:
     for k in ("std", "gain"):
         v = getattr(init, k)
         if not (math.isfinite(v) and 0 < v <= 100):
-            raise SpecError(f"must be a finite number in (0, 100], got {short(v)}", where=f"init.{k}",
-                            fix="e.g. std: 0.02 (GPT-2), gain: 1.0")
+            raise SpecError.of("spec.init_value", where=f"init.{k}", value=short(v))
     return init
 
 
