@@ -210,12 +210,29 @@ def _num(x: Any, fmt: str = "{:.4g}") -> str:
 
 #: the engine's verdict words (:func:`zoo.experiment.verdict`) -> i18n keys
 VERDICTS = {"reference": "exp.v.reference", "better": "exp.v.better", "worse": "exp.v.worse",
-            "within noise": "exp.v.noise", "higher": "exp.v.higher", "lower": "exp.v.lower"}
+            "within noise": "exp.v.noise", "higher": "exp.v.higher", "lower": "exp.v.lower",
+            "no meaningful difference": "exp.v.no_effect", "within noise (after Holm)": "exp.v.noise_holm",
+            "pending": "exp.v.pending"}
+_SMOKE = " (smoke test)"
+_FUTURE = re.compile(r"not comparable: (?P<variant>.+?) sees the future (?:\(trained without the look-ahead mask\)"
+                     r"|\(teacher-forced metric; judge on (?P<primary>.+)\))$")
 
 
 def verdict_text(word: str, lang: str = "en") -> str:
-    """A verdict in ``lang`` (English: the engine's own word); unknown words stay as they are."""
-    return t(VERDICTS[word], lang) if word in VERDICTS else (word or "—")
+    """A verdict in ``lang`` (English: the engine's own words, :func:`zoo.experiment.verdict` and
+    :class:`zoo.experiment.Results`): the plain words, "within noise (after Holm)", "not comparable:
+    X sees the future (...)" and the " (smoke test)" a quick run adds.  Unknown words stay as they are."""
+    if not word:
+        return "—"
+    if word.endswith(_SMOKE):
+        return t("exp.v.smoke", lang, verdict=verdict_text(word[: -len(_SMOKE)], lang))
+    if word in VERDICTS:
+        return t(VERDICTS[word], lang)
+    if m := _FUTURE.match(word):
+        if m["primary"] is not None:
+            return t("exp.v.sees_future_tf", lang, variant=m["variant"], primary=m["primary"])
+        return t("exp.v.sees_future", lang, variant=m["variant"])
+    return word
 
 
 def table_rows(res, lang: str = "en") -> list[list]:

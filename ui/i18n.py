@@ -590,6 +590,14 @@ STRINGS: dict[str, tuple[str, str]] = {
     "exp.v.noise": ("within noise", "在噪声范围内"),
     "exp.v.higher": ("higher", "更高"),
     "exp.v.lower": ("lower", "更低"),
+    "exp.v.no_effect": ("no meaningful difference", "无实质差异"),
+    "exp.v.noise_holm": ("within noise (after Holm)", "在噪声范围内（经 Holm 校正）"),
+    "exp.v.pending": ("pending", "待定"),
+    "exp.v.smoke": ("{verdict} (smoke test)", "{verdict}（冒烟测试）"),
+    "exp.v.sees_future": ("not comparable: {variant} sees the future (trained without the look-ahead mask)",
+                          "不可比较：{variant} 能看到未来（训练时没有前瞻掩码）"),
+    "exp.v.sees_future_tf": ("not comparable: {variant} sees the future (teacher-forced metric; judge on {primary})",
+                             "不可比较：{variant} 能看到未来（教师强制的指标；请以 {primary} 判断）"),
 }
 
 def lang_code(lang: Any) -> str:

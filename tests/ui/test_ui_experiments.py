@@ -4,6 +4,7 @@ Inspect; and one browser flow (Chromium) that runs a tiny experiment and switche
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -107,8 +108,8 @@ def test_tiny_run_table_equals_results(runs):
         assert float(row[5].split(" ± ")[0]) == pytest.approx(r["mean"], rel=1e-3)
         assert row[7] == r["verdict"] and (row[6] == "—") == (r["reference"] == "")
     zh = et.table_rows(res, "zh")
-    assert [row[7] for row in zh] == [{"reference": "参考", "within noise": "在噪声范围内", "better": "更好",
-                                      "worse": "更差"}.get(r["verdict"], r["verdict"]) for r in ref]
+    assert [row[7] for row in zh] == [et.verdict_text(r["verdict"], "zh") for r in ref]
+    assert not any(re.search(r"[A-Za-z]{3,}", row[7]) for row in zh), [row[7] for row in zh]  # "(smoke test)" too
     assert [r[2] for r in p["progress"]] == [f"{STEPS} / {STEPS}"] * 4
     assert all(r[1] == "done" for r in p["progress"]) and p["curves"] is not None and not p["active"]
     assert sorted(p["trials"]) == sorted(tr.id for tr in res.trials)
@@ -245,3 +246,21 @@ def test_the_empty_tables_headers_follow_the_language_switch():
     for elem, keys in (("exp-progress", et.PROGRESS_HEADERS), ("exp-table", et.TABLE_HEADERS)):
         box = next(c for c in tr.switch_outputs if getattr(c, "elem_id", None) == elem)
         assert list(updates[id(box)]["value"].columns) == [t(k, "zh") for k in keys], elem
+
+
+def test_every_verdict_the_engine_writes_reads_in_chinese_and_stays_the_engines_in_english():
+    """The verdict column: the plain words of :func:`zoo.experiment.verdict`, Holm's "within noise
+    (after Holm)", the "not comparable: X sees the future (...)" of a variant trained without the
+    look-ahead mask (both wordings), and the " (smoke test)" of a quick run on any of them.  (The
+    newcomer walk of issue 34 saw "within noise (after Holm) (smoke test)" in English under 中文.)"""
+    from zoo.ui.experiments_tab import verdict_text
+
+    words = ["reference", "better", "worse", "within noise", "no meaningful difference",
+             "within noise (after Holm)", "pending",
+             "not comparable: no_mask sees the future (trained without the look-ahead mask)",
+             "not comparable: no_mask sees the future (teacher-forced metric; judge on past_acc)"]
+    for w in words + [w + " (smoke test)" for w in words]:
+        assert verdict_text(w, "en") == w
+        zh = verdict_text(w, "zh")
+        assert not re.search(r"[A-Za-z]{3,} [A-Za-z]{3,}", zh.replace("no_mask", "").replace("past_acc", "")), zh
+        assert ("no_mask" in zh) == ("no_mask" in w) and ("冒烟测试" in zh) == w.endswith("(smoke test)"), zh
