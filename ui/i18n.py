@@ -818,7 +818,7 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "checkpoint.corrupt": ("检查点损坏或被截断：{cause}", None),
     "transaction.busy": ("'{root}' 正在被 {who} 写入（它持有 {lock}）",
                          "请等它写完（zoo.save(..., wait=True) 会等待），或写到另一个文件夹"),
-    "input.outside_contract": ("{text} 不在 {name} 的输入约定之内：「{description}」（「{why}」）",
+    "input.outside_contract": ("{text} 不在 {name} 的输入约定之内：「{description}」（「{reason}」）",
                                "请给出类似 {example} 的输入"),
     "spec.init_value": ("必须是 (0, 100] 之间的有限数，实际是 {value}", "例如 std: 0.02（GPT-2），gain: 1.0"),
     "manifest.malformed": ("{manifest} 格式不对：{value}", None),

@@ -180,7 +180,7 @@ MESSAGES: dict[str, Message] = {
     "checkpoint.corrupt": Message("corrupt or truncated checkpoint: {cause}"),
     "transaction.busy": Message("'{root}' is being written by {who} (it holds {lock})",
                                 fix="wait until it is done (zoo.save(..., wait=True) waits), or write to another folder"),
-    "input.outside_contract": Message("{text} is outside {name}'s input contract: {description} ({why})",
+    "input.outside_contract": Message("{text} is outside {name}'s input contract: {description} ({reason})",
                                       fix="give input like {example}"),
     "spec.init_value": Message("must be a finite number in (0, 100], got {value}", fix="e.g. std: 0.02 (GPT-2), gain: 1.0"),
     "manifest.malformed": Message("{manifest} is malformed: {value}"),

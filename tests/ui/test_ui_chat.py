@@ -224,7 +224,7 @@ def test_a_checkpoint_without_a_template_says_why_and_how(chat_models):
     ("ui_chat", "   ", "", "问题: 请先输入一条消息"),
     ("ui_chat", "x" * (common.LIMITS["text_chars"] + 1), "", "message = 4001 超过了界面允许的上限 4000"),
     ("ui_chat", "x" * 300, "", "这条消息按模板格式需要"),  # more tokens than max_len, even alone
-    ("ui_chat_gemma", "hi", "Be brief.", "问题: 模板拒绝了这段对话：System role not supported"),
+    ("ui_chat_gemma", "hi", "Be brief.", "问题: 模板拒绝了这段对话：「System role not supported」"),
     ("../../etc/passwd", "hi", "", "'../../etc/passwd' 不是检查点名称"),
 ])
 def test_bad_input_is_a_message_in_chinese_and_the_conversation_stays(chat_models, name, message, system, want):

@@ -56,7 +56,9 @@ def test_run_tab_refuses_outside_the_contract_and_notes_a_normalised_prompt():
     from zoo.ui.run_tab import run_ui
 
     *_, last = run_ui("numerals_t5", "abc", "zh")
-    assert "numerals_t5's input contract" in last[-1] and "10086" in last[-1] and "错误" in last[-1]
+    # in 中文 the refusal is worded in 中文, the contract's own English quoted (issue 34)
+    assert "numerals_t5 的输入约定之内" in last[-1] and "10086" in last[-1] and "错误" in last[-1]
+    assert "「only the digits 0-9」" in last[-1] and "「「" not in last[-1]
     steps = list(run_ui("numerals_t5", " 42 ", "en"))
     last = steps[-1]
     assert steps[0][-1] == "" and all(s[-1] == {"__type__": "update"} for s in steps[1:])  # cleared once

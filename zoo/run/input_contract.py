@@ -267,7 +267,7 @@ def admit(model: Any, tok: Any, text: str, *, where: str = "prompt", contract: b
         why = contract._refusal(cleaned, _specials(tok) if tok is not None else ())
         if why:
             raise InputError.of("input.outside_contract", where=where, text=_quote(text), name=name,
-                                description=contract.description, why=why, example=repr(contract.example))
+                                description=contract.description, reason=why, example=repr(contract.example))
         if cleaned != text:
             warnings.warn(InputWarning(f"{where}: read {_quote(text)} as {_quote(cleaned)} "
                                        f"({', '.join(contract.normalize)})"), stacklevel=3)
