@@ -439,7 +439,7 @@ def load_checkpoint(name: Any, lang: str = "en"):
 
 def check_text(text: Any, lang: str = "en") -> str:
     if not isinstance(text, str) or not text.strip():
-        raise ui_error(ZooError, "err.empty_text", where="text")
+        raise ui_error(ZooError, "err.empty_text", fix="err.empty_text_fix", where="text")
     if len(text) > LIMITS["text_chars"]:
         raise ui_error(ZooError, "err.limit", fix="err.limit_fix", where="text", field="text", value=len(text),
                        limit=LIMITS["text_chars"])

@@ -292,10 +292,20 @@ def shipped_report(name: str, lang: str = "en") -> tuple[str, list]:
     if not md.is_file():
         return t("exp.no_report", lang, name=name), []
     figs = []
-    for png in sorted((report / "figures").glob("*.png")):
+    for png in sorted((report / "figures").glob("*.png"), key=_figure_order):
         with Image.open(png) as im:
             figs.append((im.convert("RGB"), png.stem))
     return md.read_text(encoding="utf-8"), figs
+
+
+#: the report's figures as a reader takes them: the curves and the metrics first, then the attention
+#: maps of the variants (the newcomer walk of issue 34 met two attention maps first)
+FIGURE_ORDER = ("curves", "task_curves", "metrics")
+
+
+def _figure_order(png: Path) -> tuple:
+    stem = png.stem
+    return (FIGURE_ORDER.index(stem) if stem in FIGURE_ORDER else len(FIGURE_ORDER), stem)
 
 
 # ---------------------------------------------------------------------- open in Inspect
@@ -378,8 +388,10 @@ def build(tr, lang_state) -> dict:
     ui["report_note"] = tr.add(gr.Markdown(tr("exp.report_lang"), visible=False, elem_id="exp-report-lang"),
                                value="exp.report_lang")
     ui["report_md"] = gr.Markdown("", elem_id="exp-report-md")
+    # hidden until a report fills it: an empty box labelled "figures of the committed full report"
+    # read as a broken gallery after a quick run (the newcomer walk of issue 34)
     ui["gallery"] = tr.add(gr.Gallery(label=tr("exp.figures"), columns=2, height="auto", object_fit="contain",
-                                      elem_id="exp-gallery"),
+                                      elem_id="exp-gallery", visible=False),
                            label="exp.figures")
     ui["timer"] = gr.Timer(1.0, active=False)
     ui["run_name"] = gr.State("")
@@ -403,9 +415,15 @@ def redraw(lang: str, name: str | None):
 
 #: The committed report and its figures sit at the bottom of the tab: "Show full report" brings
 #: the figures (or the error box) into view -- the gallery read as blank until scrolled to (issue 34).
-SHOW_REPORT_JS = """() => { const err = document.querySelector('#exp-error');
-  const el = err && err.querySelector('strong') ? err : document.querySelector('#exp-gallery');
-  if (el) el.scrollIntoView({block: 'start', behavior: 'instant'}); }"""
+#: The gallery is hidden until a report fills it, so the script waits (up to 3 s) for its first
+#: image to be laid out before scrolling.
+SHOW_REPORT_JS = """() => { const go = (n) => { const err = document.querySelector('#exp-error');
+  const failed = err && err.querySelector('strong');
+  const el = failed ? err : document.querySelector('#exp-gallery');
+  const ready = el && (failed || (el.offsetParent !== null && el.querySelector('img')));
+  if (ready) el.scrollIntoView({block: 'start', behavior: 'instant'});
+  else if (n > 0) setTimeout(() => go(n - 1), 100); };
+  go(30); }"""
 
 
 def _wire(ui: dict, lang_state) -> None:
@@ -442,7 +460,8 @@ def _wire(ui: dict, lang_state) -> None:
 
     @inline_errors(2)
     def on_report(name, lang):
-        return shipped_report(name, lang)
+        md, figs = shipped_report(name, lang)
+        return md, gr.update(value=figs, visible=bool(figs))
 
     ui["report"].click(lambda: gr.update(visible=True), None, [ui["report_note"]], api_visibility="private")
     ui["report"].click(on_report, [ui["pick"], lang_state], [ui["report_md"], ui["gallery"], ui["error"]],

@@ -264,3 +264,19 @@ def test_every_verdict_the_engine_writes_reads_in_chinese_and_stays_the_engines_
         zh = verdict_text(w, "zh")
         assert not re.search(r"[A-Za-z]{3,} [A-Za-z]{3,}", zh.replace("no_mask", "").replace("past_acc", "")), zh
         assert ("no_mask" in zh) == ("no_mask" in w) and ("冒烟测试" in zh) == w.endswith("(smoke test)"), zh
+
+
+def test_the_report_gallery_waits_for_its_figures_and_shows_the_curves_first():
+    """The newcomer walk of issue 34 saw, after a quick run, an empty box labelled "figures of the
+    committed full report" (the gallery before any report was asked for), and a report whose
+    gallery opened on two attention maps.  The gallery is hidden until a report fills it, and a
+    report's figures come curves, task curves, metrics, then the variants' attention maps."""
+    from zoo.ui.app import build_app
+
+    demo = build_app()
+    by_id = {getattr(c, "elem_id", None): c for c in demo.blocks.values()}
+    assert by_id["exp-gallery"].visible is False
+    _, figs = et.shipped_report("induction_heads")
+    captions = [c for _, c in figs]
+    assert captions[:3] == ["curves", "task_curves", "metrics"], captions
+    assert captions[3:] and all(c.startswith("attention_") for c in captions[3:]), captions
