@@ -97,6 +97,7 @@ STRINGS: dict[str, tuple[str, str]] = {
     "err.unknown_ckpt": ("no checkpoint named '{name}'", "没有名为 '{name}' 的检查点"),
     "err.no_ckpt": ("choose a checkpoint first", "请先选择一个检查点"),
     "err.empty_text": ("type some text first", "请先输入文本"),
+    "run.card_heads": ("{n} heads", "{n} 个注意力头"),
     "err.empty_text_fix": ("type a prompt in the box, or pick one of the examples", "请在框中输入提示，或选用一个示例"),
     "err.matrix": ("{name} must be a table of numbers with {shape}", "{name} 必须是 {shape} 的数字表格"),
     # ------------------------------------------------------------------ build tab

@@ -59,7 +59,7 @@ def model_card(name: str, lang: str = "en") -> str:
              f"max_len {spec.max_len}"]
     for role in spec.roles:
         st = spec.stack(role)
-        lines.append(f"- {role}: {st.num_layers} × ({st.num_heads} heads, {st.attention}, "
+        lines.append(f"- {role}: {st.num_layers} × ({t('run.card_heads', lang, n=st.num_heads)}, {st.attention}, "
                      f"{' & '.join(map(str, st.mask))}, {st.positions}, {st.norm}/{st.placement}, {st.ffn})")
     tok = meta.get("zoo.tokenizer")
     if tok:

@@ -340,3 +340,12 @@ def test_card_code_compare_label_and_verify_words(browser, server):
 def test_shots_folder_is_ignored():
     ignored = subprocess.run(["git", "check-ignore", "-q", "artifacts/ui/second_hour/x.png"], cwd=ROOT)
     assert ignored.returncode == 0 and re.match(r".*", "ok") and zoo
+
+
+def test_the_cards_layer_line_follows_the_language():
+    """The newcomer walk of issue 34 saw "heads" in the card's layer line under 中文."""
+    from zoo.ui.run_tab import model_card
+
+    zh, en = model_card("poet_gpt", "zh"), model_card("poet_gpt", "en")
+    assert "个注意力头" in zh and " heads," not in zh
+    assert " heads," in en and "个注意力头" not in en
