@@ -340,16 +340,12 @@ def write_failure(folder: Path, exc: ZooError) -> None:
 
 
 def read_failure(folder: Path) -> dict | None:
-    """The record :func:`write_failure` left in ``folder`` for this attempt (one older than the
-    attempt's ``worker.log`` is a past attempt's: None), or None."""
+    """The record :func:`write_failure` left in ``folder``, or None.  It is read only for a trial
+    that failed: the inline executor writes it on every failure, and a worker removes the last
+    attempt's before it trains (one killed before it could write leaves none), so it is this
+    attempt's."""
     rec, _ = read_record(Path(folder) / FAILURE)
     if rec is None or not isinstance(rec.get("params"), dict) or not isinstance(rec.get("message_id"), (str, type(None))):
-        return None
-    try:
-        log = Path(folder) / "worker.log"
-        if log.is_file() and (Path(folder) / FAILURE).stat().st_mtime < log.stat().st_mtime - 1.0:
-            return None
-    except OSError:
         return None
     return {"what": str(rec.get("what") or ""), "message_id": rec["message_id"], "params": rec["params"]}
 
