@@ -37,7 +37,8 @@ def _write(out, exp):
         d.mkdir(parents=True, exist_ok=True)
         acc = ACC[t.variant][t.seed]
         if acc is None:  # diverged: the trainer's stopped event and the worker's error line
-            (d / "metrics.jsonl").write_text(json.dumps({"event": "stopped", "step": 7, "error": STOPPED}) + "\n")
+            (d / "metrics.jsonl").write_text(json.dumps({"event": "stopped", "step": 7, "reason": "nonfinite",
+                                                         "message_id": "train.weight_nonfinite", "error": STOPPED}) + "\n")
             (d / "worker.log").write_text(f"error: {STOPPED}\n")
             continue
         # the worker's record (zoo.experiment.run.run_trial): bound to the trial, its code and the

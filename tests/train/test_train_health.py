@@ -118,3 +118,61 @@ def test_save_state_refuses_non_finite_weights(good_run):
         model.state_dict()["decoder.final_norm.weight"][1] = -math.inf
     with pytest.raises(TrainError, match="step 7.*decoder.final_norm.weight"):
         check_finite(model, step=7)
+
+
+# ---------------------------------------------------------------------- why a run stopped, as a field
+def _diverged(out: Path) -> bool:
+    """What the experiment's results table decides from a trial's log (no result.json: it stopped)."""
+    from types import SimpleNamespace
+
+    from zoo.experiment.results import Results
+    from zoo.train import read_metrics
+
+    return Results.diverged(None, SimpleNamespace(result=None, history=read_metrics(out)))
+
+
+def _blow_up(tmp_path: Path, name: str, monkeypatch) -> Path:
+    monkeypatch.setattr(TrainConfig, "validate", lambda self: self)  # lr 1e6 is past the validation's 10
+    data = tmp_path / "d.txt"
+    data.write_text(TEXT, encoding="utf-8")
+    with pytest.raises(TrainError):
+        train(SPEC, data, out=tmp_path / name, steps=30, save_every=100, lr=1e6, log_every=1,
+              **Q)
+    return tmp_path / name
+
+
+def test_a_diverged_run_says_so_in_a_field_not_only_in_words(tmp_path, monkeypatch):
+    """lr 1e6: the run goes non-finite; its ``stopped`` event carries ``reason: nonfinite`` and the
+    message id, and the results table counts it diverged -- also when the English is reworded (a
+    front end's language or an edited template never changes the verdict)."""
+    from zoo import messages
+
+    out = _blow_up(tmp_path, "a", monkeypatch)
+    stopped = [r for r in zoo.train.read_metrics(out) if r.get("event") == "stopped"]
+    assert len(stopped) == 1 and stopped[0]["reason"] == "nonfinite"
+    assert stopped[0]["message_id"] in ("train.loss_nonfinite", "train.weight_nonfinite",
+                                        "train.weight_nonfinite_kept")
+    assert _diverged(out)
+    for mid in ("train.loss_nonfinite", "train.weight_nonfinite", "train.weight_nonfinite_kept"):
+        monkeypatch.setitem(messages.MESSAGES, mid, messages.Message("训练在第 {step} 步发散", "调低学习率"))
+    out = _blow_up(tmp_path, "b", monkeypatch)
+    said = [r for r in zoo.train.read_metrics(out) if r.get("event") == "stopped"][0]["error"]
+    assert "non-finite" not in said and "loss became" not in said  # the words changed ...
+    assert _diverged(out)  # ... the verdict did not
+
+
+def test_a_run_stopped_by_a_signal_is_not_diverged(tmp_path):
+    """Ctrl-C / SIGTERM (a time budget's kill): the run saves and ends early; it did not diverge."""
+    import os
+    import signal
+
+    data = tmp_path / "d.txt"
+    data.write_text(TEXT, encoding="utf-8")
+
+    def stop_at_2(rec):
+        if rec.get("step") == 2 and "loss" in rec:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    res = train(SPEC, data, out=tmp_path / "o", steps=6, save_every=100, log_every=1, callback=stop_at_2, **Q)
+    assert res.interrupted and res.step == 2
+    assert not _diverged(tmp_path / "o")

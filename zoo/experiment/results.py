@@ -31,6 +31,7 @@ from ..guard.transaction import target, write_file
 from ..inside import plots
 from ..inside.trace import trace
 from ..io.loading import load as load_model
+from ..train.loop import STOP_NONFINITE
 from ..train.metrics import read_metrics
 from .selection import VAL_PREFIX, base_of, select
 from .spec import GENERAL_METRICS, derived_directions, min_effects, parse, task_metrics, tune_select
@@ -287,12 +288,13 @@ class Results:
     # ------------------------------------------------------------------ jumps, divergence, many verdicts
     def diverged(self, t: TrialState) -> bool:
         """Whether trial ``t`` diverged: its trainer stopped on a non-finite loss or weight (the
-        ``stopped`` event of its log), or it finished with a non-finite metric."""
+        ``stopped`` event of its log with ``reason: nonfinite``, :data:`zoo.train.loop.STOP_NONFINITE`
+        -- the record's field, never its English text, which a rewording or a language changes), or it
+        finished with a non-finite metric.  No fallback for logs without the field: no committed
+        experiment folder holds a trainer log (the shipped reports keep tables and figures only)."""
         if t.result is not None:
             return any(isinstance(v, float) and not math.isfinite(v) for v in t.result["metrics"].values())
-        return any(r.get("event") == "stopped" and ("non-finite" in str(r.get("error", ""))
-                                                     or "the loss became" in str(r.get("error", "")))
-                   for r in t.history)
+        return any(r.get("event") == "stopped" and r.get("reason") == STOP_NONFINITE for r in t.history)
 
     def success_thresholds(self) -> dict[str, float]:
         """Metric -> threshold for metrics that jump: the task's ``success`` declaration, overridden

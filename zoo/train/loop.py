@@ -279,6 +279,12 @@ class Run:
     saved_step: int | None = None  # the step of the last save in ``out`` (None: nothing saved yet)
 
 
+#: the ``reason`` of the ``stopped`` event in ``metrics.jsonl`` when the loss or a weight became
+#: non-finite (:func:`_check_health`): the run diverged.  The only stop that writes a ``stopped``
+#: event; Ctrl-C / SIGTERM save and end without one (``TrainResult.interrupted``).
+STOP_NONFINITE = "nonfinite"
+
+
 def _check_health(run: Run, loss: float, log: RunLog) -> None:
     """Stop the run with a :class:`TrainError` naming the step when the loss or any weight is no
     longer finite -- *before* anything is saved, so the last good checkpoint in ``out`` is kept.
@@ -292,7 +298,10 @@ def _check_health(run: Run, loss: float, log: RunLog) -> None:
         check_finite(run.net, run.step, kept=kept)
     except TrainError as exc:
         if run.dist.main:
-            log.add({"event": "stopped", "step": run.step, "error": str(exc)}, notify=False)
+            # the reason as a field, not only as words: a reader (the experiment's diverged()) asks
+            # the record why it stopped, never the English text, which a rewording or a language changes
+            log.add({"event": "stopped", "step": run.step, "reason": STOP_NONFINITE,
+                     "message_id": exc.message_id, "error": str(exc)}, notify=False)
             log.close()
         raise
 
