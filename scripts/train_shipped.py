@@ -717,7 +717,8 @@ def run(name: str, args) -> dict:
             shutil.copy2(src_dir / f, dest / f)
         finish_metadata(name, dest)
         shutil.copy2(run_dir / "loss.png", dest / "loss.png")
-        spec_yaml = (run_dir / "spec.yaml").read_text(encoding="utf-8")
+        # the card's Spec block shows what differs from the defaults (spec.yaml beside it keeps all)
+        spec_yaml = zoo.spec(run_dir / "spec.yaml").to_yaml(brief=True)
         (dest / "README.md").write_text(model_card(name, preset, result, spec_yaml, extra, rows, info, knobs),
                                         encoding="utf-8")
         print(f"exported to checkpoints/{name}")

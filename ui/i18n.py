@@ -238,6 +238,7 @@ STRINGS: dict[str, tuple[str, str]] = {
                              "请带分词器训练它（见 `zoo train`），或选择自带的检查点"),
     "run.contract": ("input: {text}", "输入约定：{text}"),
     "run.contract_unreadable": ("input: unreadable ({problem})", "输入约定：无法读取（{problem}）"),
+    "run.card_english": ("English", "English（英文原文）"),
     # a converted checkpoint's parity line: English as zoo.convert.certificate_text words it
     "run.cert": ("Parity with {reference}: max |Δlogit| {max}, mean |Δ| {mean}, top-1 agreement {top1}% "
                  "({dtype}, {probe}; zoo {zoo}, torch {torch}, {date})",
@@ -558,6 +559,10 @@ STRINGS: dict[str, tuple[str, str]] = {
     "exp.running": ("Running in `{folder}`: {done} of {total} trials finished.",
                     "正在 `{folder}` 中运行：已完成 {done}/{total} 次试验。"),
     "exp.finished": ("Finished in `{folder}`: {done} of {total} trials.", "已完成，位于 `{folder}`：{done}/{total} 次试验。"),
+    # -- a second run of the same YAML (issue 34)
+    "exp.fresh": ("Fresh run (earlier results moved aside, kept)", "重新运行（先前的结果移到一旁并保留）"),
+    "exp.fresh_hint": ("To start fresh, tick **{fresh}** and press **{run}** again.",
+                       "要从头开始，请勾选 **{fresh}**，再按 **{run}**。"),
     "exp.status.pending": ("waiting", "等待中"),
     "exp.status.running": ("training", "训练中"),
     "exp.status.done": ("done", "完成"),
@@ -908,6 +913,13 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
     "experiment.other_experiment": ("这个文件夹存放的是另一个实验的结果（{name}，或设置不同的本实验）",
                                     "换一个 --out，或删除这个文件夹"),
     "experiment.trial_symlink": ("{folder} 是符号链接；zoo 不会通过链接写入或删除", "请删除这个链接"),
+    # -- a second run of the same folder, and what the plan refuses up front (issue 34)
+    "experiment.reused": ("{total} 个试验中有 {n} 个取自 '{folder}' 中先前的运行（已完成的试验不会再训练）", None),
+    "experiment.reused_fix": (None, "要从头开始，请传入 --fresh（先前的文件夹会被移到一旁，不会删除任何内容）或换一个 --out"),
+    "experiment.set_aside": ("先前的结果已移到 '{folder}'（保留，未删除）", None),
+    "experiment.aside_full": ("'{folder}' 旁边已经移放了 {limit} 次先前的运行",
+                              "请删除或移走一些 '{folder}.earlier-N' 文件夹，或换一个 --out"),
+    "experiment.fix_variant_max_len": (None, "在变体 {variant} 的 set: 中设 max_len: {need}（或更大）"),
     "results.none": ("这个文件夹里没有实验结果", "请传入 `zoo experiment run` 的 --out 文件夹"),
     "results.record_bad": ("文件夹中的 {record} 不可用：「{reason}」", "请把实验重新运行到一个新的 --out"),
     "results.trials_bad": ("文件夹中的 {record} 已损坏（{kind}：其中的试验不是试验记录）", "请把实验重新运行到一个新的 --out"),
@@ -974,6 +986,19 @@ def budget_why(why: Any, lang: Any = DEFAULT) -> str:
     if lang_code(lang) != "zh":
         return text
     return BUDGET_WHY_ZH.get(text) or f"「{text}」"
+
+
+#: The Chinese of an input contract's one-line summary (:meth:`zoo.run.input_contract.InputContract.summary`,
+#: whose :data:`~zoo.run.input_contract.SUMMARY_WORDS` are the English): the description and the
+#: example are the checkpoint author's own text, quoted as written.
+CONTRACT_WORDS_ZH = {"description": "「{description}」", "rules": "（{rules}）", "rule_sep": "；",
+                     "normalize": "先做规范化 {names}", "list_sep": "、", "pattern": "须整体匹配正则 `{pattern}`",
+                     "validator": "校验器 `{call}`", "example": "；示例：`{example}`"}
+
+
+def contract_words(lang: Any) -> dict | None:
+    """The templates of an input contract's summary in ``lang`` (None: the engine's English)."""
+    return CONTRACT_WORDS_ZH if lang_code(lang) == "zh" else None
 
 
 #: Parameters whose value is itself a word to translate: a component family (``attention``), the

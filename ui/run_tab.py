@@ -32,7 +32,7 @@ from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoi
                      default_checkpoint, error_box, error_outputs, handler, inline_errors, load_checkpoint, raw,
                      safe_markdown, shown_paths)
 from .controls import UI_DEFAULTS, sampling_options, ui_options
-from .i18n import STRINGS, cause_text, lang_code, t, ui_error
+from .i18n import STRINGS, cause_text, contract_words, lang_code, t, ui_error
 
 from zoo.run.input_contract import META_KEY as CONTRACT_KEY, InputContract, route_notes
 
@@ -74,7 +74,8 @@ def model_card(name: str, lang: str = "en") -> str:
     contract = meta.get(CONTRACT_KEY)
     if contract:  # what the model accepts (zoo.run.input_contract): the same words as the card's Input section
         try:
-            lines.append("- " + t("run.contract", lang, text=InputContract.from_json(contract).summary()))
+            summary = InputContract.from_json(contract).summary(contract_words(lang))
+            lines.append("- " + t("run.contract", lang, text=summary))
         except zoo.ZooError as exc:  # the engine's problem in the page's language (quoted when it has none)
             lines.append("- " + t("run.contract_unreadable", lang, problem=cause_text(exc, lang)))
     for key, value in sorted(meta.items()):
@@ -95,9 +96,35 @@ def model_card(name: str, lang: str = "en") -> str:
     for card in ("README.md", "model_card.md", "card.md", "MODEL_CARD.md"):
         f = folder / card
         if f.is_file() and f.stat().st_size < 20_000:  # the card's Markdown renders; its raw HTML does not
-            lines += ["", _inline_images(safe_markdown(f.read_text(encoding="utf-8")), folder)]
+            own_card = card_in_language(f.read_text(encoding="utf-8"), lang)
+            lines += ["", _inline_images(safe_markdown(own_card), folder)]
             break
     return "\n".join(lines)
+
+
+#: A card's section in Chinese: ``## 中文`` (the shipped cards' heading), ``## 简体中文``, ``## Chinese``
+_ZH_HEADING = re.compile(r"^##\s*(中文|简体中文|汉语|Chinese)\s*$", re.M)
+
+
+def card_in_language(card: str, lang: str) -> str:
+    """A checkpoint's own card with the page's language first: in 中文, its Chinese section (a
+    ``## 中文`` heading, up to the next ``## `` heading) moves up to just below the card's title, and
+    the English text that stood there goes under an ``## English`` heading -- the card opened on its
+    English sections and kept its Chinese at the bottom (issue 34).  In English, or for a card
+    without such a section, the card as written."""
+    heading = _ZH_HEADING.search(card)
+    if lang_code(lang) != "zh" or heading is None:
+        return card
+    rest = card[heading.end():]
+    nxt = re.search(r"^## ", rest, re.M)
+    zh_section = card[heading.start():heading.end() + (nxt.start() if nxt else len(rest))].rstrip() + "\n"
+    before, after = card[:heading.start()], rest[nxt.start():] if nxt else ""
+    title = re.match(r"\A\s*# [^\n]*\n", before)  # the card's "# name" line stays on top
+    head, english = (before[:title.end()], before[title.end():]) if title else ("", before)
+    if english.strip() and not english.lstrip().startswith("## "):
+        english = f"## {t('run.card_english', lang)}\n\n" + english.lstrip("\n")
+    return "".join([head, "\n" if head else "", zh_section, "\n", english.rstrip() + "\n\n" if english.strip() else "",
+                    after]).rstrip() + "\n"
 
 
 def certificate_line(meta: dict, lang: str = "en") -> str | None:

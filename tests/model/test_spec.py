@@ -165,3 +165,26 @@ def test_the_component_fields_of_model_spec_are_the_family_table():
         spec_mod.SPEC_FAMILIES = spec_mod_families
     assert [f.name for f in dataclasses.fields(probe)] == ["name"] + fams + ["gate", "head"]
     assert probe().gate is None and probe.__annotations__["gate"] == (spec_mod.ComponentSpec | None)
+
+
+@pytest.mark.parametrize("name", zoo.list_presets())
+def test_a_brief_spec_parses_back_to_the_same_spec(name):
+    """``to_yaml(brief=True)`` (a card's Spec block) drops only parameters at their defaults: it
+    parses back to an equal spec for every preset, and is never longer than the full form."""
+    spec = zoo.spec(name)
+    brief = spec.to_yaml(brief=True)
+    assert parse_spec(yaml.safe_load(brief)) == spec
+    assert len(brief) <= len(spec.to_yaml())
+
+
+def test_a_component_reads_with_the_parameters_that_differ_from_its_defaults():
+    """What summaries, cards and diagrams show: ``rope``, not every RoPE default; a changed value
+    is named (the newcomer walk's card listed ``rope(base=10000.0, interleaved=False, ...)``)."""
+    plain = zoo.spec("gpt_tiny", positions={"kind": "rope"}, norm={"kind": "layernorm", "eps": 1e-12})
+    st = plain.stack("decoder")
+    assert str(st.positions) == "rope"
+    assert str(st.norm) == "layernorm(eps=1e-12)"
+    scaled = zoo.spec("gpt_tiny", positions={"kind": "rope", "scaling": "linear", "factor": 4.0})
+    assert str(scaled.stack("decoder").positions) == "rope(scaling=linear, factor=4.0)"
+    # a saved spec still records every parameter: a later default cannot change a saved model
+    assert "original_max_len" in plain.to_yaml() and "original_max_len" not in plain.to_yaml(brief=True)

@@ -87,6 +87,23 @@ def test_checkpoint_is_small_self_describing_and_has_a_card(models, name):
     assert not any(machine_path.search(v) for v in zoo.io.checkpoint.read_metadata(folder).values())
 
 
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_cards_spec_block_is_the_checkpoints_spec_without_its_defaults(name):
+    """The card's *Spec* block parses back to the checkpoint's own spec.yaml, and names no component
+    parameter at its default (the card listed every RoPE default: ``scaling: none, factor: 1.0,
+    low_freq_factor: 1.0 ...``)."""
+    import yaml
+
+    folder = ROOT / "checkpoints" / name
+    block = re.search(r"## Spec\n\n```yaml\n(.*?)\n```", (folder / "README.md").read_text(encoding="utf-8"),
+                      flags=re.S).group(1)
+    spec = zoo.spec(folder / "spec.yaml")
+    assert zoo.model.spec.parse_spec(yaml.safe_load(block)) == spec
+    assert block.strip() == spec.to_yaml(brief=True).strip()
+    for default in ("low_freq_factor", "original_max_len", "interleaved", "eps: 1.0e-05"):
+        assert default not in block, default
+
+
 def _windows_setup(model, objective, block):
     """The objective's windows over the held-out Tang poems (never trained on), in the model's own
     vocabulary."""

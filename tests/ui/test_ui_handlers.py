@@ -147,7 +147,9 @@ def test_pre_and_post_norm_diagrams_differ():
     post = build_tab.block_diagram(zoo.spec("bert_tiny"))
     # pre-norm: the norm comes before attention; post-norm: after the residual add
     assert pre.index("layernorm") < pre.index("self-attention")
-    assert post.index("self-attention") < post.index("+ residual") < post.index("layernorm(eps")
+    assert post.index("self-attention") < post.index("+ residual") < post.index("layernorm", post.index("+ residual"))
+    assert pre.index("layernorm") < pre.index("+ residual")  # (post: no norm before the first residual)
+    assert "layernorm" not in post[:post.index("+ residual")]
     assert "final norm" in pre and "final norm" not in post
 
 

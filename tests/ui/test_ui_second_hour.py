@@ -349,3 +349,41 @@ def test_the_cards_layer_line_follows_the_language():
     zh, en = model_card("poet_gpt", "zh"), model_card("poet_gpt", "en")
     assert "个注意力头" in zh and " heads," not in zh
     assert " heads," in en and "个注意力头" not in en
+
+
+ENGLISH_RUN = re.compile(r"[A-Za-z]{2,}(?:[ '’-]+[A-Za-z]{2,}){2,}")  # three English words in a row
+
+
+@pytest.mark.parametrize("name", ["numerals_t5", "poet_gpt", "poet_bert"])
+def test_the_card_opens_on_its_chinese_and_words_its_contract_in_chinese(name):
+    """Issue 34's walk: under 中文 the card's input-contract line was English and the card opened
+    on its English sections (its ``## 中文`` at the bottom).  Now zoo's lines are Chinese outside
+    the checkpoint author's quoted text and code, and the stored card's Chinese comes first."""
+    from zoo.run.input_contract import SUMMARY_WORDS
+    from zoo.ui.i18n import CONTRACT_WORDS_ZH
+    from zoo.ui.run_tab import model_card
+
+    assert set(CONTRACT_WORDS_ZH) == set(SUMMARY_WORDS)  # every part of the summary has its Chinese
+    zh, en = model_card(name, "zh"), model_card(name, "en")
+    line = next(x for x in zh.splitlines() if x.startswith("- 输入约定："))
+    bare = re.sub(r"「[^」]*」|`[^`]*`", "", line)  # the author's description, the pattern, the example
+    assert not ENGLISH_RUN.search(bare), bare
+    head = zh.split(f"\n# {name}")[0]  # zoo's own lines, above the stored card
+    assert "normalised by" not in head and "example:" not in head and "pattern `" not in head
+    stored = zh[zh.index(f"\n# {name}"):]
+    assert stored.index("## 中文") < stored.index("## Use") < stored.index("## Spec")
+    assert stored.count("## 中文") == 1 and "## English（英文原文）" in stored
+    assert stored.index("## 中文") < stored.index("## English（英文原文）") < stored.index("## Use")
+    # English: the card as its author wrote it, the Chinese section where it stands
+    own = (ROOT / "checkpoints" / name / "README.md").read_text(encoding="utf-8")
+    assert "## English" not in en and en.index("## Use") < en.index("## 中文")
+    assert "input: " in en and "example: `" in en and own.split("\n")[0] in en
+
+
+def test_a_card_without_a_chinese_section_stays_as_written():
+    from zoo.ui.run_tab import card_in_language
+
+    card = "# m\n\nSome text here.\n\n## Use\n\ncode\n"
+    assert card_in_language(card, "zh") == card_in_language(card, "en") == card
+    moved = card_in_language("# m\n\nintro words\n\n## A\n\na\n\n## 中文\n\n中文内容\n\n## Spec\n\ns\n", "zh")
+    assert moved == "# m\n\n## 中文\n\n中文内容\n\n## English（英文原文）\n\nintro words\n\n## A\n\na\n\n## Spec\n\ns\n"

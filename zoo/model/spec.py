@@ -46,18 +46,41 @@ class ComponentSpec:
     kind: str
     config: Any = None  # an instance of the component's config dataclass, or None
 
-    def params(self) -> dict[str, Any]:
+    def params(self, changed: bool = False) -> dict[str, Any]:
+        """The entry's parameters, every one (``changed=False``: what a saved spec records, so a
+        later release's new default cannot change a saved model), or only those that differ from
+        the component's defaults (``changed=True``: what a person reads -- ``rope`` rather than
+        ``rope(base=10000.0, interleaved=False, fraction=1.0, scaling=none, ...)``)."""
         if self.config is None:
             return {}
-        return {f.name: _plain(getattr(self.config, f.name)) for f in dataclasses.fields(self.config)}
+        out = {f.name: _plain(getattr(self.config, f.name)) for f in dataclasses.fields(self.config)}
+        if changed:
+            defaults = _config_defaults(type(self.config))
+            out = {k: v for k, v in out.items() if k not in defaults or defaults[k] != v}
+        return out
 
-    def to_yaml_value(self) -> Any:
-        params = self.params()
+    def to_yaml_value(self, brief: bool = False) -> Any:
+        """``NAME`` or ``{kind: NAME, **params}``; ``brief``: only the parameters that differ from
+        the defaults (:meth:`params`), as a card shows a spec."""
+        params = self.params(changed=brief)
         return {"kind": self.kind, **params} if params else self.kind
 
     def __str__(self) -> str:
-        params = ", ".join(f"{k}={v}" for k, v in self.params().items())
+        """``kind(param=value, ...)`` with the parameters that differ from the defaults: the form
+        every summary, card and diagram shows (``rope``, ``layernorm(eps=1e-12)``)."""
+        params = ", ".join(f"{k}={v}" for k, v in self.params(changed=True).items())
         return f"{self.kind}({params})" if params else self.kind
+
+
+def _config_defaults(cls: type) -> dict[str, Any]:
+    """Field -> default value of a component's config dataclass (fields without a default left out)."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = _plain(f.default)
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            out[f.name] = _plain(f.default_factory())  # type: ignore[misc]
+    return out
 
 
 def _plain(v: Any) -> Any:
@@ -353,8 +376,11 @@ class ModelSpec:
                          **{name: get(name) for name in _AS_WRITTEN})
 
     # -------------------------------------------------------------- serialisation
-    def to_dict(self) -> dict[str, Any]:
-        """A plain dict that :func:`parse_spec` turns back into an equal spec."""
+    def to_dict(self, brief: bool = False) -> dict[str, Any]:
+        """A plain dict that :func:`parse_spec` turns back into an equal spec.  ``brief``: component
+        entries keep only the parameters that differ from their defaults (a card's *Spec* block; it
+        still parses back to an equal spec as long as the defaults stay what they are -- a saved
+        checkpoint records every parameter, ``brief=False``)."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             if f.name in ("placement", "encoder", "decoder", "head", "init"):
@@ -362,7 +388,7 @@ class ModelSpec:
             v = getattr(self, f.name)
             if v is None or (f.name in _QUIET and v is False):
                 continue
-            out[f.name] = _field_to_yaml(f.name, v, self.placement)
+            out[f.name] = _field_to_yaml(f.name, v, self.placement, brief)
         if self.head is not None:
             out["head"] = dataclasses.asdict(self.head)
         if self.init is not None:
@@ -371,11 +397,12 @@ class ModelSpec:
             section = dict(getattr(self, role))
             if section:
                 placement = section.pop("placement", None)
-                out[role] = {k: _field_to_yaml(k, v, placement) for k, v in section.items()}
+                out[role] = {k: _field_to_yaml(k, v, placement, brief) for k, v in section.items()}
         return out
 
-    def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True)
+    def to_yaml(self, brief: bool = False) -> str:
+        """The spec as YAML (:meth:`to_dict`; ``brief`` for a card)."""
+        return yaml.safe_dump(self.to_dict(brief), sort_keys=False, allow_unicode=True)
 
     def replace(self, **overrides: Any) -> "ModelSpec":
         """A new spec with some fields overridden (validated like a fresh spec)."""
@@ -429,19 +456,19 @@ StackSpec.__module__ = __name__  # pickling and reprs name zoo.model.spec.StackS
 _QUIET = tuple(f.name for f in dataclasses.fields(ModelSpec) if f.metadata.get("quiet"))
 
 
-def _field_to_yaml(name: str, v: Any, placement: ComponentSpec | None) -> Any:
+def _field_to_yaml(name: str, v: Any, placement: ComponentSpec | None, brief: bool = False) -> Any:
     if name == "mask_pattern":
-        return [_field_to_yaml("mask", m, None) for m in v]
+        return [_field_to_yaml("mask", m, None, brief) for m in v]
     if name == "mask":
-        vals = [m.to_yaml_value() for m in v]
+        vals = [m.to_yaml_value(brief) for m in v]
         return vals[0] if len(vals) == 1 else vals
     if name == "norm":
-        d = {"kind": v.kind, **v.params()}
+        d = {"kind": v.kind, **v.params(changed=brief)}
         if placement is not None:
-            d["placement"] = placement.to_yaml_value()
+            d["placement"] = placement.to_yaml_value(brief)
         return d
     if isinstance(v, ComponentSpec):
-        return v.to_yaml_value()
+        return v.to_yaml_value(brief)
     return v
 
 

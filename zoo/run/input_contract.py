@@ -195,16 +195,29 @@ class InputContract:
             return VALIDATORS[self.validator["name"]](text, **params)
         return None
 
-    def summary(self) -> str:
-        """One line for a model card or a message: the description, the rules and the example."""
-        rules = [f"normalised by {', '.join(self.normalize)}"] if self.normalize else []
+    def summary(self, words: "dict[str, str] | None" = None) -> str:
+        """One line for a model card or a message: the description, the rules and the example.
+
+        ``words``: the templates it is made of, for a front end to word it in its own language
+        (:data:`SUMMARY_WORDS` is the English; ``zoo.ui.i18n`` has the Chinese).  The description and
+        the example are the checkpoint author's text, shown as written (a front end may quote them)."""
+        w = {**SUMMARY_WORDS, **(words or {})}
+        rules = [w["normalize"].format(names=w["list_sep"].join(self.normalize))] if self.normalize else []
         if self.pattern is not None:
-            rules.append(f"pattern `{self.pattern}`")
+            rules.append(w["pattern"].format(pattern=self.pattern))
         if self.validator:
             params = ", ".join(f"{k}={v}" for k, v in self.validator.items() if k != "name")
-            rules.append(f"validator `{self.validator['name']}({params})`")
-        return f"{self.description} ({'; '.join(rules)}); example: `{self.example}`" if rules \
-            else f"{self.description}; example: `{self.example}`"
+            rules.append(w["validator"].format(call=f"{self.validator['name']}({params})"))
+        described = w["description"].format(description=self.description)
+        if rules:
+            described += w["rules"].format(rules=w["rule_sep"].join(rules))
+        return described + w["example"].format(example=self.example)
+
+
+#: The English of :meth:`InputContract.summary`: ``description (rules); example: `...```.
+SUMMARY_WORDS = {"description": "{description}", "rules": " ({rules})", "rule_sep": "; ",
+                 "normalize": "normalised by {names}", "list_sep": ", ", "pattern": "pattern `{pattern}`",
+                 "validator": "validator `{call}`", "example": "; example: `{example}`"}
 
 
 def contract_of(model: Any) -> InputContract | None:
