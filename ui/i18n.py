@@ -1195,10 +1195,17 @@ class Translator:
         for outputs, render, inputs in self.kept:
             try:
                 drawn = render(lang_code(lang), *[value_of.get(id(c)) for c in inputs])
-            except Exception:  # noqa: BLE001 - a switch always switches; the output stays as it was
+            except Exception as exc:  # noqa: BLE001 - a switch always switches; the output stays as it was
                 import logging
 
-                logging.getLogger("zoo.ui").exception("re-rendering %s in %s failed", render, lang)
+                from zoo.errors import ZooError
+
+                log = logging.getLogger("zoo.ui")
+                if isinstance(exc, ZooError):  # a refusal of what the page holds: one line, no traceback
+                    log.warning("not re-drawn in %s (%s): %s", lang_code(lang),
+                                getattr(render, "__qualname__", render), exc.what)
+                else:  # a bug in the render: its traceback, for whoever reads the log
+                    log.exception("re-rendering %s in %s failed", render, lang)
                 continue
             if drawn is None:
                 continue
