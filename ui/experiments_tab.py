@@ -138,9 +138,12 @@ def check_budget(exp, lang: str = "en") -> None:
         check_spec_limits(parse_spec(tr.spec), lang)
 
 
-def start(text: str, lang: str = "en", jobs: int | None = None) -> str:
+def start(text: str, lang: str = "en", jobs: int | None = None, fresh: bool = False) -> str:
     """Start the quick version of the experiment in ``text`` in a background thread; returns the
-    name of its folder in the runs directory (an already running one is not started twice)."""
+    name of its folder in the runs directory (an already running one is not started twice).  The
+    same text resumes its folder: finished trials are taken, not trained again, and the status says
+    so (:func:`status_text`).  ``fresh``: the earlier folder is moved aside first (kept beside it as
+    ``<folder>.earlier-<k>``, :func:`zoo.experiment.run.set_aside`), so every trial trains anew."""
     import zoo.experiment as ze
 
     exp = _load(text)
@@ -158,7 +161,7 @@ def start(text: str, lang: str = "en", jobs: int | None = None) -> str:
 
         def work():
             try:
-                ze.run(exp, out=out, jobs=jobs, quick=True, progress=job["events"].append)
+                ze.run(exp, out=out, jobs=jobs, quick=True, fresh=bool(fresh), progress=job["events"].append)
             except ZooError as exc:
                 job["error"] = exc
             except Exception as exc:  # noqa: BLE001 - a bug: reported in the tab as an internal error
@@ -260,7 +263,38 @@ def status_text(name: str, res, lang: str = "en") -> str:
         return t("exp.starting", lang, folder=name) if name else ""
     done = sum(tr.status == "done" for tr in res.trials)
     key = "exp.running" if running(name) else "exp.finished"
-    return t(key, lang, folder=f"{runs_dir().name}/{name}", done=done, total=len(res.trials))
+    line = t(key, lang, folder=f"{runs_dir().name}/{name}", done=done, total=len(res.trials))
+    return "\n\n".join([line, *reuse_lines(name, lang)])
+
+
+def reuse_lines(name: str, lang: str = "en") -> list[str]:
+    """What this process's run of folder ``name`` took from an earlier one, in ``lang``: the
+    trials it did not train again (and how to start fresh), or where a fresh run moved the earlier
+    results -- announced, never silent (issue 34).  Folders are named relative to the runs directory."""
+    job = _JOBS.get(name or "")
+    first = next((e for e in (job or {}).get("events", ()) if e.get("event") == "start"), None)
+    if first is None:
+        return []
+    lines = []
+    if first.get("set_aside"):
+        params = {"folder": f"{runs_dir().name}/{Path(first['set_aside']).name}"}
+        lines.append(_said("experiment.set_aside", params, lang))
+    if first.get("skipped"):
+        params = {"n": first["skipped"], "total": first["total"], "folder": f"{runs_dir().name}/{name}"}
+        what = _said("experiment.reused", params, lang)
+        lines.append(what + " " + t("exp.fresh_hint", lang, fresh=t("exp.fresh", lang), run=t("exp.run", lang)))
+    return lines
+
+
+def _said(message_id: str, params: dict, lang: str) -> str:
+    """The engine's sentence ``message_id`` (:mod:`zoo.messages`) in ``lang`` (its Chinese from
+    ``ui.i18n.ERRORS_ZH``, as an error of that id is worded)."""
+    from zoo import messages
+
+    from .i18n import error_text
+
+    english = messages.render(message_id, params)[0]
+    return error_text({"what": english, "message_id": message_id, "params": params}, lang)[0]
 
 
 def trial_names(res) -> list[str]:
@@ -368,6 +402,9 @@ def build(tr, lang_state) -> dict:
             ui["error"] = error_box("exp-error")
             with gr.Row():
                 ui["run"] = tr.add(gr.Button(tr("exp.run"), variant="primary", elem_id="exp-run"), value="exp.run")
+                # a second run of the same YAML takes its finished trials (announced in the status);
+                # ticked, the earlier folder is moved aside first (kept) and every trial trains anew
+                ui["fresh"] = tr.add(gr.Checkbox(False, label=tr("exp.fresh"), elem_id="exp-fresh"), label="exp.fresh")
                 ui["report"] = tr.add(gr.Button(tr("exp.report"), elem_id="exp-report"), value="exp.report")
             ui["status"] = gr.Markdown("", elem_id="exp-status")
             ui["progress"] = tr.add(gr.Dataframe(headers=[tr(h) for h in PROGRESS_HEADERS], label=tr("exp.progress"),
@@ -450,11 +487,11 @@ def _wire(ui: dict, lang_state) -> None:
     shown = [ui["progress"], ui["curves"], ui["table"], ui["status"], ui["trial"], ui["timer"]]
 
     @inline_errors(1 + len(shown))
-    def on_run(text, lang):
-        name = start(text, lang)
+    def on_run(text, fresh, lang):
+        name = start(text, lang, fresh=bool(fresh))
         return (name, *show(name, lang))
 
-    ui["run"].click(on_run, [ui["yaml"], lang_state], [ui["run_name"], *shown, ui["error"]],
+    ui["run"].click(on_run, [ui["yaml"], ui["fresh"], lang_state], [ui["run_name"], *shown, ui["error"]],
                     concurrency_limit=1, api_visibility="private")
     ui["timer"].tick(handler(show), [ui["run_name"], lang_state], shown, show_progress="hidden", api_visibility="private")
 

@@ -293,6 +293,16 @@ MESSAGES: dict[str, Message] = {
         "pass another --out, or delete the folder"),
     "experiment.trial_symlink": Message("{folder} is a symlink; zoo does not write or delete through links",
                                         "remove the link"),
+    # -- a second run of the same folder, and what the plan refuses up front (issue 34)
+    "experiment.reused": Message(
+        "{n} of {total} trials were taken from the earlier run in '{folder}' (a finished trial is not "
+        "trained again)"),
+    "experiment.reused_fix": Message(
+        fix="to start fresh, pass --fresh (the earlier folder is moved aside, nothing is deleted) or another --out"),
+    "experiment.set_aside": Message("the earlier results were moved to '{folder}' (kept, not deleted)"),
+    "experiment.aside_full": Message("'{folder}' already has {limit} earlier runs set aside beside it",
+                                     "remove or move some of the '{folder}.earlier-N' folders, or pass another --out"),
+    "experiment.fix_variant_max_len": Message(fix="set max_len: {need} (or more) in variant {variant}'s set:"),
     "results.none": Message("no experiment results in this folder", "pass the --out folder of `zoo experiment run`"),
     "results.record_bad": Message("the folder's {record} is {reason}", "run the experiment again into a new --out"),
     "results.trials_bad": Message("the folder's {record} is damaged ({kind}: its trials are not trial records)",

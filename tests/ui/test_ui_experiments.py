@@ -280,3 +280,56 @@ def test_the_report_gallery_waits_for_its_figures_and_shows_the_curves_first():
     captions = [c for _, c in figs]
     assert captions[:3] == ["curves", "task_curves", "metrics"], captions
     assert captions[3:] and all(c.startswith("attention_") for c in captions[3:]), captions
+
+
+# ---------------------------------------------------------------------- a second run, a refused plan (issue 34)
+#: two trials of 8 steps: a run in a couple of seconds
+SMALL_YAML = yaml.safe_dump(dict(TINY, name="ui_again", variants=TINY["variants"][:1],
+                                 quick={"seeds": 2, "budget": {"steps": 8}}), sort_keys=False)
+
+
+def test_a_second_run_announces_the_trials_it_took_and_fresh_starts_over(runs):
+    name = et.start(SMALL_YAML)
+    wait(name)
+    first = et.poll(name)["status"]
+    assert "2 of 2" in first and "taken from" not in first, first
+    done = {p: p.read_bytes() for p in (runs / name / "trials").rglob("result.json")}
+    assert len(done) == 2
+
+    assert et.start(SMALL_YAML) == name  # the same YAML: the same folder, its trials taken
+    wait(name)
+    status = et.poll(name)["status"]
+    assert f"2 of 2 trials were taken from the earlier run in '{runs.name}/{name}'" in status, status
+    assert "**Fresh run" in status and "**Run quick version**" in status  # how to start fresh, in the tab's words
+    zh = et.redraw("zh", name)[2]
+    assert f"2 个试验中有 2 个取自 '{runs.name}/{name}'" in zh and "勾选 **重新运行" in zh, zh
+    no_path(status + zh, runs, Path.cwd())
+    assert {p: p.read_bytes() for p in done} == done  # not trained again
+
+    assert et.start(SMALL_YAML, fresh=True) == name
+    wait(name)
+    status = et.poll(name)["status"]
+    kept = runs / f"{name}.earlier-1"
+    assert f"moved to '{runs.name}/{name}.earlier-1'" in status and "taken from" not in status, status
+    assert "已移到" in et.redraw("zh", name)[2]
+    assert sorted(p.relative_to(kept) for p in kept.rglob("result.json")) == \
+        sorted(p.relative_to(runs / name) for p in done)  # the earlier results kept whole
+    assert len(list((runs / name).rglob("result.json"))) == 2 and et.poll(name)["table"]  # trained anew
+    no_path(status, runs, Path.cwd())
+
+
+def test_a_task_longer_than_max_len_is_refused_in_the_tab_before_anything_runs(runs):
+    long = yaml.safe_dump(dict(TINY, name="ui_long", task={"kind": "copy", "length": 12, "vocab": 6}))
+    ok, err = et.validate(long)
+    assert ok == "" and "experiment.base.max_len" in err and "max_len is 16" in err, err
+    assert "max_len" in et.validate(long, "zh")[1] and "任务需要" in et.validate(long, "zh")[1]
+    from zoo.ui.common import raw
+
+    with pytest.raises(zoo.ZooError) as info:
+        raw(et.start)(long)
+    assert info.value.message_id == "task.max_len"
+    shown = et.error_markdown(info.value, "zh")  # what the run handler's error box shows
+    assert "experiment.base.max_len" in shown and "任务需要" in shown
+    no_path(shown, runs, Path.cwd())
+    assert not (runs.exists() and any(runs.iterdir()))  # no folder written
+    assert not any(j["thread"].is_alive() for j in et._JOBS.values())

@@ -28,8 +28,17 @@ class Printer:
     def __call__(self, e: dict) -> None:
         ev = e["event"]
         if ev == "start":
+            from zoo import messages
+
+            if e.get("set_aside"):
+                click.echo(messages.render("experiment.set_aside", {"folder": e["set_aside"]})[0])
             click.echo(f"{e['total']} trials ({e['skipped']} already finished), {e['jobs']} process(es) "
                        f"x {e['threads']} thread(s)")
+            if e.get("skipped"):  # announced, not silent: the resume design at work (issue 34)
+                what, fix = messages.render("experiment.reused", {"n": e["skipped"], "total": e["total"],
+                                                                  "folder": e.get("out", "")},
+                                            ("experiment.reused_fix",))
+                click.echo(f"{what}; {fix}")
         elif ev == "done":
             m = e.get("metrics") or {}
             shown = ", ".join(f"{k} {v:.4g}" for k, v in list(m.items())[:4] if isinstance(v, (int, float)))
@@ -82,12 +91,15 @@ def list_cmd():
 @click.option("--rerun-mismatched", is_flag=True,
               help="Train again the trials whose result.json does not match (other code, edited, "
                    "checkpoint swapped) instead of refusing.")
-def run_cmd(experiment, out, jobs, threads, quick, executor, rerun_mismatched):
+@click.option("--fresh", is_flag=True,
+              help="Start from nothing: move the earlier results folder aside to OUT.earlier-N (kept, not "
+                   "deleted) instead of taking its finished trials.")
+def run_cmd(experiment, out, jobs, threads, quick, executor, rerun_mismatched, fresh):
     """Run (or resume) EXPERIMENT: a shipped name or a YAML file."""
     import zoo.experiment as ze
 
     res = ze.run(experiment, out=out, jobs=jobs, threads=threads, quick=quick, executor=executor,
-                 rerun_mismatched=rerun_mismatched,
+                 rerun_mismatched=rerun_mismatched, fresh=fresh,
                  progress=Printer(5.0 if sys.stdout.isatty() else 15.0))
     click.echo(res.markdown())
     click.echo(f"report: {res.out / 'report.html'}")

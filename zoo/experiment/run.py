@@ -21,6 +21,7 @@ Executors (``executor=``):
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -43,7 +44,7 @@ from ..inside.costs import forward_cost
 from ..inside.trace import trace
 from ..components import FAMILIES
 from ..guard.files import clip
-from ..guard.transaction import lock, target, write_file
+from ..guard.transaction import LOCK, disk_error, lock, target, write_file
 from ..io.checkpoint import atomic_write
 from ..model.build import build
 from ..model.spec import apply_overrides, parse_spec
@@ -117,6 +118,7 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
                                      exp.budget.params_tolerance, where)
             spec = spec.replace(d_model=fitted.d_model, d_ff=fitted.d_ff)
         fitted = spec.replace(vocab_size=task.tokenizer().vocab_size)
+        check_fits(task, spec, v, where)
         cfg = dataclasses.replace(TrainConfig(), **train)
         seq = task.seq_len() if hasattr(task, "seq_len") else (cfg.block_size or min(spec.max_len, 128))
         cost = forward_cost(fitted, seq, batch=cfg.batch_size)
@@ -138,6 +140,21 @@ def plan(exp: Experiment | Any, *, quick: bool = False) -> list[Trial]:
                                 flops_per_step=per_step, metrics=trial_metrics(exp), probe=exp.probe,
                                 plugins=exp.plugins, code=code_identity(spec.to_dict(), exp.task)))
     return trials
+
+
+def check_fits(task, spec, v: Variant, where: str) -> None:
+    """Refuse, at planning, a variant whose spec cannot hold the task's sequences (``task.max_len``,
+    the message the trainer's own check raises inside every worker), naming the experiment file's
+    key to change: the variant's ``set: max_len`` when it sets one, else the base spec's ``max_len``.
+    (The vocabulary needs no check here: a trial's vocab_size is always fitted to the task's.)"""
+    need = task.needed_len() if hasattr(task, "needed_len") else None
+    if need is None or need <= spec.max_len:
+        return
+    if "max_len" in v.overrides:
+        raise ExperimentError.of("task.max_len", where=f"{where}.set.max_len", need=need, max_len=spec.max_len,
+                                 fix="experiment.fix_variant_max_len", variant=v.name)
+    raise ExperimentError.of("task.max_len", where=f"experiment.base.max_len (variant {v.name})", need=need,
+                             max_len=spec.max_len)
 
 
 def planned_variants(exp: Experiment) -> list[Variant]:
@@ -383,7 +400,8 @@ def default_jobs(n_trials: int, threads: int | None = None) -> tuple[int, int]:
 def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | None = None,
         threads: int | None = None, quick: bool = False, executor: str = "local",
         progress: Callable[[dict], None] | None = None, report: bool = True,
-        poll_s: float = 0.5, rerun_mismatched: bool = False, wait: Any = False) -> "Results":
+        poll_s: float = 0.5, rerun_mismatched: bool = False, wait: Any = False,
+        fresh: bool = False) -> "Results":
     """Run (or resume) an experiment and return its :class:`~zoo.experiment.results.Results`.
 
     ``experiment``: a shipped name, YAML path or text, dict, or :class:`Experiment`.  ``out``: the
@@ -398,6 +416,12 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
     replaced, damaged) is refused with an :class:`ExperimentError` listing them, before anything
     runs; ``rerun_mismatched=True`` (``--rerun-mismatched``) clears those trial folders and trains
     them again instead.
+
+    Finished trials are taken from an earlier run into the same folder (resuming is the design),
+    and the ``start`` event counts them (``skipped``) for a front end to say so.  ``fresh=True``
+    (``--fresh``) starts from nothing instead: the earlier folder is moved aside whole, atomically,
+    to ``<out>.earlier-<k>`` (:func:`set_aside`; kept, never deleted) and the ``start`` event names
+    it (``set_aside``).
     """
     exp = load(experiment, quick=quick)
     out = Path(out) if out is not None else Path("runs") / "experiments" / (exp.name + ("-quick" if quick else ""))
@@ -406,6 +430,7 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
         raise ZooError(f"unknown executor {executor!r}", where="executor",
                        options=["local", "inline", "submitit", "slurm"])
     trials = plan(exp)
+    aside = set_aside(out) if fresh else None  # after the plan: a refused plan moves nothing
     # one writer per results folder: a second `zoo experiment run` on it is refused naming the
     # holder's pid (wait=True / seconds: waits); the kernel drops the lock if this process dies
     with lock(out, where="experiment.out", wait=wait, error=ExperimentError):
@@ -423,7 +448,8 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
         jobs, threads = default_jobs(len(todo) or 1, threads) if jobs is None else (jobs, threads or 1)
         emit = progress or (lambda e: None)
         emit({"event": "start", "total": len(trials), "skipped": len(trials) - len(todo), "jobs": jobs,
-              "threads": threads, "out": str(out), "todo": [t.id for t in todo]})
+              "threads": threads, "out": str(out), "todo": [t.id for t in todo],
+              "set_aside": str(aside) if aside is not None else None})
         failures: dict[str, str] = {}
         if executor == "inline":
             for t in todo:
@@ -456,6 +482,32 @@ def run(experiment: Any, *, out: str | os.PathLike | None = None, jobs: int | No
             raise ZooError.of("experiment.trials_failed", where=f"experiment {exp.name}", n=len(failures),
                               trial=first[0], **inner)
         return res
+
+
+#: how many earlier runs :func:`set_aside` keeps beside one results folder
+MAX_ASIDE = 100
+
+
+def set_aside(out: Path) -> Path | None:
+    """Move the results folder ``out`` aside whole, to the first free ``<out>.earlier-<k>`` beside
+    it, so that a run starts fresh while the earlier results stay (nothing is deleted); None when
+    ``out`` does not exist.  Under ``out``'s lock (a run writing it refuses this), one rename: a
+    reader sees the folder whole at the old name or whole at the new one."""
+    if not os.path.lexists(out):
+        return None
+    with lock(out, where="experiment.out", error=ExperimentError):
+        aside = next((p for p in (out.with_name(f"{out.name}.earlier-{k}") for k in range(1, MAX_ASIDE + 1))
+                      if not os.path.lexists(p)), None)
+        if aside is None:
+            raise ExperimentError.of("experiment.aside_full", where="experiment.out", folder=out.name,
+                                     limit=MAX_ASIDE)
+        try:
+            os.rename(out, aside)
+        except OSError as exc:
+            raise disk_error(exc, f"moving '{out.name}' aside", where="experiment.out", error=ExperimentError) from exc
+        with contextlib.suppress(OSError):  # the lock file moved with it: the held lock is ours to end
+            os.unlink(aside / LOCK)
+    return aside
 
 
 def _check_out(out: Path, jobs: Any, threads: Any) -> Path:

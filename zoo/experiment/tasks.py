@@ -192,7 +192,7 @@ class SyntheticTask(Task):
             spec = spec.replace(vocab_size=self.tok.vocab_size)
         if self.tok.vocab_size > spec.vocab_size:
             raise ZooError.of("task.vocab", where="vocab_size", n=self.tok.vocab_size, vocab_size=spec.vocab_size)
-        need = max(self.seq_len(), self.max_eval_len())
+        need = self.needed_len()
         if need > spec.max_len:
             raise ZooError.of("task.max_len", where="max_len", need=need, max_len=spec.max_len)
         if spec.pad_id is not None and spec.pad_id != self.tok.pad_id:
@@ -229,6 +229,12 @@ class SyntheticTask(Task):
 
     def max_eval_len(self) -> int:
         return self.seq_len()
+
+    def needed_len(self) -> int:
+        """The longest sequence the task feeds a model (training or scoring): the spec's ``max_len``
+        must reach it.  An experiment's plan checks it for every variant before any trial starts
+        (:func:`zoo.experiment.run.plan`), with the same message the trainer's check raises."""
+        return max(self.seq_len(), self.max_eval_len())
 
     def name(self) -> str:
         return getattr(self, "kind", type(self).__name__.lower())
