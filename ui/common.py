@@ -138,15 +138,22 @@ def check_arguments(where: str, sig, expected: dict, args: tuple, kwargs: dict) 
         base, optional = expected[name]
         if value is None and optional:
             continue
-        ok = isinstance(value, _ADMITS[base]) and not (base in ("int", "float") and isinstance(value, bool))
-        if base == "int" and isinstance(value, float) and value.is_integer():
-            ok = True  # a gr.Number sends 3.0
-        if base in ("int", "float") and ok and value != value:
-            ok = False  # NaN is no setting
-        if not ok:
-            got = "nothing" if value is None else "NaN" if value != value else type(value).__name__
-            raise ui_error(ZooError, f"err.arg_{base}", fix=f"err.arg_{base}_fix", where=f"{where}.{name}",
-                           name=name, got=got)
+        _check_type(f"{where}.{name}", name, base, value)
+
+
+def _check_type(where: str, name: str, base: str, value: Any) -> None:
+    """``value`` is of the :data:`_ADMITS` type ``base`` (an ``int`` field takes 3.0, a number is
+    never NaN), or a ``ZooError`` at ``where`` worded by ``err.arg_<base>``."""
+    ok = isinstance(value, _ADMITS[base]) and not (base in ("int", "float") and isinstance(value, bool))
+    if base == "int" and isinstance(value, float) and value.is_integer():
+        ok = True  # a gr.Number sends 3.0 (float("inf").is_integer() is False: no setting)
+    if base in ("int", "float") and ok and value != value:
+        ok = False  # NaN is no setting
+    if not ok:
+        got = "nothing" if value is None else "NaN" if value != value else \
+            repr(value[:40]) if isinstance(value, str) else \
+            str(value) if isinstance(value, float) and abs(value) == float("inf") else type(value).__name__
+        raise ui_error(ZooError, f"err.arg_{base}", fix=f"err.arg_{base}_fix", where=where, name=name, got=got)
 
 
 def _html(text: str) -> str:
@@ -288,12 +295,22 @@ def error_box(elem_id: str, tr=None):
 
 
 # ---------------------------------------------------------------------- limits
-def check_value(field: str, value: Any, limit_key: str | None = None, lang: str = "en") -> None:
-    """Raise a ``SpecError`` naming ``field`` when ``value`` exceeds its limit."""
+def check_value(field: str, value: Any, limit_key: str | None = None, lang: str = "en",
+                kind: str | None = None) -> Any:
+    """Raise a ``SpecError`` naming ``field`` when ``value`` exceeds its limit; returns ``value``.
+
+    ``kind`` (``"int"`` or ``"float"``): ``value`` is what a browser or an HTTP client sent for a
+    number field, so it can be anything ("abc", NaN, 1e400, a list, nothing): it is held to the
+    UI's argument contract first (:func:`check_arguments`: a ``ZooError`` at ``field`` saying what
+    was sent and what to send, in the page's language) and returned as that type."""
+    if kind is not None:
+        _check_type(field, field, kind, value)
+        value = int(value) if kind == "int" else float(value)
     limit = LIMITS[limit_key or field]
     if value is not None and value > limit:
         raise ui_error(SpecError, "err.limit", fix="err.limit_fix", where=field, field=field, value=value,
                        limit=limit)
+    return value
 
 
 def check_spec_limits(spec: "zoo.ModelSpec", lang: str = "en", base: "zoo.ModelSpec | None" = None) -> int:

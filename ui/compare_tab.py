@@ -135,11 +135,16 @@ def compare(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
 
 def measure(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int = 32,
             prompt: str = "", lang: str = "en") -> dict:
-    """The comparison as data (no translated text: :func:`shown` words it in a language)."""
-    seq_len = int(seq_len or 0)
+    """The comparison as data (no translated text: :func:`shown` words it in a language).
+
+    Rows are ``[key, A, B]``.  The largest output difference belongs to the pair, not to either
+    model, so it is shown once: under B, the side changed against A (B starts from A's weights,
+    and the "tensors B received" row reads the same way), with "—" under A.  The same number under
+    both columns read as two measurements that happened to agree (issue 34)."""
+    # what the browser sent ("abc", NaN, 1e400, a list): a whole number, or a refusal naming the field
+    seq_len = check_value("seq_len", seq_len, "compare_seq_len", lang, kind="int")
     if seq_len < 1:
         raise ui_error(ZooError, "compare.seq_len_min", where="seq_len")
-    check_value("seq_len", seq_len, "compare_seq_len", lang)
     a = make_model(source_a, over_a, "A", lang)
     b = make_model(source_b, over_b, "B", lang)
     if not str(source_b).startswith(CKPT):
@@ -172,7 +177,7 @@ def measure(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int
          f"{sum(p.numel() for p in b.parameters()):,}"],
         ["compare.row.ms", f"{ms_a:.2f}", f"{ms_b:.2f}"],
         ["compare.row.out", str(tuple(out_a.shape)), str(tuple(out_b.shape))],
-        ["compare.row.diff", diff, diff],
+        ["compare.row.diff", "—", diff],  # once: see the docstring
         # after the rows the HTTP API's callers index by position
         ["compare.row.tokens", _tokens(T, seq_len, room_a), _tokens(T, seq_len, room_b)],
     ]
