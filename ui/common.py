@@ -294,6 +294,22 @@ def error_box(elem_id: str, tr=None):
     return box
 
 
+# ---------------------------------------------------------------------- the result in view
+def show_result_js(result: str, error: str | None = None) -> str:
+    """The browser side of "a click shows its result" (issue 34), for ``event.then(None, js=...)``:
+    a tab's result sits below its controls, under the fold of a 1280x800 window, so the script
+    scrolls the tab's ``error`` box (a CSS selector) to the top of the window when it holds a
+    message, else its ``result``.  The result's top is the anchor: what it draws below that
+    afterwards (a heatmap, a table's rows) leaves it in place.  One script for the tabs that show a
+    result below their controls (Run, Inspect, Interpret, Compare)."""
+    import json
+
+    err = f"document.querySelector({json.dumps(error)})" if error else "null"
+    return (f"() => {{ const err = {err};\n"
+            f"  const el = err && err.querySelector('strong') ? err : document.querySelector({json.dumps(result)});\n"
+            "  if (el) el.scrollIntoView({block: 'start', behavior: 'instant'}); }")
+
+
 # ---------------------------------------------------------------------- limits
 def check_value(field: str, value: Any, limit_key: str | None = None, lang: str = "en",
                 kind: str | None = None) -> Any:

@@ -25,7 +25,7 @@ from zoo.errors import SpecError, ZooError
 
 from . import budget
 from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, error_box,
-                     error_outputs, error_record, handler, inline_errors, load_checkpoint, raw)
+                     error_outputs, error_record, handler, inline_errors, load_checkpoint, raw, show_result_js)
 from .i18n import t, ui_error
 
 PRESET, CKPT = "preset: ", "checkpoint: "
@@ -271,8 +271,11 @@ def build(tr, lang_state) -> dict:
         data = measure(a, oa, b, ob, n, text, lang)
         return (*redraw(lang, data), data)
 
+    # the table sits below both columns of controls (at 1280x800 only its header row showed): the
+    # click brings it, or the error box above it, into view when it lands
     go.click(compare_ui, inputs=[src_a, over_a, src_b, over_b, seq, prompt, lang_state],
-             outputs=[table, spec_diff, kept, *error_outputs(error)], concurrency_limit=2, api_visibility="private")
+             outputs=[table, spec_diff, kept, *error_outputs(error)], concurrency_limit=2,
+             api_visibility="private").then(None, js=show_result_js("#cmp-table", error="#cmp-error"))
 
     def compare_api(source_a: str, over_a: str, source_b: str, over_b: str, seq_len: int = 32,
                     prompt: str = "", lang: str = "en") -> tuple[list, str]:

@@ -26,7 +26,7 @@ from zoo.errors import ZooError
 
 from . import budget
 from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
-                     inline_errors, load_checkpoint, raw, safe_markdown)
+                     inline_errors, load_checkpoint, raw, safe_markdown, show_result_js)
 from .i18n import t, ui_error
 
 from zoo.run.input_contract import admit, route_notes
@@ -578,7 +578,10 @@ def _wire_attention(ui: dict, lang_state) -> None:
                outputs=[ui[k] for k in ("grid", "maskfig", "posfig", "experts", "heat", "next", "kept")]
                + error_outputs(ui["error"]),
                concurrency_limit=2, concurrency_id="inspect", api_visibility="private")
-    ui["go_inspect"].click(on_inspect, **run)
+    # the result (the next-token line, then the heatmap) sits below the selectors, under the fold of
+    # a 1280x800 window: a click brings it (or the error box) into view when it lands.  A slider's
+    # release does not: the hand is on the slider, and the page stays where it was
+    ui["go_inspect"].click(on_inspect, **run).then(None, js=SHOW_RESULT_JS)
     for w in (ui["layer"], ui["head"]):
         w.release(on_inspect, trigger_mode="always_last", **run)
 
@@ -595,6 +598,10 @@ def _wire_attention(ui: dict, lang_state) -> None:
     root = getattr(gr.context.Context, "root_block", None)  # size the selectors when the page opens
     if root is not None:
         root.load(on_checkpoint, **selectors)
+
+
+#: Scrolls the tab's error box (when it holds a message) or its result to the top of the window.
+SHOW_RESULT_JS = show_result_js("#inspect-next", error="#inspect-error")
 
 
 # ---------------------------------------------------------------------- the calculator

@@ -21,7 +21,7 @@ import torch
 
 from . import budget
 from .common import (LIMITS, check_text, checkpoint_names, default_checkpoint, error_box, error_outputs, handler,
-                     inline_errors, load_checkpoint, raw, safe_markdown)
+                     inline_errors, load_checkpoint, raw, safe_markdown, show_result_js)
 from .i18n import t, ui_error
 
 KINDS = ("induction", "previous_token", "duplicate_token")
@@ -300,9 +300,7 @@ CSS = """
 
 
 #: Scrolls the tab's error box (when it holds a message) or its result to the top of the window.
-SHOW_RESULT_JS = """() => { const err = document.querySelector('#interp-error');
-  const el = err && err.querySelector('strong') ? err : document.querySelector('#interp-out');
-  if (el) el.scrollIntoView({block: 'start', behavior: 'instant'}); }"""
+SHOW_RESULT_JS = show_result_js("#interp-out", error="#interp-error")
 
 
 def build(tr, lang_state) -> dict:

@@ -30,7 +30,7 @@ from zoo.convert import certificate, certificate_text
 from . import budget, chat_panel
 from .common import (LIMITS, check_text, check_value, checkpoint_names, checkpoint_path,
                      default_checkpoint, error_box, error_outputs, handler, inline_errors, load_checkpoint, raw,
-                     safe_markdown, shown_paths)
+                     safe_markdown, show_result_js, shown_paths)
 from .controls import UI_DEFAULTS, sampling_options, ui_options
 from .i18n import STRINGS, cause_text, contract_words, lang_code, t, ui_error
 
@@ -528,10 +528,9 @@ def fits_checkpoint(name) -> list:
     return [gr.update(visible=encoder)] + [gr.update(visible=not encoder) for _ in ui_options()]
 
 
-#: Brings the output into view after an example's click (it sits below the controls, under the fold
-#: of a 1280x800 window); the error box, just above it, shows too.
-SHOW_OUTPUT_JS = """() => { const el = document.querySelector('#run-error') || document.querySelector('#run-output');
-  if (el) el.scrollIntoView({block: 'start', behavior: 'instant'}); }"""
+#: Brings the output (or the error box just above it) into view after an example's click: it sits
+#: below the controls, under the fold of a 1280x800 window
+SHOW_OUTPUT_JS = show_result_js("#run-output", error="#run-error")
 
 
 @handler
