@@ -31,7 +31,7 @@ from typing import Any
 from zoo.errors import ZooError, internal_error
 
 from .common import error_again, error_box, error_markdown, error_record, handler, inline_errors, runs_dir
-from .i18n import t, ui_error
+from .i18n import lang_code, t, ui_error
 
 log = logging.getLogger(__name__)
 
@@ -211,31 +211,30 @@ def _num(x: Any, fmt: str = "{:.4g}") -> str:
     return "—" if math.isnan(x) else fmt.format(x)
 
 
-#: the engine's verdict words (:func:`zoo.experiment.verdict`) -> i18n keys
+#: the engine's verdict ids (:data:`zoo.experiment.stats.VERDICT_WORDS`, the ``verdict_id`` of a
+#: results row) -> i18n keys
 VERDICTS = {"reference": "exp.v.reference", "better": "exp.v.better", "worse": "exp.v.worse",
-            "within noise": "exp.v.noise", "higher": "exp.v.higher", "lower": "exp.v.lower",
-            "no meaningful difference": "exp.v.no_effect", "within noise (after Holm)": "exp.v.noise_holm",
-            "pending": "exp.v.pending"}
-_SMOKE = " (smoke test)"
-_FUTURE = re.compile(r"not comparable: (?P<variant>.+?) sees the future (?:\(trained without the look-ahead mask\)"
-                     r"|\(teacher-forced metric; judge on (?P<primary>.+)\))$")
+            "noise": "exp.v.noise", "higher": "exp.v.higher", "lower": "exp.v.lower",
+            "no_effect": "exp.v.no_effect", "noise_holm": "exp.v.noise_holm", "pending": "exp.v.pending",
+            "na": "exp.v.na", "na_one_seed": "exp.v.na_one_seed", "sees_future": "exp.v.sees_future",
+            "sees_future_tf": "exp.v.sees_future_tf"}
 
 
-def verdict_text(word: str, lang: str = "en") -> str:
-    """A verdict in ``lang`` (English: the engine's own words, :func:`zoo.experiment.verdict` and
-    :class:`zoo.experiment.Results`): the plain words, "within noise (after Holm)", "not comparable:
-    X sees the future (...)" and the " (smoke test)" a quick run adds.  Unknown words stay as they are."""
-    if not word:
+def verdict_text(vid: str | None, params: dict | None = None, lang: str = "en") -> str:
+    """A verdict in ``lang`` from its id and params (a results row's ``verdict_id`` and
+    ``verdict_params``: ``variant``, ``primary``, ``smoke`` -- a quick run's " (smoke test)"), never
+    from its English text.  English: the engine's own words (the reports' text)."""
+    from zoo.experiment.stats import VERDICT_WORDS, verdict_words
+
+    if not vid:
         return "—"
-    if word.endswith(_SMOKE):
-        return t("exp.v.smoke", lang, verdict=verdict_text(word[: -len(_SMOKE)], lang))
-    if word in VERDICTS:
-        return t(VERDICTS[word], lang)
-    if m := _FUTURE.match(word):
-        if m["primary"] is not None:
-            return t("exp.v.sees_future_tf", lang, variant=m["variant"], primary=m["primary"])
-        return t("exp.v.sees_future", lang, variant=m["variant"])
-    return word
+    params = dict(params or {})
+    if lang_code(lang) != "zh" or vid not in VERDICTS:
+        return verdict_words(vid, params) if vid in VERDICT_WORDS else str(vid)
+    if params.get("primary", "") is None:
+        params["primary"] = t("exp.v.past_only_metric", lang)
+    text = t(VERDICTS[vid], lang, **{k: v for k, v in params.items() if k != "smoke"})
+    return t("exp.v.smoke", lang, verdict=text) if params.get("smoke") else text
 
 
 def table_rows(res, lang: str = "en") -> list[list]:
@@ -250,7 +249,7 @@ def table_rows(res, lang: str = "en") -> list[list]:
         mean = _num(r.get("mean")) + ("" if r.get("half") is None else f" ± {_num(r['half'])}")
         rows.append([r["variant"], f"{int(r['params']):,}" if r.get("params") is not None else "—",
                      _num(r.get("train_flops"), "{:.3g}"), r["metric"], r.get("n", 0), mean, diff,
-                     verdict_text(r.get("verdict"), lang)])
+                     verdict_text(r.get("verdict_id"), r.get("verdict_params"), lang)])
     return rows
 
 

@@ -125,3 +125,24 @@ def test_every_shipped_quick_run_has_at_least_three_seeds():
         quick = (data.get("quick") or {}).get("seeds", data.get("seeds", 3))
         n = quick if isinstance(quick, int) else len(quick)
         assert n >= 3, f"{name}: quick runs {n} seeds"
+
+
+def test_verdicts_are_carried_as_ids_and_the_csv_keeps_its_columns(table, tmp_path):
+    """Each row carries its verdict as an id and params (what a front end words in its language) and
+    the English the reports print, made from them; the CSV keeps the committed reports' columns (the
+    id and params stay in memory), so no report needs rerunning."""
+    import csv
+
+    from zoo.experiment.stats import verdict_words
+
+    res, rows = table
+    for r in res.table():
+        assert r["verdict"] == verdict_words(r["verdict_id"], r["verdict_params"]), r
+    assert rows[("jumpy", "acc ≥ 0.9 (success rate)")]["verdict_id"] == "better"
+    assert rows[("flaky", "acc ≥ 0.9 (success rate)")]["verdict_id"] == "noise"
+    assert rows[("ref", "acc")]["verdict_id"] == "reference"
+    res.write_csv(tmp_path / "r.csv")
+    with open(tmp_path / "r.csv", encoding="utf-8", newline="") as f:
+        header = next(csv.reader(f))
+    assert "verdict" in header and "verdict_id" not in header and "verdict_params" not in header
+    assert header == [k for k in res.table()[0] if not k.startswith("verdict_")]

@@ -108,7 +108,7 @@ def test_tiny_run_table_equals_results(runs):
         assert float(row[5].split(" ± ")[0]) == pytest.approx(r["mean"], rel=1e-3)
         assert row[7] == r["verdict"] and (row[6] == "—") == (r["reference"] == "")
     zh = et.table_rows(res, "zh")
-    assert [row[7] for row in zh] == [et.verdict_text(r["verdict"], "zh") for r in ref]
+    assert [row[7] for row in zh] == [et.verdict_text(r["verdict_id"], r["verdict_params"], "zh") for r in ref]
     assert not any(re.search(r"[A-Za-z]{3,}", row[7]) for row in zh), [row[7] for row in zh]  # "(smoke test)" too
     assert [r[2] for r in p["progress"]] == [f"{STEPS} / {STEPS}"] * 4
     assert all(r[1] == "done" for r in p["progress"]) and p["curves"] is not None and not p["active"]
@@ -248,22 +248,30 @@ def test_the_empty_tables_headers_follow_the_language_switch():
         assert list(updates[id(box)]["value"].columns) == [t(k, "zh") for k in keys], elem
 
 
-def test_every_verdict_the_engine_writes_reads_in_chinese_and_stays_the_engines_in_english():
-    """The verdict column: the plain words of :func:`zoo.experiment.verdict`, Holm's "within noise
-    (after Holm)", the "not comparable: X sees the future (...)" of a variant trained without the
-    look-ahead mask (both wordings), and the " (smoke test)" of a quick run on any of them.  (The
-    newcomer walk of issue 34 saw "within noise (after Holm) (smoke test)" in English under 中文.)"""
-    from zoo.ui.experiments_tab import verdict_text
+def test_every_verdict_the_engine_writes_reads_in_chinese_and_stays_the_engines_in_english(monkeypatch):
+    """The verdict column, worded from the row's verdict id and params (never from its English): the
+    plain words of :func:`zoo.experiment.verdict`, Holm's "within noise (after Holm)", "n/a", the "not
+    comparable: X sees the future (...)" of a variant trained without the look-ahead mask (both
+    wordings), and the " (smoke test)" of a quick run on any of them.  (The newcomer walk of issue 34
+    saw "within noise (after Holm) (smoke test)" in English under 中文.)"""
+    from zoo.experiment import stats
+    from zoo.ui.experiments_tab import VERDICTS, verdict_text
 
-    words = ["reference", "better", "worse", "within noise", "no meaningful difference",
-             "within noise (after Holm)", "pending",
-             "not comparable: no_mask sees the future (trained without the look-ahead mask)",
-             "not comparable: no_mask sees the future (teacher-forced metric; judge on past_acc)"]
-    for w in words + [w + " (smoke test)" for w in words]:
-        assert verdict_text(w, "en") == w
-        zh = verdict_text(w, "zh")
+    assert set(VERDICTS) == set(stats.VERDICT_WORDS)  # every id the engine writes has its words
+    cases = [(vid, {"variant": "no_mask", "primary": "past_acc"}) for vid in stats.VERDICT_WORDS]
+    cases.append(("sees_future_tf", {"variant": "no_mask", "primary": None}))
+    zh_of = {}
+    for vid, params in cases + [(v, {**p, "smoke": True}) for v, p in cases]:
+        assert verdict_text(vid, params, "en") == stats.verdict_words(vid, params)  # the reports' text
+        zh = zh_of[vid, repr(params)] = verdict_text(vid, params, "zh")
         assert not re.search(r"[A-Za-z]{3,} [A-Za-z]{3,}", zh.replace("no_mask", "").replace("past_acc", "")), zh
-        assert ("no_mask" in zh) == ("no_mask" in w) and ("冒烟测试" in zh) == w.endswith("(smoke test)"), zh
+        assert ("no_mask" in zh) == ("{variant}" in stats.VERDICT_WORDS[vid]), zh
+        assert ("冒烟测试" in zh) == bool(params.get("smoke")), zh
+    # the engine's English reworded: the Chinese column does not move (it never read the English)
+    monkeypatch.setattr(stats, "VERDICT_WORDS", {k: f"reworded {k}" for k in stats.VERDICT_WORDS})
+    for vid, params in cases:
+        assert verdict_text(vid, params, "zh") == zh_of[vid, repr(params)]
+        assert verdict_text(vid, params, "en") == f"reworded {vid}"
 
 
 def test_the_report_gallery_waits_for_its_figures_and_shows_the_curves_first():

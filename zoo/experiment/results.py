@@ -35,7 +35,8 @@ from ..train.loop import STOP_NONFINITE
 from ..train.metrics import read_metrics
 from .selection import VAL_PREFIX, base_of, select
 from .spec import GENERAL_METRICS, derived_directions, min_effects, parse, task_metrics, tune_select
-from .stats import finite, holm, mean_ci, paired, significant_verdict, two_proportions, verdict, wilson
+from .stats import (finite, holm, mean_ci, paired, significant_verdict_id, two_proportions, verdict_id,
+                    verdict_words, wilson)
 from .tasks import get_task, is_past_only, is_teacher_forced, primary_metric
 
 #: What a ``--quick`` run's report says first: its numbers test the machinery, not the claim.
@@ -71,6 +72,21 @@ class TrialState:
     def eval_curve(self) -> list[tuple[int, float]]:
         return [(r["step"], r["eval_loss"]) for r in self.history
                 if "eval_loss" in r and r.get("event") != "end"]
+
+
+#: the verdict ids of a comparison with a variant that sees the future (no verdict: not tested)
+NOT_COMPARABLE = ("sees_future", "sees_future_tf")
+#: row fields of :meth:`Results.table` that stay in memory: the CSV (and the committed reports') keep
+#: their columns, and the verdict's English text, unchanged
+IN_MEMORY = ("verdict_id", "verdict_params")
+
+
+def _judge(row: dict, vid: str, params: dict | None = None, *, smoke: bool = False) -> None:
+    """Give ``row`` the verdict ``vid``: its id and params (``verdict_id``, ``verdict_params``: what a
+    front end words in its language) and its English (``verdict``: the reports' text,
+    :func:`~zoo.experiment.stats.verdict_words`).  ``smoke``: a quick run's verdict."""
+    row["verdict_id"], row["verdict_params"] = vid, {**(params or {}), **({"smoke": True} if smoke else {})}
+    row["verdict"] = verdict_words(vid, row["verdict_params"])
 
 
 class Results:
@@ -233,11 +249,11 @@ class Results:
         return None
 
     @staticmethod
-    def _not_comparable(cheat: str, task, primary: str | None) -> str:
+    def _not_comparable(cheat: str, task, primary: str | None) -> tuple[str, dict]:
+        """The verdict id and params of a comparison with ``cheat``, a variant that sees the future."""
         if getattr(task, "arch", "decoder") == "decoder":
-            return f"not comparable: {cheat} sees the future (trained without the look-ahead mask)"
-        return (f"not comparable: {cheat} sees the future "
-                f"(teacher-forced metric; judge on {primary or 'a past-only metric'})")
+            return "sees_future", {"variant": cheat}
+        return "sees_future_tf", {"variant": cheat, "primary": primary or None}
 
     def _min_effects(self) -> dict:
         t0 = self.trial_plans[0]
@@ -254,7 +270,7 @@ class Results:
         exp = self._exp()
         dirs = self._directions()
         floors = self._min_effects()
-        smoke = " (smoke test)" if self.smoke_test else ""
+        smoke = self.smoke_test
         plans = {t.variant: t for t in self.trial_plans}
         task = self._task()
         primary = primary_metric(task)
@@ -269,16 +285,16 @@ class Results:
                 row = {"variant": vname, "reference": ref.name if ref else "", "params": p.params,
                        "train_flops": p.train_flops, "steps": p.steps, "metric": m, "n": ci["n"],
                        "mean": ci["mean"], "lo": ci["lo"], "hi": ci["hi"], "half": ci["half"],
-                       "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
-                       "verdict": "reference" if ref is None else ""}
+                       "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan}
+                _judge(row, "reference" if ref is None else "pending")
                 if ref is not None:
                     d = paired(vals, self.values(ref.name, m))
-                    row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"],
-                               verdict=verdict(d, dirs.get(m), floors.get(m, 0.0)) + smoke
-                               if d["n"] else "pending")
+                    row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"])
+                    if d["n"]:
+                        _judge(row, verdict_id(d, dirs.get(m), floors.get(m, 0.0)), smoke=smoke)
                     cheat = self._cheater(vname, ref.name, task, m)
                     if d["n"] and cheat:
-                        row["verdict"] = self._not_comparable(cheat, task, primary) + smoke
+                        _judge(row, *self._not_comparable(cheat, task, primary), smoke=smoke)
                 row["min_effect"] = floors.get(m, 0.0)
                 row["scored"] = ("teacher-forced" if is_teacher_forced(task, m) else
                                  "past-only" if is_past_only(task, m) else "no answer")
@@ -324,7 +340,6 @@ class Results:
         variant when any seed diverged.  A verdict "better"/"worse" whose Holm-adjusted p does not
         pass becomes "within noise (after Holm)"."""
         dirs = self._directions()
-        smoke = " (smoke test)" if self.smoke_test else ""
         for r in rows:
             vals = self._outcomes(r["variant"], r["metric"])
             r.update(kind="mean", k="", nonfinite=sum(not finite(x) for x in vals.values()),
@@ -348,37 +363,36 @@ class Results:
                                             lambda x: not finite(x), "min"))
         rows = rows + extra
         tested = [i for i, r in enumerate(rows) if r["reference"] and finite(r["p"])
-                  and not str(r["verdict"]).startswith("not comparable")]
+                  and r["verdict_id"] not in NOT_COMPARABLE]
         adj = holm([rows[i]["p"] for i in tested])
         for i, pa in zip(tested, adj):
             r = rows[i]
             r["p_adj"] = pa
-            core = str(r["verdict"])[:-len(smoke)] if smoke and str(r["verdict"]).endswith(smoke) else str(r["verdict"])
-            if core in ("better", "worse", "higher", "lower") and not pa < 0.05:
-                r["verdict"] = ("within noise (after Holm)" if r["p"] < 0.05 else "within noise") + smoke
+            if r["verdict_id"] in ("better", "worse", "higher", "lower") and not pa < 0.05:
+                _judge(r, "noise_holm" if r["p"] < 0.05 else "noise", smoke=self.smoke_test)
         return rows
 
     def _rate_row(self, keep: dict, metric: str, source: str, hit, direction: str) -> dict:
         """One success-rate row: ``hit(value)`` says whether a seed's ``source`` value counts."""
-        smoke = " (smoke test)" if self.smoke_test else ""
+        smoke = self.smoke_test
         vals = self._outcomes(keep["variant"], source)
         k, n = sum(bool(hit(x)) for x in vals.values()), len(vals)
         w = wilson(k, n)
         row = {**keep, "metric": metric, "n": n, "mean": w["rate"], "lo": w["lo"], "hi": w["hi"],
-               "half": math.nan, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan,
-               "verdict": "reference" if not keep["reference"] else "pending"}
+               "half": math.nan, "diff": math.nan, "diff_lo": math.nan, "diff_hi": math.nan}
+        _judge(row, "reference" if not keep["reference"] else "pending")
         row.update(min_effect=0.0, kind="rate", k=k, nonfinite=sum(not finite(x) for x in vals.values()),
                    p=math.nan, p_adj=math.nan)
         if keep["reference"]:
             rv = self._outcomes(keep["reference"], source)
             if n and rv:
                 d = two_proportions(k, n, sum(bool(hit(x)) for x in rv.values()), len(rv))
-                row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"], p=d["p"],
-                           verdict=significant_verdict(d, direction) + smoke)
+                row.update(diff=d["mean"], diff_lo=d["lo"], diff_hi=d["hi"], p=d["p"])
+                _judge(row, significant_verdict_id(d, direction), smoke=smoke)
                 task = self._task()
                 cheat = self._cheater(keep["variant"], keep["reference"], task, source)
                 if cheat:  # a rate of a variant that sees the future: no verdict either
-                    row["verdict"] = self._not_comparable(cheat, task, primary_metric(task)) + smoke
+                    _judge(row, *self._not_comparable(cheat, task, primary_metric(task)), smoke=smoke)
         return row
 
     # ------------------------------------------------------------------ text
@@ -427,10 +441,11 @@ class Results:
     def write_csv(self, path: Path) -> Path:
         rows = self.table()
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["variant"], lineterminator="\n")
+        fields = [k for k in rows[0] if k not in IN_MEMORY] if rows else ["variant"]
+        w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
         w.writeheader()
         for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items() if k in fields})
         text = buf.getvalue()
         write_file(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
                    root=Path(path).parent, where=Path(path).name)

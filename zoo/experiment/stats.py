@@ -138,24 +138,52 @@ def paired(variant: dict, reference: dict, level: float = 0.95) -> dict:
     return out
 
 
-def verdict(diff: dict, direction: str | None, min_effect: float = 0.0) -> str:
-    """"better" / "worse" (``direction`` "max" or "min" says which way is good; None gives
-    "higher" / "lower") when the paired interval excludes zero **and** the difference is at least
-    ``min_effect``; "no meaningful difference" when the interval excludes zero but the difference
-    is smaller than that; else "within noise"."""
+#: A verdict's id -> the engine's English words (the text of the reports' tables and CSVs).  The
+#: results rows carry the id and its params (``verdict_id``, ``verdict_params``), so a front end words
+#: a verdict in its language from the id (the UI's ``exp.v.*`` keys), never from this English.
+VERDICT_WORDS = {"reference": "reference", "pending": "pending", "better": "better", "worse": "worse",
+                 "higher": "higher", "lower": "lower", "noise": "within noise",
+                 "noise_holm": "within noise (after Holm)", "no_effect": "no meaningful difference",
+                 "na": "n/a", "na_one_seed": "n/a (one seed: no interval)",
+                 "sees_future": "not comparable: {variant} sees the future (trained without the look-ahead mask)",
+                 "sees_future_tf": "not comparable: {variant} sees the future (teacher-forced metric; judge on "
+                                   "{primary})"}
+#: what a quick run's verdicts add (a smoke test, not evidence)
+SMOKE_SUFFIX = " (smoke test)"
+
+
+def verdict_words(vid: str, params: dict | None = None) -> str:
+    """The English of verdict ``vid`` with its ``params`` (``variant``, ``primary``; ``smoke``: a
+    quick run's, which adds " (smoke test)")."""
+    params = dict(params or {})
+    if params.get("primary", "") is None:
+        params["primary"] = "a past-only metric"
+    return VERDICT_WORDS[vid].format(**params) + (SMOKE_SUFFIX if params.get("smoke") else "")
+
+
+def verdict_id(diff: dict, direction: str | None, min_effect: float = 0.0) -> str:
+    """The id of :func:`verdict` (a key of :data:`VERDICT_WORDS`)."""
     if diff["n"] < 2 or math.isnan(diff["half"]):
-        return "n/a (one seed: no interval)" if diff["n"] == 1 else "n/a"
+        return "na_one_seed" if diff["n"] == 1 else "na"
     if diff["lo"] > 0:
         up = True
     elif diff["hi"] < 0:
         up = False
     else:
-        return "within noise"
+        return "noise"
     if abs(diff["mean"]) < min_effect:
-        return "no meaningful difference"
+        return "no_effect"
     if direction is None:
         return "higher" if up else "lower"
     return "better" if up == (direction == "max") else "worse"
+
+
+def verdict(diff: dict, direction: str | None, min_effect: float = 0.0) -> str:
+    """"better" / "worse" (``direction`` "max" or "min" says which way is good; None gives
+    "higher" / "lower") when the paired interval excludes zero **and** the difference is at least
+    ``min_effect``; "no meaningful difference" when the interval excludes zero but the difference
+    is smaller than that; else "within noise"."""
+    return VERDICT_WORDS[verdict_id(diff, direction, min_effect)]
 
 
 # ---------------------------------------------------------------------- non-finite results
@@ -265,6 +293,27 @@ def two_proportions(k1: int, n1: int, k2: int, n2: int, level: float = 0.95) -> 
             "p": fisher_p(k1, n1, k2, n2)}
 
 
+def significant_verdict_id(diff: dict, direction: str | None, min_effect: float = 0.0,
+                           p_adj: float | None = None, alpha: float = 0.05) -> str:
+    """The id of :func:`significant_verdict` (a key of :data:`VERDICT_WORDS`)."""
+    if diff.get("n", 0) < 1 or not finite(diff.get("lo")) or not finite(diff.get("hi")):
+        return verdict_id({**diff, "half": math.nan}, direction, min_effect)
+    if diff["lo"] > 0:
+        up = True
+    elif diff["hi"] < 0:
+        up = False
+    else:
+        return "noise"
+    if p_adj is not None and finite(p_adj) and not p_adj < alpha:
+        raw = diff.get("p")
+        return "noise_holm" if finite(raw) and raw < alpha else "noise"
+    if abs(diff["mean"]) < min_effect:
+        return "no_effect"
+    if direction is None:
+        return "higher" if up else "lower"
+    return "better" if up == (direction == "max") else "worse"
+
+
 def significant_verdict(diff: dict, direction: str | None, min_effect: float = 0.0,
                         p_adj: float | None = None, alpha: float = 0.05) -> str:
     """:func:`verdict`, also held to the multiple-comparison-adjusted p-value: "better"/"worse"
@@ -273,19 +322,4 @@ def significant_verdict(diff: dict, direction: str | None, min_effect: float = 0
     Holm-adjusted p does not is "within noise (after Holm)", one whose own test fails too (Fisher's
     exact p of 3/3 vs 0/3 is 0.1, though Newcombe's interval excludes 0) is "within noise".  Works for paired t differences and for
     :func:`two_proportions` (whose ``half`` is NaN: its interval is asymmetric)."""
-    if diff.get("n", 0) < 1 or not finite(diff.get("lo")) or not finite(diff.get("hi")):
-        return verdict({**diff, "half": math.nan}, direction, min_effect)
-    if diff["lo"] > 0:
-        up = True
-    elif diff["hi"] < 0:
-        up = False
-    else:
-        return "within noise"
-    if p_adj is not None and finite(p_adj) and not p_adj < alpha:
-        raw = diff.get("p")
-        return "within noise (after Holm)" if finite(raw) and raw < alpha else "within noise"
-    if abs(diff["mean"]) < min_effect:
-        return "no meaningful difference"
-    if direction is None:
-        return "higher" if up else "lower"
-    return "better" if up == (direction == "max") else "worse"
+    return VERDICT_WORDS[significant_verdict_id(diff, direction, min_effect, p_adj, alpha)]
