@@ -33,23 +33,27 @@ footer { display: none !important; }
 /* a tab's error box: invisible while empty, a red panel with where / problem / fix otherwise */
 .zoo-error:has(strong) { border: 1px solid #dc2626; border-radius: 6px; padding: 6px 12px;
                          background: rgba(220, 38, 38, 0.08); }
-/* wide tables wrap their cells instead of pushing columns off-screen */
-#cmp-table table, #verify-table table { table-layout: auto; }
-#cmp-table td { white-space: normal; word-break: break-word; }
-/* Verify: words wrap between words only (no "refer-ence" splits); the table scrolls if it must */
-#verify-table td { white-space: normal; word-break: normal; overflow-wrap: normal; hyphens: none; }
-#verify-table { overflow-x: auto; }
+/* Every table (a gr.Dataframe), one rule for all (issue 34).  Gradio 6 draws a Dataframe as a
+   header <table> over rows of <div> cells: it lays the headers out once above a hidden copy of the
+   rows (.sizing-body td), reads the column widths that gives and pins them, in pixels, on the
+   headers and the rows.  So the widths are decided by that measurement, and what may break is
+   decided by the min-content widths it sees: a header never wraps (it sets its column's least
+   width); a hidden cell wraps between words only and keeps a CJK word whole ("通过" is one word;
+   Gradio measures it unwrapped, so a long description made a column as wide as the window and the
+   table 2,829 px wide); a shown cell wraps the same way, and breaks a word only when nothing else
+   fits; a table whose words cannot all fit scrolls inside its box (Gradio's viewport).  (Rules for
+   `td` styled only the hidden copy: they let every hidden cell break between any two letters, so
+   the headers above them broke: "toleranc/e", "parameter/s", "通/过".) */
+.gradio-container .table-container th.header-cell span.header { white-space: nowrap; word-break: keep-all;
+                                                                 overflow-wrap: normal; }
+.gradio-container .table-container .sizing-body td { white-space: normal; word-break: keep-all;
+                                                     overflow-wrap: break-word; hyphens: none; }
+.gradio-container .table-container .body-cell span.text { white-space: normal; word-break: keep-all;
+                                                          overflow-wrap: break-word; hyphens: none; }
 /* the model card's code blocks wrap inside the card instead of being cut at its right edge */
 #run-card pre, #run-card pre code { white-space: pre-wrap !important; overflow-wrap: anywhere; }
 #run-card pre { overflow-x: auto; max-width: 100%; }
-#cmp-table th, #verify-table th { white-space: nowrap; word-break: normal; }
 .zoo-stale { padding: 8px; border: 1px dashed #888; border-radius: 6px; opacity: 0.8; }
-/* Experiments at 1280 px (issue 34): headers on one line ("paramete rs" / "se ed s" no more), cells
-   wrapped between words ("within nois" clipped no more), the tables scroll sideways if they must */
-#exp-table th, #exp-progress th { white-space: nowrap !important; word-break: keep-all !important; }
-#exp-table td, #exp-progress td { white-space: normal; word-break: normal; overflow-wrap: anywhere; }
-#exp-table, #exp-progress { overflow-x: auto; }
-#exp-table table, #exp-progress table { table-layout: auto !important; }
 """
 
 
