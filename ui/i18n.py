@@ -17,6 +17,8 @@ import dataclasses
 import re
 from typing import Any
 
+from zoo import messages as _messages
+
 from .paths import shown_paths
 
 LANGS = {"English": "en", "中文": "zh"}
@@ -1004,10 +1006,11 @@ def contract_words(lang: Any) -> dict | None:
     return CONTRACT_WORDS_ZH if lang_code(lang) == "zh" else None
 
 
-#: Parameters whose value is itself a word to translate: a component family (``attention``), the
-#: YAML parser's problem, where a memory budget came from.
-_WORDS_ZH = {"family": lambda word: family_word_zh(str(word)), "problem": yaml_problem_zh,
-             "why": lambda why: budget_why(why, "zh")}
+#: The Chinese of each kind of translatable parameter value (:attr:`zoo.messages.Message.words`: an id
+#: declares which of its parameters is a component family, the YAML parser's problem, or where a
+#: memory budget came from).
+_WORDS_ZH = {_messages.FAMILY: lambda word: family_word_zh(str(word)), _messages.YAML_PROBLEM: yaml_problem_zh,
+             _messages.BUDGET_ORIGIN: lambda why: budget_why(why, "zh")}
 #: The UI's own messages are :data:`STRINGS` keys; as message ids they read ``ui.KEY``.
 UI_PREFIX = "ui."
 

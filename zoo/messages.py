@@ -36,10 +36,22 @@ def cap(text: Any) -> str | None:
 
 @dataclass(frozen=True)
 class Message:
-    """The templates of one id: the problem (``what``) and what to do (``fix``), either may be None."""
+    """The templates of one id: the problem (``what``) and what to do (``fix``), either may be None.
+
+    ``words``: the parameters whose value is itself a word a front end translates, each with its
+    kind (``{"family": FAMILY}``: a component family's name; ``{"why": BUDGET_ORIGIN}``: where a memory
+    budget came from).  The declaration belongs to the id, not to the parameter's name: a ``why`` of
+    another message is not worded as a budget's origin.  A front end translates the kinds it knows
+    (:func:`render`'s ``words``) and shows any other value as given."""
 
     what: str | None = None
     fix: str | None = None
+    words: tuple[tuple[str, str], ...] = ()
+
+
+#: Kinds of translatable parameter values (:attr:`Message.words`).
+FAMILY, YAML_PROBLEM, BUDGET_ORIGIN = "family", "yaml_problem", "budget_origin"
+_FAMILY_WORD, _YAML_WORD, _BUDGET_WORD = (("family", FAMILY),), (("problem", YAML_PROBLEM),), (("why", BUDGET_ORIGIN),)
 
 
 _BUDGET = "building this model needs more than the budget of {limit} ({why}): "
@@ -55,9 +67,10 @@ MESSAGES: dict[str, Message] = {
     "hint.pass_number_in": Message(fix="pass a number in {span}"),
     "hint.pass_positive_int": Message(fix="pass a positive integer (at most {hi})"),
     # ---------------------------------------------------------------- the registry
-    "registry.unknown_family": Message("unknown component family '{family}'"),
+    "registry.unknown_family": Message("unknown component family '{family}'", words=_FAMILY_WORD),
     "registry.unknown_component": Message(
-        "no {family} named '{name}'", "install the plugin that provides it, or pick a registered name"),
+        "no {family} named '{name}'", "install the plugin that provides it, or pick a registered name",
+        words=_FAMILY_WORD),
     "registry.broken_plugins": Message(fix="plugins that failed to load: {plugins}, see `zoo plugins`"),
     # ---------------------------------------------------------------- values in a spec
     "value.expected": Message("expected {expected}, got {value}"),
@@ -111,8 +124,8 @@ MESSAGES: dict[str, Message] = {
     "spec.kv_heads_divide": Message(
         "num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}",
         "use a divisor of num_heads (1 = multi-query, num_heads = multi-head)"),
-    "yaml.invalid_at": Message("invalid YAML (line {line}, column {column}): {problem}"),
-    "yaml.invalid": Message("invalid YAML: {problem}"),
+    "yaml.invalid_at": Message("invalid YAML (line {line}, column {column}): {problem}", words=_YAML_WORD),
+    "yaml.invalid": Message("invalid YAML: {problem}", words=_YAML_WORD),
     "yaml.fix": Message(fix="fix the YAML syntax"),
     "yaml.too_large": Message("the YAML is larger than {kib} KiB", "a spec is a few KB"),
     "yaml.not_text": Message("expected YAML text, got {type}"),
@@ -128,18 +141,18 @@ MESSAGES: dict[str, Message] = {
     # ---------------------------------------------------------------- guards
     "compat.undeclared": Message(
         "{purpose} needs {capability}, which {family} '{name}' (plugin {plugin}) does not declare",
-        "switch {field} to one of the options, e.g. {example}"),
-    "budget.tensor": Message(_BUDGET + "{field} = {value} makes a tensor of shape {shape}, {size}"),
+        "switch {field} to one of the options, e.g. {example}", words=_FAMILY_WORD),
+    "budget.tensor": Message(_BUDGET + "{field} = {value} makes a tensor of shape {shape}, {size}", words=_BUDGET_WORD),
     "budget.tensor_layers": Message(
-        _BUDGET + "{field} = {value} makes a tensor of shape {shape}, {size} over all layers"),
+        _BUDGET + "{field} = {value} makes a tensor of shape {shape}, {size} over all layers", words=_BUDGET_WORD),
     "budget.repeats": Message(
         _BUDGET + "the model needs {total}; {field} = {value} repeats '{name}' {shape} and the rest of "
-                  "each layer"),
+                  "each layer", words=_BUDGET_WORD),
     "budget.allocated": Message(
         _BUDGET + "{allocated} allocated before this {size} tensor; {field} = {value} repeats every layer's "
-                  "tensors"),
+                  "tensors", words=_BUDGET_WORD),
     "budget.makes": Message(_BUDGET + "the model needs {total}; {field} = {value} makes '{name}' {shape}, "
-                                      "{size}"),
+                                      "{size}", words=_BUDGET_WORD),
     "budget.fix": Message(fix="lower {field}, or pass a larger budget to build it anyway "
                               "(zoo.build / zoo.load(..., budget=BYTES), zoo build --budget SIZE)"),
     # ---------------------------------------------------------------- running
@@ -357,11 +370,13 @@ def part(name: str, message_id: str, **params: Any) -> dict[str, Any]:
     return {name: what, f"{name}_id": message_id, f"{name}_params": dict(params)}
 
 
-def add(message_id: str, what: str | None = None, fix: str | None = None) -> None:
+def add(message_id: str, what: str | None = None, fix: str | None = None,
+        words: Mapping[str, str] | None = None) -> None:
     """Add an entry of your own (a plugin's, a front end's): ``add("myplugin.rank", what="rank {r} is
-    too large", fix="use a rank below {limit}")``.  Adding the same entry again is harmless; an id
-    that already means something else is a ``ValueError``."""
-    entry = Message(what, fix)
+    too large", fix="use a rank below {limit}")``.  ``words``: parameters whose value a front end
+    translates, with their kind (``{"family": messages.FAMILY}``, :attr:`Message.words`).  Adding the
+    same entry again is harmless; an id that already means something else is a ``ValueError``."""
+    entry = Message(what, fix, tuple(sorted((words or {}).items())))
     if not message_id or (what is None and fix is None):
         raise ValueError(f"a message needs an id and a template, got {message_id!r}")
     if MESSAGES.get(message_id, entry) != entry:
@@ -391,15 +406,18 @@ def render(message_id: str, params: Mapping[str, Any], fixes: Iterable[str] = ()
            join: Callable[[list[str]], str] = "; ".join) -> tuple[str, str | None] | None:
     """``(what, fix)`` of an error in the language of ``catalogue`` (id -> an object with ``what``
     and ``fix`` templates: a :class:`Message`, or a ``(what, fix)`` pair), or None when it lacks the
-    id or one of the ``fixes`` (the caller then shows the English).  ``words`` translate a parameter's
-    value (``{"family": ...}``); ``join`` joins the fix sentences."""
+    id or one of the ``fixes`` (the caller then shows the English).  ``words`` translate a value by
+    its kind (``{FAMILY: ...}``), for the parameters the ids declare of that kind
+    (:attr:`Message.words`, read from :data:`MESSAGES`); ``join`` joins the fix sentences."""
     def entry(i):
         e = catalogue.get(i)
         return Message(*e) if isinstance(e, tuple) else e
 
-    main, parts = entry(message_id), [entry(i) for i in fixes]
+    parts_ids = tuple(fixes)
+    main, parts = entry(message_id), [entry(i) for i in parts_ids]
     if main is None or main.what is None or any(p is None or p.fix is None for p in parts):
         return None
-    values = {k: (words[k](v) if words and k in words else v) for k, v in params.items()}
+    kinds = {p: kind for i in (message_id, *parts_ids) for p, kind in getattr(MESSAGES.get(i), "words", ())}
+    values = {k: (words[kinds[k]](v) if words and kinds.get(k) in words else v) for k, v in params.items()}
     fix = join([p.fix.format(**values) for p in parts]) if parts else None
     return cap(main.what.format(**values)), cap(fix)

@@ -77,13 +77,33 @@ def test_real_errors_read_in_chinese_from_their_id(make, mid, problem, fix):
 
 
 def test_rewording_the_english_keeps_the_chinese(monkeypatch):
+    declared = MESSAGES["registry.unknown_component"].words  # {family} is a family's name: the id says so
     monkeypatch.setitem(MESSAGES, "registry.unknown_component",
-                        Message("there is no {family} called '{name}'", "install one that provides it"))
+                        Message("there is no {family} called '{name}'", "install one that provides it", declared))
     exc = _raised(lambda: zoo.build("gpt_tiny", attention="banana"))
     assert exc.what == "there is no attention called 'banana'" and exc.fix == "install one that provides it"
     assert "no attention named" not in str(exc)  # the English follows the catalogue...
     text = i18n.format_error(exc, "zh")  # ...and the Chinese does not depend on it
     assert "问题: 没有名为 'banana' 的注意力实现" in text and "修改建议: 安装提供它的插件，或改用已注册的名称" in text
+
+
+def test_a_value_is_worded_by_the_kind_its_id_declares_not_by_its_parameters_name(monkeypatch):
+    """``why`` of a budget is where the budget came from (worded in Chinese); a ``why`` of another
+    message is that message's own value, shown as given (the catalogue keyed the wording on the
+    name: a plugin's ``why`` was read as a budget's origin)."""
+    from zoo import messages
+
+    origin = "available memory on cpu"
+    budget = ZooError.of("budget.makes", where="d_model", limit="1 GB", why=origin, total="2 GB",
+                         field="d_model", value=9, name="w", shape="(9, 9)", size="1 GB", fix="budget.fix")
+    assert "本机 CPU 当前的可用内存" in i18n.error_text(budget, "zh")[0]
+    monkeypatch.setitem(MESSAGES, "plugin_x.reason", Message("cannot use it: {why}"))
+    monkeypatch.setitem(i18n.ERRORS_ZH, "plugin_x.reason", ("无法使用：{why}", None))
+    own = ZooError.of("plugin_x.reason", where="x", why=origin)
+    assert i18n.error_text(own, "zh")[0] == f"无法使用：{origin}"  # its own value, as given
+    monkeypatch.setitem(MESSAGES, "plugin_x.reason", Message("cannot use it: {why}", None,
+                                                             (("why", messages.BUDGET_ORIGIN),)))
+    assert i18n.error_text(own, "zh")[0] == "无法使用：本机 CPU 当前的可用内存"  # declared: a budget's origin
 
 
 def test_an_error_without_an_id_or_a_translation_is_shown_in_english(monkeypatch):
