@@ -666,10 +666,14 @@ def _form(tr, values: dict) -> dict:
                     fields[f] = _number(tr, values, f, precision=0, minimum=0 if optional else 1,
                                         maximum=LIMITS.get(f))
     choices = registry_choices()
-    with gr.Row():
-        for f in component_fields():
-            fields[f] = tr.add(gr.Dropdown(choices[f], value=values.get(f), label=tr(f"build.{f}"),
-                                           elem_id=f"build-{f}"), label=f"build.{f}")
+    # three to a row too: six in one row wrapped at 1920 px (five fit the column, "Feed-forward" sat
+    # on a row of its own); two rows of three hold from 1280 px up
+    families = list(component_fields())
+    for i in range(0, len(families), 3):
+        with gr.Row():
+            for f in families[i:i + 3]:
+                fields[f] = tr.add(gr.Dropdown(choices[f], value=values.get(f), label=tr(f"build.{f}"),
+                                               elem_id=f"build-{f}"), label=f"build.{f}")
     return fields
 
 

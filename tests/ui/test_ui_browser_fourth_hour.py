@@ -1,6 +1,7 @@
 """The layout leftovers of a newcomer's third hour (issue 34), in Chromium at 1280x800 and 1920x1080:
 Inspect's and Compare's results in view after a click; every table's headers on one line, short
-status cells (CJK included) whole, and every table inside its box, in English and 中文.
+status cells (CJK included) whole, and every table inside its box, in English and 中文; Build's
+component dropdowns laid out evenly at 1920.
 
 Same harness as tests/ui/test_ui_browser.py (Debian's Chromium, no request off 127.0.0.1, its
 fixtures); screenshots go to ``$ZOO_UI_SHOTS`` (default ``artifacts/ui/``, gitignored).
@@ -163,3 +164,20 @@ def test_the_experiment_tables_read_after_a_run(page, viewport):
         page.locator("#exp-table").scroll_into_view_if_needed()
         page.screenshot(path=str(SHOTS / f"tables_experiments_{lang}_1280.png"))
     assert not found, found
+
+
+@pytest.mark.parametrize("viewport", SIZES, ids=["1280x800", "1920x1080"])
+def test_the_component_dropdowns_lay_out_evenly(page, viewport):
+    """At 1920 six dropdowns in one row wrapped as five and one: "Feed-forward" sat alone."""
+    ffn = page.locator("#build-ffn")
+    expect(ffn).to_be_visible()
+    tops = ffn.evaluate("e => [...e.parentElement.children].filter(c => c.offsetParent !== null)"
+                        ".map(c => Math.round(c.getBoundingClientRect().top))")
+    top = round(ffn.bounding_box()["y"])
+    assert tops.count(top) >= 2, ("Feed-forward is alone on its row", tops)
+    rows = page.evaluate("() => { const tops = {}; for (const f of ['attention', 'mask', 'positions', 'norm',"
+                         " 'placement', 'ffn']) { const e = document.getElementById('build-' + f);"
+                         " const y = Math.round(e.getBoundingClientRect().top); tops[y] = (tops[y] || 0) + 1; }"
+                         " return Object.values(tops); }")
+    assert max(rows) - min(rows) <= 1, ("the dropdowns' rows are uneven", rows)
+    page.screenshot(path=str(SHOTS / f"build_dropdowns_{viewport['width']}.png"))
