@@ -238,8 +238,14 @@ def _foreign_result(exp, out):
 
 #: (name, task length, what is done to its runs folder first): each run the Experiments tab starts
 #: and the refusal or failure its status line then shows
+def _past_the_plan(exp, out):
+    """Marks the run whose plan check is passed over (:func:`run_experiment`): the plan refuses a task
+    longer than max_len up front, so a trial failing inside its worker is reached by letting one by."""
+
+
 EXPERIMENT_RUNS = [
-    ("midrun", 12, None),                                             # a trial fails in its worker
+    ("toolong", 12, None),                                            # the plan refuses the task
+    ("midrun", 12, _past_the_plan),                                   # a trial fails in its worker
     ("file", 4, _out_is_a_file),                                      # the results folder is a file
     ("link", 4, _out_is_a_link),                                      # ... a symlink
     ("damaged", 4, _record("not json")),                              # its record is damaged
@@ -257,8 +263,21 @@ def run_experiment(name: str, length: int, prepare, lang: str) -> None:
     exp = et._load(text)
     if prepare is not None:
         prepare(exp, et.runs_dir() / et.folder_name(exp))
-    started = et.start(text, lang)
-    et._JOBS[started]["thread"].join(HANG_S - 10)  # within the walk's alarm (a run: ~10 s)
+    import contextlib
+    from unittest import mock
+
+    past = mock.patch("zoo.experiment.run.check_fits", lambda *a, **k: None) if prepare is _past_the_plan \
+        else contextlib.nullcontext()
+    from zoo.errors import ZooError
+    from zoo.ui import i18n
+
+    with past:
+        try:
+            started = et.start(text, lang)
+        except ZooError as exc:  # refused before it starts: the tab's Run handler words it in its box
+            i18n.format_error(exc, lang)
+            return
+        et._JOBS[started]["thread"].join(HANG_S - 10)  # within the walk's alarm (a run: ~10 s)
     et.poll(started, lang)
 #: the Run tab's generation controls, in ``run_tab.ui_options()`` order: max_new_tokens, temperature,
 #: top_k, top_p, repetition_penalty, seed, num_beams, length_penalty, no_repeat_ngram_size
@@ -431,7 +450,8 @@ def test_every_error_a_tab_shows_reads_in_chinese(app, monkeypatch):
                "threshold.not_mapping", "checkpoint.corrupt", "manifest.malformed", "input.unknown_characters",
                "option.number_in", "ui.err.arg_str", "experiment.trials_failed", "experiment.out_not_folder",
                "experiment.out_symlink", "experiment.record_bad", "experiment.other_experiment",
-               "experiment.mismatched", "experiment.tune_range_run", "experiment.no_step", "experiment.task_arch"}
+               "experiment.mismatched", "experiment.tune_range_run", "experiment.no_step", "experiment.task_arch",
+               "task.max_len"}
     assert reached <= ids, f"the walk no longer reaches {sorted(reached - ids)}"
     texts = {(e["where"], e["what"], e["fix"]) for e in found}  # known values, in Chinese
     assert ("experiment", "重复的键 'task'（第 25 行）", "两项只保留一项") in texts
