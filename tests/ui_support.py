@@ -67,9 +67,9 @@ def run_checkpoint_name() -> str:
 
 
 @contextlib.contextmanager
-def serve_with_checkpoints(tmp_path_factory):
-    """A UI server whose checkpoint folder holds :func:`make_checkpoints` and whose runs folder is
-    fresh; the environment is restored afterwards.  Yields the server's URL."""
+def checkpoints_env(tmp_path_factory):
+    """``ZOO_CHECKPOINTS`` pointing at a fresh folder of :func:`make_checkpoints` and ``ZOO_RUNS`` at a
+    fresh runs folder, for the duration; the environment is restored afterwards."""
     import os
 
     ckpts = tmp_path_factory.mktemp("ckpts")
@@ -78,11 +78,27 @@ def serve_with_checkpoints(tmp_path_factory):
     os.environ["ZOO_CHECKPOINTS"] = str(ckpts)
     os.environ["ZOO_RUNS"] = str(tmp_path_factory.mktemp("runs"))
     try:
-        with running_app() as url:
-            yield url
+        yield ckpts
     finally:
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@contextlib.contextmanager
+def app_with_checkpoints(tmp_path_factory, lang: str = "en"):
+    """The whole UI as a ``gr.Blocks`` (not served) over :func:`checkpoints_env`."""
+    with checkpoints_env(tmp_path_factory):
+        from zoo.ui.app import build_app
+
+        yield build_app(lang)
+
+
+@contextlib.contextmanager
+def serve_with_checkpoints(tmp_path_factory):
+    """A UI server whose checkpoint folder holds :func:`make_checkpoints` and whose runs folder is
+    fresh; the environment is restored afterwards.  Yields the server's URL."""
+    with checkpoints_env(tmp_path_factory), running_app() as url:
+        yield url

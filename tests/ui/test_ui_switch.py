@@ -14,24 +14,13 @@ from zoo.ui import common, i18n, run_tab  # noqa: E402
 from zoo.errors import ZooError  # noqa: E402
 from zoo.ui.i18n import STRINGS, Translator, error_text, t, ui_error  # noqa: E402
 
-from ui_support import make_checkpoints  # noqa: E402
+from ui_support import app_with_checkpoints  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    import os
-
-    ckpts = tmp_path_factory.mktemp("ckpts")
-    make_checkpoints(ckpts)
-    old = {k: os.environ.get(k) for k in ("ZOO_CHECKPOINTS", "ZOO_RUNS")}
-    os.environ["ZOO_CHECKPOINTS"], os.environ["ZOO_RUNS"] = str(ckpts), str(tmp_path_factory.mktemp("runs"))
-    from zoo.ui.app import build_app
-
-    try:
-        yield build_app()
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    with app_with_checkpoints(tmp_path_factory) as demo:
+        yield demo
 
 
 def test_one_update_per_component_labels_and_redraws_merged():

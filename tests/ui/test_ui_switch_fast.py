@@ -14,7 +14,7 @@ gr = pytest.importorskip("gradio")
 import zoo  # noqa: E402
 from zoo.ui import build_tab, experiments_tab  # noqa: E402
 
-from ui_support import make_checkpoints  # noqa: E402
+from ui_support import app_with_checkpoints  # noqa: E402
 
 #: components whose value a switch must never send: nothing in them depends on the language
 HEAVY = (gr.Plot, gr.Gallery, gr.Code, gr.State, gr.Chatbot)
@@ -22,19 +22,8 @@ HEAVY = (gr.Plot, gr.Gallery, gr.Code, gr.State, gr.Chatbot)
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    import os
-
-    ckpts = tmp_path_factory.mktemp("ckpts")
-    make_checkpoints(ckpts)
-    old = {k: os.environ.get(k) for k in ("ZOO_CHECKPOINTS", "ZOO_RUNS")}
-    os.environ["ZOO_CHECKPOINTS"], os.environ["ZOO_RUNS"] = str(ckpts), str(tmp_path_factory.mktemp("runs"))
-    from zoo.ui.app import build_app
-
-    try:
-        yield build_app()
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    with app_with_checkpoints(tmp_path_factory) as demo:
+        yield demo
 
 
 def _page_values(app):

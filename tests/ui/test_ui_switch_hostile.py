@@ -16,7 +16,7 @@ gr = pytest.importorskip("gradio")
 
 from zoo.errors import ZooError  # noqa: E402
 
-from ui_support import make_checkpoints  # noqa: E402
+from ui_support import app_with_checkpoints  # noqa: E402
 
 #: what a client can put in a text component, after Gradio's preprocessing
 HOSTILE = (("None", None), ("empty", ""), ("spaces", "   \n\t "), ("number text", "12"), ("nan text", "nan"),
@@ -28,19 +28,8 @@ HOSTILE = (("None", None), ("empty", ""), ("spaces", "   \n\t "), ("number text"
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    import os
-
-    ckpts = tmp_path_factory.mktemp("ckpts")
-    make_checkpoints(ckpts)
-    old = {k: os.environ.get(k) for k in ("ZOO_CHECKPOINTS", "ZOO_RUNS")}
-    os.environ["ZOO_CHECKPOINTS"], os.environ["ZOO_RUNS"] = str(ckpts), str(tmp_path_factory.mktemp("runs"))
-    from zoo.ui.app import build_app
-
-    try:
-        yield build_app()
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    with app_with_checkpoints(tmp_path_factory) as demo:
+        yield demo
 
 
 def _renders(app):
