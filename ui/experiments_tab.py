@@ -60,13 +60,23 @@ def _load(text: str, quick: bool = True):
 
 
 def shipped_yaml(name: str) -> str:
-    """The YAML text of shipped experiment ``name``."""
+    """The YAML text of shipped experiment ``name``, as its file holds it.
+
+    The text is read, not loaded: picking an experiment whose plugin is not installed (``mqar_linear``
+    without ``zoo-linear-attention``) shows its YAML, and the validation line under the editor
+    (:func:`validate`) says which plugin is missing and how to install it, in the page's language and
+    kept on the page.  Loading it here refused the pick itself: the editor emptied, the outputs wore
+    bare "Error" badges over the previous experiment's "Valid" line and the message lived only in a
+    toast (the newcomer walk of issue 34)."""
     import zoo.experiment as ze
+    from zoo.experiment.spec import shipped_dir
+    from zoo.guard.files import read_text
 
     if name not in ze.list_shipped():
         raise ui_error(ze.ExperimentError, "exp.no_shipped", fix="exp.no_shipped_fix", where="experiment",
                        options=ze.list_shipped(), name=str(name)[:80])
-    return ze.load(name).source
+    path = shipped_dir() / name / "experiment.yaml"
+    return read_text(path, where=path.name, error=ze.ExperimentError)
 
 
 def summary(exp, lang: str = "en") -> str:
@@ -105,6 +115,14 @@ def validate(text: str, lang: str = "en") -> tuple[str, str]:
     if exc is not None:
         return "", error_markdown(exc, lang)
     return t("exp.valid", lang, **values), ""
+
+
+def pick(name: str, lang: str = "en") -> tuple[str, str, str]:
+    """``(YAML text, summary, error box)`` for the shipped experiment picked in the dropdown: the
+    text always fills the editor, and what refuses it (a plugin that is not installed) is the error
+    box's where / problem / fix, in ``lang``, until the next edit -- never a toast."""
+    text = shipped_yaml(name)
+    return (text, *validate(text, lang))
 
 
 # ---------------------------------------------------------------------- running
@@ -468,8 +486,7 @@ def _wire(ui: dict, lang_state) -> None:
     def on_pick(name, lang):
         if not name:
             return gr.skip(), gr.skip(), ""
-        text = shipped_yaml(name)
-        return text, *validate(text, lang)
+        return pick(name, lang)
 
     ui["pick"].change(handler(on_pick), [ui["pick"], lang_state], [ui["yaml"], ui["valid"], ui["error"]],
                       api_visibility="private")

@@ -341,3 +341,34 @@ def test_a_task_longer_than_max_len_is_refused_in_the_tab_before_anything_runs(r
     no_path(shown, runs, Path.cwd())
     assert not (runs.exists() and any(runs.iterdir()))  # no folder written
     assert not any(j["thread"].is_alive() for j in et._JOBS.values())
+
+
+def test_picking_an_experiment_whose_plugin_is_missing_shows_its_yaml_and_says_what_to_install(monkeypatch):
+    """The newcomer walk of issue 34 picked ``mqar_linear`` without its plugin: the editor emptied,
+    the outputs wore bare "Error" badges over the previous experiment's "Valid" line, and the
+    message lived in a toast.  Now the YAML fills the editor, the summary line is cleared and the
+    error box says which plugin to install, in the page's language."""
+    import importlib.metadata as md
+
+    from zoo.experiment import spec as es
+    from zoo.registry import get_registry
+
+    reg = get_registry()
+    installed = md.entry_points
+    monkeypatch.setattr(es.md, "entry_points",
+                        lambda **kw: [ep for ep in installed(**kw) if ep.name != "linear_attention"])
+    monkeypatch.delitem(reg.plugins, "linear_attention", raising=False)
+    et.checked.cache_clear()
+    try:
+        file_text = (es.shipped_dir() / "mqar_linear" / "experiment.yaml").read_text(encoding="utf-8")
+        for lang, heading in (("en", "Where"), ("zh", "位置")):
+            text, ok, err = et.pick("mqar_linear", lang)
+            assert text == file_text and ok == ""
+            assert heading in err and "experiment.plugins" in err and "linear_attention" in err
+            assert "pip install" in err and "zoo-linear-attention" in err
+        assert "修改建议" in err, err  # the fix's heading is in 中文 too
+        # and another pick clears it: the box is the validation of the text in the editor
+        text, ok, err = et.pick("alibi_lm", "en")
+        assert err == "" and "alibi_lm" in ok
+    finally:
+        et.checked.cache_clear()
