@@ -150,8 +150,9 @@ def _check_type(where: str, name: str, base: str, value: Any) -> None:
     if base in ("int", "float") and ok and value != value:
         ok = False  # NaN is no setting
     if not ok:
-        got = "nothing" if value is None else "NaN" if value != value else \
-            repr(value[:40]) if isinstance(value, str) else \
+        if value is None:  # an empty field: said in the page's language, not shown as a value
+            raise ui_error(ZooError, f"err.arg_{base}_none", fix=f"err.arg_{base}_fix", where=where, name=name)
+        got = "NaN" if value != value else repr(value[:40]) if isinstance(value, str) else \
             str(value) if isinstance(value, float) and abs(value) == float("inf") else type(value).__name__
         raise ui_error(ZooError, f"err.arg_{base}", fix=f"err.arg_{base}_fix", where=where, name=name, got=got)
 

@@ -472,6 +472,8 @@ STRINGS: dict[str, tuple[str, str]] = {
     "col.name": ("name", "名称"),
     "col.description": ("description", "说明"),
     "plugins.ok": ("ok", "正常"),
+    "plugins.builtin": ("builtin", "内置"),
+    "plugins.distribution": ("distribution {name}", "安装包 {name}"),
     # ------------------------------------------------------------------ interpret (issue 26)
     "interp.intro": ("Look inside like TransformerLens: the logit lens (the prediction after each layer), head "
                      "scores (which heads attend like induction, previous-token or duplicate-token heads) and "
@@ -483,7 +485,7 @@ STRINGS: dict[str, tuple[str, str]] = {
                      "把鼠标移到格子上可读出数值。没有分词器的检查点请输入以空格分隔的词元编号。"),
     "interp.text": ("Prompt (the clean one for patching)", "提示（修补时为干净提示）"),
     "interp.corrupted": ("Corrupted prompt (same number of tokens)", "被破坏的提示（词元数相同）"),
-    "interp.lens": ("Logit lens", "Logit lens"),
+    "interp.lens": ("Logit lens", "逐层读出（logit lens）"),
     "interp.scores": ("Head scores", "注意力头分数"),
     "interp.kind": ("Head kind", "头的类型"),
     "interp.patch": ("Patch", "激活修补"),
@@ -682,6 +684,8 @@ for _base, (_en, _zh) in {"str": ("text", "文本"), "int": ("a whole number", "
                           "dict": ("a mapping", "映射")}.items():
     STRINGS[f"err.arg_{_base}"] = (f"{{name}} must be {_en}, got {{got}}", f"{{name}} 应为{_zh}，实际是 {{got}}")
     STRINGS[f"err.arg_{_base}_fix"] = (f"send {_en} for {{name}}", f"请为 {{name}} 给出{_zh}")
+    # an empty field (None) is said, not shown as a value: "实际是 nothing" read as English (issue 34)
+    STRINGS[f"err.arg_{_base}_none"] = (f"{{name}} must be {_en}, got nothing", f"{{name}} 应为{_zh}，但没有给出值")
 
 
 def all_strings() -> dict[str, tuple[str, str]]:

@@ -16,8 +16,17 @@ def plugin_rows(lang: str = "en") -> list[list[str]]:
     rows = []
     for p in zoo.list_plugins():
         status = t("plugins.ok", lang) if not p.errors else "✗ " + shown_paths("; ".join(p.errors))
-        rows.append([p.name, str(p.version), p.source, ", ".join(p.components), status])
+        rows.append([p.name, str(p.version), source_words(p.source, lang), ", ".join(p.components), status])
     return rows
+
+
+def source_words(source: str, lang: str = "en") -> str:
+    """Where a plugin came from (the registry's ``"builtin"`` or ``"distribution NAME"``) in ``lang``:
+    the package's name stays as it is."""
+    if source == "builtin":
+        return t("plugins.builtin", lang)
+    kind, _, name = source.partition(" ")
+    return t("plugins.distribution", lang, name=name) if kind == "distribution" and name else source
 
 
 def component_rows() -> list[list[str]]:

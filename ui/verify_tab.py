@@ -111,6 +111,9 @@ KIT_ZH: dict[str, str] = {
     "returns_weights=False declared": "已声明 returns_weights=False（不返回注意力权重）",
     "supports_kv_cache=False declared": "已声明 supports_kv_cache=False（不支持 KV 缓存）",
     "bfloat16 not declared": "未声明支持 bfloat16",
+    # the kernel path a subject's attention takes (kernel_path)
+    "fused sdpa": "融合内核 sdpa",
+    "eager": "逐算子 eager",
 }
 
 
@@ -125,7 +128,7 @@ def table_rows(rows: list[dict], lang: str = "en") -> tuple[list[list], str]:
     label = {"pass": f"✓ {t('verify.pass', lang)}", "fail": f"✗ {t('verify.fail', lang)}",
              "skip": f"– {t('verify.skip', lang)}"}
     # the verdict first: it must be visible without scrolling a wide table
-    shown = lambda s: f"{s} ({kernel_path(s)})" if kernel_path(s) else s  # noqa: E731 - fused or eager
+    shown = lambda s: f"{s} ({kit_words(kernel_path(s), lang)})" if kernel_path(s) else s  # noqa: E731 - fused or eager
     table = [[label.get(r["status"], r["status"]), r["check"], shown(r["subject"]), r["case"],
               kit_words(r["reference"], lang), _fmt(r["error"]), _fmt(r["tol"]),
               kit_words(r["note"], lang) if r["status"] != "pass" else ""] for r in rows]

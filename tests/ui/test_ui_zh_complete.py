@@ -53,3 +53,26 @@ def test_uncertified_and_gguf_conversions_read_in_chinese():
     assert "GGUF 文件 smollm2-135m.Q4_1.gguf" in zh and "架构 llama" in zh and "Q4_1 x 210, F32 x 61, Q8_0 x 1" in zh
     assert not ENGLISH.search(zh), zh
     assert run_tab.certificate_line({}, "zh") is None  # a model zoo made itself has no such line
+
+
+def test_the_last_english_words_a_tab_showed_under_chinese():
+    """The newcomer walk's leftovers (issue 34): Verify's kernel path "(fused sdpa)" / "(eager)", the
+    Plugins table's source "builtin", an empty field's "实际是 nothing", the "Logit lens" button."""
+    from zoo.ui import common, plugins_tab
+    from zoo.ui.i18n import t
+
+    table, _ = verify_tab.table_rows(verify_tab.run_all(), "zh")
+    subjects = {row[2] for row in table}
+    assert "attention:sdpa (融合内核 sdpa)" in subjects and "attention:eager (逐算子 eager)" in subjects
+    sources = {row[2] for row in plugins_tab.plugin_rows("zh")}
+    assert "内置" in sources and "builtin" not in sources
+    assert {row[2] for row in plugins_tab.plugin_rows("en")} >= {"builtin"}  # English as the registry says
+    assert plugins_tab.source_words("distribution zoo-linear-attention", "zh") == "安装包 zoo-linear-attention"
+    with pytest.raises(Exception) as info:
+        common._check_type("run.max_new_tokens", "max_new_tokens", "int", None)
+    from zoo.ui.i18n import format_error
+
+    zh, en = format_error(info.value, "zh"), format_error(info.value, "en")
+    assert "没有给出值" in zh and "nothing" not in zh, zh
+    assert "got nothing" in en
+    assert t("interp.lens", "zh") != t("interp.lens", "en") and "逐层" in t("interp.lens", "zh")
