@@ -57,6 +57,19 @@ def pytest_addoption(parser):
                           "tests, in about 2-3 minutes; full (default): everything, as CI runs it")
 
 
+def pytest_sessionstart(session):
+    """One line before collection: ``pytest -q`` otherwise prints nothing while it imports the
+    suite's references (transformers, TransformerLens, Gradio, ...), which a newcomer watched for four
+    silent minutes on a fresh machine (issue 34)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or hasattr(session.config, "workerinput"):
+        return
+    lane = session.config.getoption("--lane")
+    reporter.write_line(f"zoo: collecting the {lane} suite -- its references (transformers, TransformerLens, "
+                        "Gradio) are imported first, so the first results can take a few minutes on a fresh "
+                        "machine; then a mark per test")
+
+
 def _in_fast_lane(path: Path) -> bool:
     rel = path.resolve().relative_to(TESTS)
     return len(rel.parts) == 2 and rel.stem in FAST_LANE.get(rel.parts[0], ())

@@ -46,7 +46,7 @@ SHORTENED = [
 ]
 #: Lines not run, and how each is checked instead (``ln`` is the line, comment stripped).
 CHECKED_ONLY = {
-    "pip install torch --index-url https://download.pytorch.org/whl/cpu": "torch",
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu --timeout 10 --retries 1": "torch",
     'pip install -e ".[ui]" && zoo ui': "extras+ui",
     'pip install -e ".[convert]"': "extras+convert",
     'python3 -m pip install -q -e ".[ui,test]" -e ./plugins/zoo-linear-attention && python3 -m pytest -q': "extras",
