@@ -324,10 +324,18 @@ function el(tag, cls, text) {
   return e;
 }
 function show(tok) { return tok.trim() === "" ? JSON.stringify(tok).slice(1, -1) || "␣" : tok; }
+// a key's column label: one character stands as it is (a full-width ，/。 keeps its horizontal
+// shape: set vertically it took its vertical form at the top-right and read as "’", issue 34);
+// longer tokens run down the column, upright
+function keyLabel(k) {
+  const s = show(k), th = el("th", "key");
+  th.appendChild(el("span", [...s].length > 1 ? "v" : "one", s));
+  return th;
+}
 function table(d, rows, rowLabel, weights, onRow, selected, cellInfo) {
   const tb = el("table", "zoo-attn-table"), head = el("tr");
   head.appendChild(el("th", "corner", ""));
-  d.k.forEach(k => head.appendChild(el("th", "key", show(k))));
+  d.k.forEach(k => head.appendChild(keyLabel(k)));
   tb.appendChild(head);
   const all = rows.map((r, i) => weights(r, i));
   const top = Math.max(...all.flat(), 1e-9);  // one colour scale for the whole table
@@ -389,8 +397,12 @@ ATTN_CSS = """
 .zoo-attn-table td.cell { width: 22px; min-width: 22px; height: 20px; padding: 0; border: 1px solid transparent; }
 .zoo-attn-table td.cell:hover { border-color: #f43f5e; }
 .zoo-attn-table th { font-weight: normal; padding: 0 4px; white-space: nowrap; }
-/* keys upright (a full-width ，/。 keeps its own shape instead of turning sideways) */
-.zoo-attn-table th.key { writing-mode: vertical-rl; text-orientation: upright; text-align: left; max-height: 6em; }
+/* keys: a token of several characters runs down its column, upright; one character stands as it
+   is (keyLabel).  The vertical writing mode sits on an inner span: Chromium does not lay a table
+   cell out vertically, it only gave the cell's glyphs their vertical forms ("，" -> "’") */
+.zoo-attn-table th.key { vertical-align: bottom; text-align: center; padding: 2px 0; }
+.zoo-attn-table th.key > span.v { display: inline-block; writing-mode: vertical-rl; text-orientation: upright;
+                                  max-height: 6em; overflow: hidden; }
 /* query tokens: larger, and clickable without an underline -- a dotted underline beside a
    full-width ，/。 read as a truncated label ("，…", issue 34) */
 .zoo-attn-table th.query { text-align: right; }

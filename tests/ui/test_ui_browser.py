@@ -285,6 +285,14 @@ def test_special_tokens_are_shown_not_swallowed(page):
     page.locator("#inspect-text textarea, #inspect-text input").first.fill(text)
     page.locator("#inspect-go").click()
     expect(page.locator("#inspect-next")).to_contain_text(want, timeout=TIMEOUT)  # every token, in full
+    # the heatmap's column label of a full-width ，/。 keeps its horizontal shape: set vertically
+    # (writing-mode on the cell) Chromium gave it its vertical form, which read as "’" (issue 34)
+    expect(page.locator("#inspect-attn th.key").first).to_be_visible(timeout=TIMEOUT)
+    labels = page.evaluate("""() => [...document.querySelectorAll('#inspect-attn .zoo-attn > table th.key')].map(th =>
+        [th.textContent, getComputedStyle(th).writingMode,
+         th.firstElementChild ? getComputedStyle(th.firstElementChild).writingMode : null])""")
+    comma = [row for row in labels if row[0] in ("，", "。")]
+    assert comma and all(row[1:] == ["horizontal-tb", "horizontal-tb"] for row in comma), labels
 
 
 def _inside(page, locator, width: int) -> None:
