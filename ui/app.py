@@ -50,6 +50,14 @@ footer { display: none !important; }
                                                      overflow-wrap: break-word; hyphens: none; }
 .gradio-container .table-container .body-cell span.text { white-space: normal; word-break: keep-all;
                                                           overflow-wrap: break-word; hyphens: none; }
+/* Every Markdown table (a committed experiment report, a model card), one rule for all: a cell wraps
+   between words only (Gradio's prose lets it break anywhere: "varian/t", "212,86/4", "wd_1./0" in
+   the 1280 px report, issue 34) and keeps a CJK word whole; a table whose words cannot all fit
+   scrolls sideways inside its own box instead of breaking them */
+.gradio-container .prose table { display: block; max-width: 100%; overflow-x: auto; }
+.gradio-container .prose th, .gradio-container .prose td { overflow-wrap: normal; word-break: keep-all;
+                                                           hyphens: none; }
+.gradio-container .prose th { white-space: nowrap; }
 /* the model card's code blocks wrap inside the card instead of being cut at its right edge */
 #run-card pre, #run-card pre code { white-space: pre-wrap !important; overflow-wrap: anywhere; }
 #run-card pre { overflow-x: auto; max-width: 100%; }

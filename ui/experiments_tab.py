@@ -444,7 +444,7 @@ def build(tr, lang_state) -> dict:
     ui["report_md"] = gr.Markdown("", elem_id="exp-report-md")
     # hidden until a report fills it: an empty box labelled "figures of the committed full report"
     # read as a broken gallery after a quick run (the newcomer walk of issue 34)
-    ui["gallery"] = tr.add(gr.Gallery(label=tr("exp.figures"), columns=2, height="auto", object_fit="contain",
+    ui["gallery"] = tr.add(gr.Gallery(label=tr("exp.figures"), preview=True, height=640, object_fit="contain",
                                       elem_id="exp-gallery", visible=False),
                            label="exp.figures")
     ui["timer"] = gr.Timer(1.0, active=False)

@@ -165,10 +165,26 @@ def test_experiments_tab_reads_at_1280(page, viewport):
             assert lines == 1, (table, h.inner_text())
     loss = page.locator("#exp-progress th", has_text="loss").first.bounding_box()
     assert loss and loss["x"] + loss["width"] <= viewport["width"], loss
+    choose(page, "exp-pick", "grokking")  # the widest committed report table (nine columns, long metrics)
     page.locator("#exp-report").click()
     img = page.locator("#exp-gallery img").first
     expect(img).to_be_visible(timeout=TIMEOUT)
     page.wait_for_timeout(500)
     box = img.bounding_box()
     assert 0 <= box["y"] < viewport["height"], box
+    # the report's table breaks no word: a cell without a space is one line ("varian/t", "212,86/4",
+    # "wd_1./0" broke at 1280 px under Gradio's prose rule, issue 34)
+    broken = page.evaluate("""() => [...document.querySelectorAll('#exp-report-md td, #exp-report-md th')]
+        .filter(c => { const t = c.textContent.trim(); if (!t || /\\s/.test(t)) return false;
+                       const r = document.createRange(); r.selectNodeContents(c);
+                       return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size > 1; })
+        .map(c => c.textContent)""")
+    assert page.locator("#exp-report-md td").count() > 20 and not broken, broken
+    # the figure is shown whole: the image inside the gallery's box, drawn at its own aspect ratio
+    # (two columns of square cells cut the loss curve's axis labels: "ain loss", no "step")
+    gallery = page.locator("#exp-gallery").bounding_box()
+    shown = img.evaluate("i => { const r = i.getBoundingClientRect(), s = getComputedStyle(i);"
+                         " return [r.top, r.bottom, i.naturalWidth / i.naturalHeight, s.objectFit]; }")
+    assert gallery["y"] <= shown[0] and shown[1] <= gallery["y"] + gallery["height"] + 0.5, (gallery, shown)
+    assert shown[3] == "contain", shown
     page.screenshot(path=str(SHOTS / "exp_report_1280.png"))
