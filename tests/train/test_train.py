@@ -274,6 +274,15 @@ def test_resume_continues_exactly(tmp_path):
         train(spec, data, out=tmp_path / "part", **kw)
     resumed = train(None, None, out=tmp_path / "part", resume=True, progress=False)
     assert resumed.step == 10 and not resumed.interrupted
+    # the time said of a resumed run is this part's, with the whole run's beside it (issue 34: a
+    # resumed run's own 62 s read "after 144 s")
+    assert part.resumed_time == 0 and resumed.resumed_time == pytest.approx(state["elapsed_s"])
+    assert 0 < resumed.resumed_time < resumed.wall_time
+    from zoo.commands.train import outcome
+
+    said = outcome(resumed)
+    assert f"in {resumed.wall_time - resumed.resumed_time:.0f} s ({resumed.wall_time:.0f} s in all" in said, said
+    assert "in all" not in outcome(part)
     a, b = _losses(tmp_path / "full"), _losses(tmp_path / "part")
     assert sorted(a) == sorted(b) == list(range(1, 11))
     for s in range(1, 11):

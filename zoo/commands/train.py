@@ -107,15 +107,25 @@ def outcome(result) -> str:
     if "mfu" in result.final:
         parts.append(f"{result.final['train_tokens_per_s']:,.0f} tokens/s, MFU "
                      f"{100 * result.final['mfu']:.1f}%")
+    took = _took(result)
     if not result.interrupted:
-        return f"finished {done} in {result.wall_time:.0f} s: {', '.join(parts) or 'no measures'}"
+        return f"finished {done} in {took}: {', '.join(parts) or 'no measures'}"
     total = next((r["steps_left"] + r["step"] for r in result.history
                   if r.get("event") == "estimate"), None)
     of = f" of {total:,}" if total else ""
     if not any(k.startswith("eval_") for k in result.final):
         parts.append("no held-out evaluation yet (see --eval-every)")
-    return (f"interrupted at {done}{of} after {result.wall_time:.0f} s, the checkpoint of that "
+    return (f"interrupted at {done}{of} after {took}, the checkpoint of that "
             f"step is saved: {', '.join(parts) or 'no step logged yet'}")
+
+
+def _took(result) -> str:
+    """This part's seconds, and for a resumed run the whole run's too: a resumed run's own 62 s read
+    as "after 144 s" when only the total was said (issue 34)."""
+    earlier = getattr(result, "resumed_time", 0.0) or 0.0
+    if earlier <= 0:
+        return f"{result.wall_time:.0f} s"
+    return f"{result.wall_time - earlier:.0f} s ({result.wall_time:.0f} s in all with the earlier parts)"
 
 
 def _arch_of(source):

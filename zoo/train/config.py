@@ -239,4 +239,5 @@ class TrainResult:
     out: Path | None = None
     step: int = 0
     interrupted: bool = False
-    wall_time: float = 0.0
+    wall_time: float = 0.0       # seconds of the whole run, the earlier parts of a resumed one included
+    resumed_time: float = 0.0    # of those, the seconds the earlier parts took (0 for a fresh run)

@@ -185,7 +185,7 @@ def _train(model: Any, data: Any, out: Path, dist: Dist, *, objective, steps, re
     dist.close()
     run.net.eval()
     return TrainResult(model=run.net, tokenizer=run.tok, final=final, history=log.history, out=out,
-                       step=run.step, interrupted=interrupted, wall_time=wall)
+                       step=run.step, interrupted=interrupted, wall_time=wall, resumed_time=run.elapsed0)
 
 
 # ====================================================================== setting a run up
