@@ -122,3 +122,28 @@ def test_the_cli_refuses_it_before_any_trial_folder_is_written(tmp_path):
     assert "experiment.base.max_len (variant causal)" in r.stderr and "max_len is 16" in r.stderr
     assert "set max_len:" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "res").exists()
+
+
+# ---------------------------------------------------------------------- the overall ETA
+def test_the_overall_eta_is_unknown_until_a_pace_is_known_then_projects_it(monkeypatch):
+    """Issue 34: ``zoo experiment run`` printed "ETA 0s" before any trial had logged a step."""
+    import importlib
+
+    zr = importlib.import_module("zoo.experiment.run")  # the module (zoo.experiment.run is also its function)
+
+    trials = ze.plan(ze.load(TINY))  # 3 seeds of one variant
+    done, status = {}, {}
+    monkeypatch.setattr(zr, "finished", lambda t, out: done.get(t.id))
+    monkeypatch.setattr(zr, "trial_status", lambda t, out: status[t.id])
+    running = [trials[0].id]
+    status[trials[0].id] = {"eta_s": None, "step": 0}  # started, no step logged yet
+    assert zr._overall(trials, None, running, jobs=1)["eta_s"] is None
+    from zoo.commands.experiment import _eta
+
+    assert _eta(None) == "?"
+    status[trials[0].id] = {"eta_s": 30.0, "step": 10}  # 10 of 40 steps: 40 s a trial
+    e = zr._overall(trials, None, running, jobs=1)
+    assert e["eta_s"] == pytest.approx(30 + 2 * 40)  # its own 30 s left, then two trials at its pace
+    done[trials[1].id] = {"wall_time_s": 50.0}  # a finished trial of the variant sets the pace
+    assert zr._overall(trials, None, running, jobs=1)["eta_s"] == pytest.approx(30 + 50)
+    assert zr._overall(trials, None, running, jobs=2)["eta_s"] == pytest.approx((30 + 50) / 2)

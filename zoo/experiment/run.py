@@ -612,7 +612,7 @@ def _overall(trials, out, running, jobs) -> dict:
         st = status.get(t.id)
         if st and st["eta_s"] is not None and st["step"]:
             walls.append(st["eta_s"] * st["step"] / max(1, t.steps - st["step"]) + st["eta_s"])
-    typical = sum(walls) / len(walls) if walls else 0.0
+    typical = sum(walls) / len(walls) if walls else None
     left = 0.0
     for t in trials:
         if recs[t.id]:
@@ -622,9 +622,14 @@ def _overall(trials, out, running, jobs) -> dict:
             left += st["eta_s"]
         else:
             ref = next((recs[u.id] for u in trials if u.variant == t.variant and recs[u.id]), None)
+            if ref is None and typical is None:  # no trial has logged a step yet: nothing to project
+                left = None
+                break
             left += ref["wall_time_s"] if ref else typical
+    # None until a pace is known (printed "?"): an ETA of 0 s before the first logged step read as
+    # "almost done" (the newcomer walk of issue 34)
     return {"event": "overall", "finished": done, "total": len(trials), "running": running,
-            "eta_s": left / max(1, jobs)}
+            "eta_s": None if left is None else left / max(1, jobs)}
 
 
 def _run_local(todo, trials, out, jobs, threads, emit, poll_s) -> dict:
