@@ -12,6 +12,7 @@ A worker's failure is still reported by torchrun as before (its error summary, a
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -23,6 +24,10 @@ def launch(argv: list[str] | None = None) -> int:
     ``SignalException`` traceback, and the exit status is 128 + the signal's number.  The workers
     have had the signal too and saved their checkpoint (their own line above says which step and
     where); a worker's failure is reported by torchrun as before."""
+    # torchrun sets each worker's OMP_NUM_THREADS to 1 when it is unset, and says so in a warning
+    # that came first in the newcomer's terminal (issue 34); the same value, set here, without it
+    # (`zoo train --threads N` still sets the workers' intra-op threads)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         torchrun(sys.argv[1:] if argv is None else argv)
     except SignalException as exc:
