@@ -295,6 +295,26 @@ def error_box(elem_id: str, tr=None):
     return box
 
 
+# ---------------------------------------------------------------------- tables
+def frame(rows, headers, lang: str = "en"):
+    """``rows`` as a table whose headers are the i18n keys ``headers`` worded in ``lang``."""
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=[t(h, lang) for h in headers])
+
+
+def empty_table(headers):
+    """A table's value for the language switch while it holds no rows: its headers in the new
+    language (``tr.add(gr.Dataframe(...), label=..., value=empty_table(HEADERS))``).  A table's
+    ``headers=`` are drawn once, in the page's first language: Compare's and Verify's empty tables
+    kept "metric / Model A / Model B" under 中文 until their first result (issue 34).  The keys are
+    listed as ``i18n_keys`` for the translation checks."""
+    def empty(lang):
+        return frame([], headers, lang)
+    empty.i18n_keys = tuple(headers)
+    return empty
+
+
 # ---------------------------------------------------------------------- the result in view
 def show_result_js(result: str, error: str | None = None) -> str:
     """The browser side of "a click shows its result" (issue 34), for ``event.then(None, js=...)``:

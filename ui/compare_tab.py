@@ -24,9 +24,13 @@ import zoo
 from zoo.errors import SpecError, ZooError
 
 from . import budget
-from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, error_box,
-                     error_outputs, error_record, handler, inline_errors, load_checkpoint, raw, show_result_js)
+from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, empty_table,
+                     error_box, error_outputs, error_record, handler, inline_errors, load_checkpoint, raw,
+                     show_result_js)
 from .i18n import t, ui_error
+
+#: the table's columns (i18n keys)
+HEADERS = ("compare.metric", "compare.a", "compare.b")
 
 PRESET, CKPT = "preset: ", "checkpoint: "
 
@@ -219,7 +223,7 @@ def shown(data: dict, lang: str = "en") -> tuple[list[list], str]:
 def frame(rows: list[list], lang: str = "en"):
     import pandas as pd
 
-    return pd.DataFrame(rows, columns=[t(h, lang) for h in ("compare.metric", "compare.a", "compare.b")])
+    return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS])
 
 
 def redraw(lang: str, data: dict | None):
@@ -258,10 +262,10 @@ def build(tr, lang_state) -> dict:
                                    max_length=LIMITS["text_chars"]), label="compare.prompt")
         go = tr.add(gr.Button(tr("compare.go"), variant="primary", elem_id="cmp-go"), value="compare.go")
     error = error_box("cmp-error", tr)  # its message follows a language switch
-    table = tr.add(gr.Dataframe(headers=[tr("compare.metric"), tr("compare.a"), tr("compare.b")],
+    table = tr.add(gr.Dataframe(headers=[tr(h) for h in HEADERS],
                                 label=tr("compare.table"), interactive=False, wrap=True, elem_id="cmp-table",
                                 column_widths=["22%", "39%", "39%"]),
-                   label="compare.table")
+                   label="compare.table", value=empty_table(HEADERS))  # empty, its headers follow a switch
     spec_diff = gr.Markdown(elem_id="cmp-diff")
     kept = gr.State(None)  # the last comparison as data: drawn again on a language switch
     tr.keep([table, spec_diff], redraw, [kept])

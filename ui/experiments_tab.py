@@ -30,7 +30,8 @@ from typing import Any
 
 from zoo.errors import ZooError, internal_error
 
-from .common import error_again, error_box, error_markdown, error_record, handler, inline_errors, runs_dir
+from .common import (empty_table, error_again, error_box, error_markdown, error_record, frame, handler,
+                     inline_errors, runs_dir)
 from .i18n import lang_code, t, ui_error
 
 log = logging.getLogger(__name__)
@@ -384,21 +385,6 @@ def open_trial(name: str, trial_id: str, lang: str = "en") -> str:
 
 
 # ---------------------------------------------------------------------- layout and wiring
-def _df(rows, headers, lang):
-    import pandas as pd
-
-    return pd.DataFrame(rows, columns=[t(h, lang) for h in headers])
-
-
-def _empty(headers):
-    """The switch's value for an empty table: no rows, ``headers`` in the new language (its keys
-    listed as ``i18n_keys`` for the translation checks)."""
-    def empty(lang):
-        return _df([], headers, lang)
-    empty.i18n_keys = tuple(headers)
-    return empty
-
-
 def build(tr, lang_state) -> dict:
     import gradio as gr
     import zoo.experiment as ze
@@ -427,12 +413,12 @@ def build(tr, lang_state) -> dict:
             ui["progress"] = tr.add(gr.Dataframe(headers=[tr(h) for h in PROGRESS_HEADERS], label=tr("exp.progress"),
                                                  interactive=False, elem_id="exp-progress"),
                                     label="exp.progress",  # an empty table's headers follow the switch as a value
-                                    value=_empty(PROGRESS_HEADERS))
+                                    value=empty_table(PROGRESS_HEADERS))
     ui["curves"] = tr.add(gr.Plot(label=tr("exp.curves"), elem_id="exp-curves", elem_classes=["zoo-plot"]),
                           label="exp.curves")
     ui["table"] = tr.add(gr.Dataframe(headers=[tr(h) for h in TABLE_HEADERS], label=tr("exp.table"),
                                       interactive=False, wrap=True, elem_id="exp-table"),
-                         label="exp.table", value=_empty(TABLE_HEADERS))
+                         label="exp.table", value=empty_table(TABLE_HEADERS))
     with gr.Row():
         ui["trial"] = tr.add(gr.Dropdown([], label=tr("exp.trial"), elem_id="exp-trial"), label="exp.trial")
         ui["open"] = tr.add(gr.Button(tr("exp.open"), elem_id="exp-open"), value="exp.open")
@@ -464,7 +450,7 @@ def redraw(lang: str, name: str | None):
     if not name:
         return None
     p = poll(name, lang)
-    return _df(p["progress"], PROGRESS_HEADERS, lang), _df(p["table"], TABLE_HEADERS, lang), p["status"]
+    return frame(p["progress"], PROGRESS_HEADERS, lang), frame(p["table"], TABLE_HEADERS, lang), p["status"]
 
 
 #: The committed report and its figures sit at the bottom of the tab: "Show full report" brings
@@ -496,8 +482,8 @@ def _wire(ui: dict, lang_state) -> None:
     def show(name: str | None, lang):
         p = poll(name, lang)
         trials = p["trials"]
-        return (_df(p["progress"], PROGRESS_HEADERS, lang), p["curves"] if p["curves"] is not None else gr.skip(),
-                _df(p["table"], TABLE_HEADERS, lang), p["status"],
+        return (frame(p["progress"], PROGRESS_HEADERS, lang), p["curves"] if p["curves"] is not None else gr.skip(),
+                frame(p["table"], TABLE_HEADERS, lang), p["status"],
                 gr.update(choices=trials, value=trials[0] if trials else None), gr.Timer(active=p["active"]))
 
     shown = [ui["progress"], ui["curves"], ui["table"], ui["status"], ui["trial"], ui["timer"]]

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import zoo
 from zoo.errors import ZooError
 
-from .common import handler
+from .common import empty_table, handler
 from .i18n import lang_code, t
 
 #: family -> the kit checks "Run the reference checks" runs for each of its components (decoders only)
@@ -191,7 +191,8 @@ def build(tr, lang_state) -> dict:
     summary = gr.Markdown(elem_id="verify-summary")
     table = gr.Dataframe(headers=[tr(h) for h in HEADERS], label=tr("verify.table"), interactive=False,
                          wrap=True, elem_id="verify-table")
-    tr.add(table, label="verify.table")  # its handlers return frames with translated headers
+    # its handlers return frames with translated headers; empty, its headers follow a switch
+    tr.add(table, label="verify.table", value=empty_table(HEADERS))
     kept = gr.State(None)  # the last run's rows (and progress): drawn again on a language switch
     tr.keep([table, summary], redraw, [kept])
 

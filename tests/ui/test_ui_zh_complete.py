@@ -76,3 +76,34 @@ def test_the_last_english_words_a_tab_showed_under_chinese():
     assert "没有给出值" in zh and "nothing" not in zh, zh
     assert "got nothing" in en
     assert t("interp.lens", "zh") != t("interp.lens", "en") and "逐层" in t("interp.lens", "zh")
+
+
+def test_every_table_of_the_page_has_its_headers_in_chinese_after_the_switch_before_any_result():
+    """Every gr.Dataframe's headers follow the switch while it is still empty (issue 34: Compare's
+    "metric / Model A / Model B" and Verify's eight headers stayed English until a first result;
+    the Experiments tables were fixed one by one before -- now ui.common.empty_table serves all)."""
+    import gradio as gr
+
+    from zoo.ui.app import build_app
+
+    demo = build_app()
+    tr = demo.zoo_translator
+    updates = dict(zip(map(id, tr.switch_outputs), tr.switch("zh", [None] * len(tr.switch_inputs))))
+    tables = [b for b in demo.blocks.values() if isinstance(b, gr.Dataframe)]
+    assert len(tables) >= 6, [getattr(b, "elem_id", None) for b in tables]
+    left = {}
+    for table in tables:
+        if getattr(table, "elem_id", None) == "interp-lens" or not ENGLISH_HEADER(table):
+            continue
+        value = (updates.get(id(table)) or {}).get("value")
+        columns = list(getattr(value, "columns", []) if value is not None else [])
+        english = [c for c in columns if re.fullmatch(r"[A-Za-z][A-Za-z |()]{2,}", str(c))]
+        if not columns or english:
+            left[table.elem_id] = columns or "no value on the switch"
+    assert not left, left
+
+
+def ENGLISH_HEADER(table) -> bool:
+    """Whether the table was drawn with headers of words (a calculator's numeric matrix has none)."""
+    headers = (table.value or {}).get("headers") if isinstance(table.value, dict) else None
+    return bool(headers) and any(re.search(r"[A-Za-z]{3,}", str(h)) for h in headers)

@@ -448,7 +448,7 @@ def test_every_error_a_tab_shows_reads_in_chinese(app, monkeypatch):
     ids = {e["id"] for e in found}
     reached = {"yaml.duplicate_key", "yaml.invalid_at", "experiment.range_order", "experiment.unknown_metric",
                "threshold.not_mapping", "checkpoint.corrupt", "manifest.malformed", "input.unknown_characters",
-               "option.number_in", "ui.err.arg_str", "experiment.trials_failed", "experiment.out_not_folder",
+               "option.number_in", "ui.err.arg_str_none", "experiment.trials_failed", "experiment.out_not_folder",
                "experiment.out_symlink", "experiment.record_bad", "experiment.other_experiment",
                "experiment.mismatched", "experiment.tune_range_run", "experiment.no_step", "experiment.task_arch",
                "task.max_len"}
