@@ -260,8 +260,15 @@ MESSAGES: dict[str, Message] = {
     "experiment.must_be_integer": Message('must be an integer', None),
     "experiment.tune_overlap": Message('a key cannot be both swept by tune and set by a variant',
                                        'remove it from the variants (or from tune)'),
+    # the plugin's package ships in the zoo clone's plugins/ (not on PyPI): the path is the fix
     "experiment.plugin_missing": Message('this experiment needs the plugin {plugin}, which is not installed',
-                                         'pip install {package} (in the zoo repository: pip install ./plugins/{package})'),
+                                         'from the root of the zoo clone: pip install ./plugins/{package} '
+                                         '(it ships there, not on PyPI); a running zoo ui lists it after a restart'),
+    # a third party's plugin: its own package
+    "experiment.plugin_missing_package": Message(
+        'this experiment needs the plugin {plugin}, which is not installed',
+        'pip install the package that provides it (zoo-style name: {package}); a running zoo ui lists it after '
+        'a restart'),
     "experiment.select_metric": Message("cannot select on {metric}: not a metric of task '{task}' with a direction"),
     "experiment.no_validation": Message(
         "the task '{task}' has no validation split to select on",

@@ -365,7 +365,7 @@ def test_picking_an_experiment_whose_plugin_is_missing_shows_its_yaml_and_says_w
             text, ok, err = et.pick("mqar_linear", lang)
             assert text == file_text and ok == ""
             assert heading in err and "experiment.plugins" in err and "linear_attention" in err
-            assert "pip install" in err and "zoo-linear-attention" in err
+            assert "pip install ./plugins/zoo-linear-attention" in err and "pip install zoo-" not in err
         assert "修改建议" in err, err  # the fix's heading is in 中文 too
         # and another pick clears it: the box is the validation of the text in the editor
         text, ok, err = et.pick("alibi_lm", "en")

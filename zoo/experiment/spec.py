@@ -245,10 +245,33 @@ def missing_plugins(names) -> list[str]:
     return [n for n in names if n not in installed and not (n in reg.plugins and reg.plugins[n].ok)]
 
 
-def install_hint(name: str) -> str:
-    """How to install the plugin ``name`` (its package is ``zoo-NAME``, shipped in ``plugins/``)."""
+def plugin_package(name: str) -> tuple[str, bool]:
+    """``(package, shipped)`` of the plugin ``name``: its package is ``zoo-NAME``, and ``shipped``
+    says whether it lies in the zoo clone's ``plugins/`` folder (the template plugin
+    ``zoo-linear-attention`` does; it is not on PyPI, so ``pip install zoo-linear-attention`` fails --
+    the newcomer walk of issue 34 followed that first fix)."""
     pkg = "zoo-" + name.replace("_", "-")
-    return f"pip install {pkg} (in the zoo repository: pip install ./plugins/{pkg})"
+    try:
+        import zoo.plugins as shipped
+
+        here = (Path(shipped.__file__).resolve().parent / pkg / "pyproject.toml").is_file()
+    except ImportError:  # pragma: no cover - a source tree without the package mapping
+        here = False
+    return pkg, here
+
+
+def missing_plugin_message(name: str) -> str:
+    """The message id that says how to install the missing plugin ``name``."""
+    return "experiment.plugin_missing" if plugin_package(name)[1] else "experiment.plugin_missing_package"
+
+
+def install_hint(name: str) -> str:
+    """How to install the plugin ``name``, in English (``zoo experiment list``)."""
+    pkg, _ = plugin_package(name)
+    from .. import messages
+
+    mid = missing_plugin_message(name)
+    return messages.render(mid, {"plugin": repr(name), "package": pkg}, (mid,))[1]
 
 
 def shipped_listing() -> list[tuple[str, str, list[str]]]:
@@ -769,5 +792,5 @@ def load_plugins(names) -> None:
             reg.load_entry_points(only=[n])
         info = reg.plugins.get(n)
         if info is None or not info.ok:
-            raise ExperimentError.of("experiment.plugin_missing", where="experiment.plugins", plugin=repr(n),
+            raise ExperimentError.of(missing_plugin_message(n), where="experiment.plugins", plugin=repr(n),
                                      package="zoo-" + n.replace("_", "-"))
