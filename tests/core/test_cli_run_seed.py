@@ -16,7 +16,9 @@ def zoo_run(*args):
 
 
 SEED = re.compile(r"note: sampled with seed (\d+); --seed \1 repeats this output")
-SPEED = re.compile(r"^(\d+) tokens? in (\d+\.\d\d) s: (\d+\.\d) tokens/s$", re.M)
+SPEED = re.compile(r"^(\d+) tokens? in (\d+\.\d\d) s: (\d+\.\d) tokens/s"
+                   r"(?:; it ended after (\d+) of (\d+) new tokens: the model wrote its end-of-text token "
+                   r"\(or a stop rule matched\))?$", re.M)
 
 
 def test_sampling_without_a_seed_varies_and_says_the_seed_that_repeats_it():
@@ -40,3 +42,16 @@ def test_greedy_needs_no_seed_and_every_run_prints_its_speed():
     assert 1 <= n <= 16 and seconds > 0
     assert n / (seconds + 0.005) - 0.05 <= rate <= n / max(seconds - 0.005, 1e-9) + 0.05  # n / s, as printed
     assert r.stdout.startswith("床前明月光，")  # stdout holds the text only: the notes go to stderr
+
+
+def test_a_run_that_ends_before_its_token_count_says_why():
+    """The second newcomer walk of issue 34 asked for 24 tokens and got 6 with no word why: the
+    poem's end-of-text token.  Seeds 2 and 5 end that early (torch 2.13, this checkpoint), 1 does not."""
+    for seed, early in (("2", True), ("5", True), ("1", False)):
+        r = zoo_run("--sample", "--seed", seed, "-n", "24")
+        assert r.returncode == 0, r.stderr
+        m = SPEED.search(r.stderr)
+        assert m, r.stderr
+        assert (m.group(4) is not None) == early, (seed, r.stderr)
+        if early:
+            assert int(m.group(4)) < int(m.group(5)) == 24, r.stderr

@@ -131,14 +131,19 @@ def _run(checkpoint, prompt, tokenizer, device, candidates, **options):
                     f"this output", fg="yellow", err=True)
     if spec.arch == "decoder":
         click.secho(prompt, bold=True, nl=False)
-    out = ""
+    out, steps = "", 0
     for piece in [first, *pieces] if first else pieces:
         click.echo(piece, nl=False)
         sys.stdout.flush()
         out += piece
+        steps += 1
     seconds = time.perf_counter() - start
     click.echo()
-    click.echo(speed_note(model, out, seconds), err=True)
+    note = speed_note(model, out, seconds)
+    if steps < max_new_tokens:  # why a run asked for 24 tokens printed 6 (the newcomer walk, issue 34)
+        note += (f"; it ended after {steps} of {max_new_tokens} new tokens: the model wrote its end-of-text "
+                 "token (or a stop rule matched)")
+    click.echo(note, err=True)
 
 
 def speed_note(model, text: str, seconds: float) -> str:
