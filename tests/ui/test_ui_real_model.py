@@ -21,6 +21,8 @@ pytest.importorskip("tokenizers")
 import zoo  # noqa: E402
 from zoo.guard import run_budget  # noqa: E402
 from zoo.ui import budget, chat_panel, common, compare_tab, inspect_tab, interp_tab, run_tab  # noqa: E402
+from zoo.ui.controls import control_values  # noqa: E402
+import zoo.run.chat  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -97,9 +99,19 @@ def test_chat_names_the_end_of_turn_token_and_answers():
     assert "end-of-turn token `<|im_end|>`" in note and "or at `<|endoftext|>`" in note, note
     column, *_ = chat_panel.on_checkpoint(NAME, "en")
     assert column["visible"] is True
-    steps = list(chat_panel.send(NAME, "What is the capital of France?", "", [], "en", *controls(16)))
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    steps = list(chat_panel.send(NAME, question[0]["content"], "", [], "en", *controls(16)))
     history = steps[-1][1]
-    assert history[-1]["role"] == "assistant" and "Paris" in history[-1]["content"], history
+    # the panel's reply is the engine's, on the same bfloat16 checkpoint with the tab's settings
+    _, options = control_values(controls(16))
+    engine = zoo.run.chat.chat(common.load_checkpoint(NAME, "en"), question, 16, **options)
+    assert history[-1] == {"role": "assistant", "content": engine}, (history, engine)
+    # and the real weights answer it in float32.  In bfloat16 the answer depends on the CPU: where
+    # it has no bf16 units (this AMD EPYC) greedy decoding says "L'Étoile, la Marseillaise, ..."
+    # (seen in CI-like runs, issue 34's last stop), elsewhere "Paris"
+    import real_models
+
+    assert "Paris" in zoo.run.chat.chat(real_models.smollm2(), question, 16)
     assert "<|im_start|>assistant\n" in steps[0][3]  # the rendered prompt the page shows
 
 
