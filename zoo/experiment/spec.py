@@ -31,12 +31,14 @@ import itertools
 import json
 import math
 import importlib.metadata as md
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import messages
 from ..errors import ZooError, closest
 from ..guard.files import load_yaml, read_text, short
 from ..registry import get_registry
@@ -251,13 +253,19 @@ def plugin_package(name: str) -> tuple[str, bool]:
     ``zoo-linear-attention`` does; it is not on PyPI, so ``pip install zoo-linear-attention`` fails --
     the newcomer walk of issue 34 followed that first fix)."""
     pkg = "zoo-" + name.replace("_", "-")
-    try:
-        import zoo.plugins as shipped
+    return pkg, any((Path(d) / pkg / "pyproject.toml").is_file() for d in _plugin_folders())
 
-        here = (Path(shipped.__file__).resolve().parent / pkg / "pyproject.toml").is_file()
-    except ImportError:  # pragma: no cover - a source tree without the package mapping
-        here = False
-    return pkg, here
+
+def _plugin_folders() -> list[str]:
+    """Where the clone's ``plugins/`` folder is (``zoo.plugins``), found without importing it: the
+    engine never runs a plugin's code (tests/core/test_architecture.py), it only looks for a
+    package folder there."""
+    try:
+        found = importlib.util.find_spec("zoo.plugins")
+    except (ImportError, ValueError):  # pragma: no cover - a source tree without the package mapping
+        found = None
+    return list(found.submodule_search_locations or ()) if found is not None else \
+        [str(Path(__file__).resolve().parents[2] / "plugins")]
 
 
 def missing_plugin_message(name: str) -> str:
@@ -268,8 +276,6 @@ def missing_plugin_message(name: str) -> str:
 def install_hint(name: str) -> str:
     """How to install the plugin ``name``, in English (``zoo experiment list``)."""
     pkg, _ = plugin_package(name)
-    from .. import messages
-
     mid = missing_plugin_message(name)
     return messages.render(mid, {"plugin": repr(name), "package": pkg}, (mid,))[1]
 
