@@ -895,7 +895,7 @@ ERRORS_ZH: dict[str, tuple[str | None, str | None]] = {
                                   '在 zoo 克隆的根目录运行 `pip install ./plugins/{package}`（它随仓库提供，不在 PyPI 上）；'
                                   '正在运行的 zoo ui 重启后才会列出它'),
     "experiment.plugin_missing_package": ('这个实验需要插件 {plugin}，但它没有安装',
-                                          '请用 pip 安装提供它的包（按 zoo 的命名：{package}）；正在运行的 zoo ui 重启后才会列出它'),
+                                          '请用 pip 安装提供它的包（按 zoo 的命名：`{package}`）；正在运行的 zoo ui 重启后才会列出它'),
     "experiment.select_metric": ("无法按 {metric} 选择：它不是任务 '{task}' 中有方向的指标", None),
     "experiment.no_validation": ("任务 '{task}' 没有可用来选择的验证集",
                                  "请在合成任务（copy、mqar、lag、modadd 等）上调参，或只在一个设置下比较"),

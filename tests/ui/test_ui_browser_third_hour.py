@@ -32,7 +32,7 @@ ENGLISH = re.compile(r"[A-Za-z]{2,}(?:[ '’-]+[A-Za-z]{2,}){2,}")
 #: table (Gradio words it by the browser's locale), and a plugin's description of its component
 #: (its author's text, shown as written; Plugins tab)
 NOT_OURS = re.compile(r"Drop CSV or TSV files here|^\[(eager|fused sdpa)\]|\(\w[^()]*et al\.|^\w+: [^\n]*\.$"
-                      r"|^distribution zoo-|^(Look-ahead mask|No restriction|Prefix LM)")
+                      r"|^distribution zoo-|^安装包 zoo-|^(Look-ahead mask|No restriction|Prefix LM)")
 TEXTS_JS = """() => {
   const skip = 'code, pre, textarea, input, .cm-editor, script, style, svg, #run-card';
   const out = [], w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
