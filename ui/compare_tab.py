@@ -27,6 +27,7 @@ from . import budget
 from .common import (LIMITS, check_spec_limits, check_text, check_value, checkpoint_names, empty_table,
                      error_box, error_outputs, error_record, handler, inline_errors, load_checkpoint, raw,
                      show_result_js)
+from .common import frame as common_frame
 from .i18n import t, ui_error
 
 #: the table's columns (i18n keys)
@@ -221,9 +222,8 @@ def shown(data: dict, lang: str = "en") -> tuple[list[list], str]:
 
 
 def frame(rows: list[list], lang: str = "en"):
-    import pandas as pd
-
-    return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS])
+    """Compare's rows with its headers in ``lang`` (:func:`ui.common.frame`)."""
+    return common_frame(rows, HEADERS, lang)
 
 
 def redraw(lang: str, data: dict | None):

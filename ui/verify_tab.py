@@ -22,6 +22,7 @@ import zoo
 from zoo.errors import ZooError
 
 from .common import empty_table, handler
+from .common import frame as common_frame
 from .i18n import lang_code, t
 
 #: family -> the kit checks "Run the reference checks" runs for each of its components (decoders only)
@@ -215,10 +216,8 @@ def build(tr, lang_state) -> dict:
 
 
 def frame(rows: list[list], lang: str = "en"):
-    """Table rows (:func:`table_rows`) as a frame with headers in ``lang``."""
-    import pandas as pd
-
-    return pd.DataFrame(rows, columns=[t(h, lang) for h in HEADERS])
+    """Table rows (:func:`table_rows`) as a frame with headers in ``lang`` (:func:`ui.common.frame`)."""
+    return common_frame(rows, HEADERS, lang)
 
 
 def shown(rows: list[dict], lang: str = "en") -> tuple:
